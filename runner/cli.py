@@ -1,0 +1,182 @@
+"""``leanvideo`` command line: parses arguments, calls the library, renders with rich.
+
+Exit codes follow :mod:`runner.errors` (0 ok, 1 generic, 2 usage, 3 workspace, 4 server, 5 workflow,
+6 prompt failed, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.table import Table
+
+from runner.demo import run_demo
+from runner.errors import LeanVideoError
+from runner.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
+from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+
+DEFAULT_PORT = 8188
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="leanvideo",
+        description="Run video models in ComfyUI on one GPU, measured honestly.",
+        epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve",
+        help="start the pinned ComfyUI with the LeanVideo node pack",
+        description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
+        "e.g. `leanvideo serve -- --async-offload`.",
+    )
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    serve.add_argument(
+        "--background", action="store_true", help="return once ready; stop with `leanvideo stop`"
+    )
+    serve.add_argument("--models", type=Path, help="models folder (default <workspace>/models)")
+    serve.add_argument(
+        "--fixture-nodes",
+        action="store_true",
+        help="also load the tiny-model helper nodes (for tiny workflows)",
+    )
+    serve.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for readiness")
+
+    stop = sub.add_parser("stop", help="stop servers started with `serve --background`")
+    stop.add_argument("--port", type=int, help="only the server on this port (default: all of them)")
+
+    fixtures = sub.add_parser("fixtures", help="write the deterministic tiny random-weight models")
+    fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
+    fixtures.add_argument("--force", action="store_true", help="rewrite files even when they are current")
+
+    demo = sub.add_parser("demo", help="tiny LTXV text-to-video end to end: MP4 + run record + timings")
+    demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
+    demo.add_argument("--port", type=int, help="server port (default: a free one)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in args_list:
+        cut = args_list.index("--")
+        args_list, passthrough = args_list[:cut], args_list[cut + 1 :]
+    args = build_parser().parse_args(args_list)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+    )
+    console = Console()
+    err = Console(stderr=True)
+    try:
+        if args.command == "serve":
+            return cmd_serve(args, tuple(passthrough), console)
+        if args.command == "stop":
+            return cmd_stop(args, console)
+        if args.command == "fixtures":
+            return cmd_fixtures(args, console)
+        return cmd_demo(args, tuple(passthrough), console)
+    except LeanVideoError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
+    ws = find_workspace()
+    node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if args.fixture_nodes else (NODE_PACK_DIR,)
+    config = ServerConfig(
+        comfyui_dir=ws.comfyui_dir,
+        state_dir=ws.servers_dir / str(args.port),
+        models_dir=(args.models or ws.models_dir).resolve(),
+        python=ws.python,
+        host=args.host,
+        port=args.port,
+        custom_node_dirs=node_dirs,
+        extra_args=passthrough,
+        ready_timeout=args.ready_timeout,
+    )
+    server = ComfyServer(config, detach=args.background)
+    server.start()
+    console.print(f"ComfyUI ready at [bold]{server.url}[/] (pid {server.pid}, log {server.log_path})")
+    if args.background:
+        console.print(f"stop it with: leanvideo stop --port {args.port}")
+        return 0
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = server.wait()
+    except KeyboardInterrupt:
+        console.print("stopping…")
+        server.stop()
+        return 0
+    console.print(f"ComfyUI exited with code {code}; see {server.log_path}")
+    return 0 if code == 0 else 4
+
+
+def cmd_stop(args: argparse.Namespace, console: Console) -> int:
+    ws = find_workspace()
+    records = [r for r in find_running_servers(ws.servers_dir) if args.port in (None, r["port"])]
+    if not records:
+        console.print("no LeanVideo server running" + (f" on port {args.port}" if args.port else ""))
+        return 0
+    for record in records:
+        stop_background_server(record)
+        console.print(f"stopped ComfyUI on port {record['port']} (pid {record['pid']})")
+    return 0
+
+
+def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:
+    from runner.fixtures import write_fixtures
+
+    ws = find_workspace()
+    target = (args.dir or ws.models_dir).resolve()
+    fixture_set = write_fixtures(target, ws.comfyui_dir, force=args.force)
+    table = Table(title=f"tiny models in {target}")
+    table.add_column("file")
+    table.add_column("MB", justify="right")
+    for path in fixture_set.paths():
+        table.add_row(str(path.relative_to(target)), f"{path.stat().st_size / 1e6:.1f}")
+    console.print(table)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
+    ws = find_workspace()
+    console.print("running the tiny LTXV text-to-video demo…")
+    outcome = run_demo(args.out.resolve(), ws, port=args.port, extra_args=passthrough)
+    table = Table(title=f"prompt {outcome.result.prompt_id}: time per node")
+    for column in ("node", "class", "seconds", "steps"):
+        table.add_column(column, justify="right" if column in {"seconds", "steps"} else "left")
+    for node in outcome.result.nodes:
+        seconds = "cached" if node.cached else f"{node.seconds:.3f}"
+        table.add_row(node.node_id, node.class_type, seconds, str(node.steps or ""))
+    table.add_section()
+    table.add_row("", "prompt (submit → history)", f"{outcome.result.wall_seconds:.3f}", "")
+    console.print(table)
+    console.print(
+        f"fixtures {outcome.fixtures_seconds:.1f} s · server ready {outcome.server_ready_seconds:.1f} s · "
+        f"total {outcome.total_seconds:.1f} s"
+    )
+    console.print(f"video:  {outcome.video}")
+    console.print(f"record: {outcome.record_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

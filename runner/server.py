@@ -1,0 +1,391 @@
+"""Start, check and stop a pinned ComfyUI server that loads the LeanVideo node pack.
+
+Each server gets its own state folder (base, output, temp, log, extra-model-paths file), listens on
+loopback unless told otherwise, and passes ``--cpu`` when the machine has no CUDA. Further ComfyUI
+flags pass through unchanged, so benchmark variants can add ``--async-offload`` and the like.
+
+Example::
+
+    config = ServerConfig(comfyui_dir=ws.comfyui_dir, state_dir=tmp / "srv", models_dir=ws.models_dir)
+    with ComfyServer(config) as server:
+        print(server.url)          # http://127.0.0.1:8188, ready to take prompts
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import yaml
+
+from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
+from runner.workspace import NODE_PACK_DIR
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 40
+RECORD_NAME = "server.json"
+# Folder names ComfyUI looks models up under, mapped to the sub-folders of our models folder.
+MODEL_FOLDERS: dict[str, tuple[str, ...]] = {
+    "checkpoints": ("checkpoints",),
+    "diffusion_models": ("diffusion_models", "unet"),
+    "text_encoders": ("text_encoders", "clip"),
+    "clip": ("text_encoders", "clip"),
+    "loras": ("loras",),
+    "vae": ("vae",),
+    "upscale_models": ("upscale_models",),
+    "embeddings": ("embeddings",),
+}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything that decides how one ComfyUI server is launched."""
+
+    comfyui_dir: Path
+    state_dir: Path
+    models_dir: Path
+    python: Path = field(default_factory=lambda: Path(sys.executable))
+    host: str = "127.0.0.1"
+    port: int = 8188
+    custom_node_dirs: tuple[Path, ...] = (NODE_PACK_DIR,)
+    cpu: bool | None = None
+    database_url: str = "sqlite:///:memory:"
+    extra_args: tuple[str, ...] = ()
+    ready_timeout: float = 120.0
+    stop_timeout: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be between 1 and 65535, got {self.port}")
+        if self.ready_timeout <= 0:
+            raise ValueError(f"ready_timeout must be positive, got {self.ready_timeout}")
+        if not (self.comfyui_dir / "main.py").is_file():
+            raise ValueError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "comfyui.log"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.state_dir / "output"
+
+
+def cuda_available(python: Path) -> bool:
+    """Whether ``python``'s torch sees a CUDA device; cheap ``False`` when no NVIDIA driver is loaded."""
+    if not (Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()):
+        return False
+    probe = subprocess.run(
+        [str(python), "-c", "import torch; print(torch.cuda.is_available())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return probe.stdout.strip() == "True"
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on ``host:port`` (bound the way aiohttp binds, with SO_REUSEADDR)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file, or a note that there is none."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def write_extra_model_paths(config: ServerConfig) -> Path:
+    """Write the extra-model-paths file that points ComfyUI at our models and node folders."""
+    entry: dict[str, str] = {"base_path": str(config.models_dir)}
+    for kind, subdirs in MODEL_FOLDERS.items():
+        entry[kind] = "\n".join(subdirs)
+    if config.custom_node_dirs:
+        entry["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
+    path = config.state_dir / "extra_model_paths.yaml"
+    path.write_text(yaml.safe_dump({"leanvideo": entry}, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def build_command(config: ServerConfig, *, cpu: bool) -> list[str]:
+    """The ComfyUI command line for ``config``; user flags come last so they can override ours."""
+    command = [
+        str(config.python),
+        str(config.comfyui_dir / "main.py"),
+        "--listen",
+        config.host,
+        "--port",
+        str(config.port),
+        "--disable-auto-launch",
+        "--base-directory",
+        str(config.state_dir / "base"),
+        "--output-directory",
+        str(config.output_dir),
+        "--temp-directory",
+        str(config.state_dir),
+        "--database-url",
+        config.database_url,
+        "--preview-method",
+        "none",
+        "--extra-model-paths-config",
+        str(config.state_dir / "extra_model_paths.yaml"),
+    ]
+    if cpu and "--cpu" not in config.extra_args:
+        command.append("--cpu")
+    command.extend(config.extra_args)
+    return command
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM the child when the process that started it dies (no orphans)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class ComfyServer:
+    """One ComfyUI process: started by :meth:`start`, stopped by :meth:`stop` or the ``with`` block.
+
+    ``detach=True`` lets the server outlive this Python process (``leanvideo serve --background``);
+    otherwise the kernel terminates it if we die first.
+    """
+
+    def __init__(self, config: ServerConfig, *, detach: bool = False) -> None:
+        self.config = config
+        self.detach = detach
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.config.log_path
+
+    def start(self) -> None:
+        """Launch ComfyUI and block until it answers ``GET /system_stats``.
+
+        Raises:
+            PortInUseError: something already listens on the port.
+            ServerCrashedError: the process exited during start-up (the message has the log tail).
+            ServerTimeoutError: no answer within ``ready_timeout`` (the process is stopped).
+        """
+        config = self.config
+        if self._process is not None:
+            raise ServerError(f"server on port {config.port} was already started")
+        if not port_is_free(config.host, config.port):
+            raise PortInUseError(
+                f"Port {config.port} on {config.host} is already in use. Stop what listens there "
+                f"(`leanvideo stop --port {config.port}` if it is ours) or pass another --port."
+            )
+        for sub in ("base/custom_nodes", "output"):
+            (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        write_extra_model_paths(config)
+        cpu = config.cpu if config.cpu is not None else not cuda_available(config.python)
+        command = build_command(config, cpu=cpu)
+        logger.info("starting ComfyUI: %s", " ".join(command))
+        with config.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                command,
+                cwd=config.comfyui_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=None if self.detach else _die_with_parent,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self._write_record()
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        started = time.monotonic()
+        deadline = started + self.config.ready_timeout
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                code = self._process.poll()
+                if code is not None:
+                    raise ServerCrashedError(
+                        f"ComfyUI exited with code {code} while starting on port {self.config.port}. "
+                        f"Log {self.log_path}, last lines:\n{read_log_tail(self.log_path)}"
+                    )
+                try:
+                    if http.get(f"{self.url}/system_stats").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerTimeoutError(
+                        f"ComfyUI on port {self.config.port} did not answer /system_stats within "
+                        f"{self.config.ready_timeout:.0f} s. Log {self.log_path}, last lines:\n"
+                        f"{read_log_tail(self.log_path)}"
+                    )
+                time.sleep(0.2)
+            pack_expected = NODE_PACK_DIR in self.config.custom_node_dirs
+            if pack_expected and http.get(f"{self.url}/leanvideo/info").status_code != 200:
+                raise ServerError(
+                    f"ComfyUI started but the LeanVideo node pack did not load. Log {self.log_path}, "
+                    f"last lines:\n{read_log_tail(self.log_path)}"
+                )
+        logger.info("ComfyUI ready at %s after %.1f s", self.url, time.monotonic() - started)
+
+    def _write_record(self) -> None:
+        record = {
+            "pid": self.pid,
+            "port": self.config.port,
+            "url": self.url,
+            "log": str(self.log_path),
+            "comfyui_dir": str(self.config.comfyui_dir),
+            "started": time.time(),
+        }
+        (self.config.state_dir / RECORD_NAME).write_text(json.dumps(record, indent=2), encoding="utf-8")
+
+    def wait(self) -> int:
+        """Block until the server process exits; returns its exit code."""
+        if self._process is None:
+            raise ServerError("server was never started")
+        return self._process.wait()
+
+    def stop(self) -> int | None:
+        """SIGTERM the server's process group, then SIGKILL after ``stop_timeout``; idempotent."""
+        process = self._process
+        if process is None:
+            return None
+        code = terminate_process_group(process.pid, self.config.stop_timeout, process.poll, process.wait)
+        (self.config.state_dir / RECORD_NAME).unlink(missing_ok=True)
+        self._process = None
+        return code
+
+    def __enter__(self) -> ComfyServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def terminate_process_group(
+    pid: int,
+    timeout: float,
+    poll: Callable[[], int | None],
+    wait: Callable[[float], int],
+) -> int | None:
+    """SIGTERM the group led by ``pid``; SIGKILL it if it is still alive after ``timeout`` seconds."""
+    for sig, grace in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        if poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        try:
+            return wait(grace)
+        except subprocess.TimeoutExpired:
+            logger.warning("ComfyUI (pid %d) ignored %s", pid, sig.name)
+    # Reap anything left in the group (children that outlived the leader).
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return poll()
+
+
+def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
+    """Records of background servers started by ``leanvideo serve --background`` that still run."""
+    found: list[dict[str, object]] = []
+    for path in sorted(servers_dir.glob(f"*/{RECORD_NAME}")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        pid = int(record.get("pid") or 0)
+        if pid and _is_comfyui_process(pid, int(record.get("port") or 0)):
+            record["record_path"] = str(path)
+            found.append(record)
+        else:
+            path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
+    return found
+
+
+def _is_comfyui_process(pid: int, port: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    args = [a.decode(errors="replace") for a in argv]
+    return any(a.endswith("main.py") for a in args) and str(port) in args
+
+
+def stop_background_server(record: dict[str, object], timeout: float = 15.0) -> None:
+    """Stop a server found by :func:`find_running_servers` (not a child of this process)."""
+    pid = int(str(record["pid"]))
+
+    def poll() -> int | None:
+        return None if _pid_alive(pid) else 0
+
+    def wait(grace: float) -> int:
+        deadline = time.monotonic() + grace
+        while _pid_alive(pid):
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {pid}", grace)
+            time.sleep(0.1)
+        return 0
+
+    terminate_process_group(pid, timeout, poll, wait)
+    Path(str(record["record_path"])).unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return status != "Z"

@@ -1,0 +1,83 @@
+"""Where LeanVideo keeps the pinned ComfyUI, the models and the per-server state.
+
+``install.py`` writes ``<workspace>/install.json``; this module only reads it. The workspace is
+``<repo>/.workspace`` unless ``LEANVIDEO_WORKSPACE`` names another folder, and ``LEANVIDEO_COMFYUI``
+points the runner at a different ComfyUI tree without re-running the installer.
+
+Example::
+
+    ws = find_workspace()
+    print(ws.comfyui_dir, ws.models_dir)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import WorkspaceError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NODE_PACK_DIR = REPO_ROOT / "custom_nodes"
+FIXTURE_NODES_DIR = Path(__file__).resolve().parent / "fixtures" / "nodes"
+WORKFLOWS_DIR = REPO_ROOT / "workflows"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Resolved locations of one LeanVideo installation."""
+
+    root: Path
+    comfyui_dir: Path
+    python: Path
+
+    @property
+    def models_dir(self) -> Path:
+        """Models folder the servers we start search (fixtures are written here)."""
+        return self.root / "models"
+
+    @property
+    def servers_dir(self) -> Path:
+        """Parent of each server's own base, output, temp and log folders."""
+        return self.root / "servers"
+
+
+def default_workspace_root() -> Path:
+    """The workspace folder: ``$LEANVIDEO_WORKSPACE`` or ``<repo>/.workspace``."""
+    env = os.environ.get("LEANVIDEO_WORKSPACE")
+    return Path(env).expanduser().resolve() if env else REPO_ROOT / ".workspace"
+
+
+def find_workspace(root: Path | None = None) -> Workspace:
+    """Read the installation record and check that the ComfyUI tree it names is usable.
+
+    Raises:
+        WorkspaceError: when nothing is installed yet or the recorded ComfyUI is gone.
+    """
+    root = (root or default_workspace_root()).resolve()
+    record_path = root / "install.json"
+    record: dict[str, object] = {}
+    if record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WorkspaceError(f"Cannot read {record_path}: {exc}. Re-run `python install.py`.") from exc
+    env_comfy = os.environ.get("LEANVIDEO_COMFYUI")
+    if env_comfy:
+        comfyui = Path(env_comfy).expanduser().resolve()
+    elif isinstance(record.get("comfyui"), str):
+        comfyui = Path(str(record["comfyui"]))
+    else:
+        raise WorkspaceError(
+            f"No ComfyUI installation recorded in {record_path}. "
+            "Run `python install.py` (or set LEANVIDEO_COMFYUI to a ComfyUI folder)."
+        )
+    if not (comfyui / "main.py").is_file():
+        raise WorkspaceError(f"{comfyui} is not a ComfyUI folder (no main.py). Re-run `python install.py`.")
+    python = Path(str(record["python"])) if isinstance(record.get("python"), str) else Path(sys.executable)
+    if not python.exists():
+        python = Path(sys.executable)
+    return Workspace(root=root, comfyui_dir=comfyui, python=python)

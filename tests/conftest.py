@@ -1,0 +1,57 @@
+"""Shared fixtures: the installed workspace, free ports, and the real pinned ComfyUI server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.errors import WorkspaceError
+from runner.server import ComfyServer, ServerConfig, pick_free_port
+from runner.workspace import Workspace, find_workspace
+
+
+@pytest.fixture(scope="session")
+def workspace() -> Workspace:
+    """The installed workspace; CI must have one, elsewhere its absence skips with the reason."""
+    try:
+        return find_workspace()
+    except WorkspaceError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no LeanVideo workspace installed ({exc})")
+
+
+@pytest.fixture
+def free_port() -> int:
+    return pick_free_port()
+
+
+@pytest.fixture
+def server_config(workspace: Workspace, tmp_path: Path, free_port: int) -> ServerConfig:
+    """A config for a throw-away server with its own state folder."""
+    return ServerConfig(
+        comfyui_dir=workspace.comfyui_dir,
+        state_dir=tmp_path / "server",
+        models_dir=workspace.models_dir,
+        python=workspace.python,
+        port=free_port,
+        cpu=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def comfy_server(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComfyServer]:
+    """One real pinned ComfyUI with the node pack, shared by the integration tests of a session."""
+    config = ServerConfig(
+        comfyui_dir=workspace.comfyui_dir,
+        state_dir=tmp_path_factory.mktemp("comfy-server"),
+        models_dir=workspace.models_dir,
+        python=workspace.python,
+        port=pick_free_port(),
+        cpu=True,
+    )
+    with ComfyServer(config) as server:
+        yield server

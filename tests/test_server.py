@@ -1,0 +1,98 @@
+"""Server lifecycle against the real pinned ComfyUI: start, ready, stop, no orphans, clear errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from runner.errors import PortInUseError, ServerCrashedError
+from runner.server import ComfyServer, ServerConfig, build_command, port_is_free
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_gone(pid: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_start_ready_stop_leaves_nothing_behind(server_config: ServerConfig) -> None:
+    with ComfyServer(server_config) as server:
+        pid = server.pid
+        assert pid is not None
+        stats = httpx.get(f"{server.url}/system_stats").json()
+        assert stats["system"]["comfyui_version"] == "0.3.75"
+        assert "--cpu" in stats["system"]["argv"]
+        info = httpx.get(f"{server.url}/leanvideo/info").json()
+        assert info["loaded_from"].endswith("custom_nodes/leanvideo")
+        assert info["matches_pin"] is True
+        assert (server_config.state_dir / "server.json").is_file()
+    assert _wait_gone(pid)
+    assert port_is_free(server_config.host, server_config.port)
+    assert not (server_config.state_dir / "server.json").exists()
+    assert server_config.log_path.stat().st_size > 0
+
+
+def test_server_gets_its_own_folders_and_loopback(server_config: ServerConfig) -> None:
+    command = build_command(server_config, cpu=True)
+    assert command[command.index("--listen") + 1] == "127.0.0.1"
+    for flag, expected in (
+        ("--base-directory", server_config.state_dir / "base"),
+        ("--output-directory", server_config.output_dir),
+        ("--database-url", "sqlite:///:memory:"),
+    ):
+        assert command[command.index(flag) + 1] == str(expected)
+
+
+def test_port_in_use_is_a_clear_error(server_config: ServerConfig) -> None:
+    with socket.socket() as squatter:
+        squatter.bind((server_config.host, server_config.port))
+        squatter.listen()
+        with pytest.raises(PortInUseError, match=f"Port {server_config.port}.*already in use"):
+            ComfyServer(server_config).start()
+
+
+def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) -> None:
+    bad = ServerConfig(**{**server_config.__dict__, "extra_args": ("--no-such-comfyui-flag",)})
+    with pytest.raises(ServerCrashedError) as caught:
+        ComfyServer(bad).start()
+    message = str(caught.value)
+    assert "exited with code 2" in message
+    assert "unrecognized arguments: --no-such-comfyui-flag" in message
+    assert port_is_free(bad.host, bad.port)
+
+
+def test_server_dies_with_its_parent(server_config: ServerConfig, tmp_path: Path) -> None:
+    """A parent killed with SIGKILL (no cleanup code runs) must not leave ComfyUI orphaned."""
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from runner.server import ComfyServer, ServerConfig
+        server = ComfyServer(ServerConfig(
+            comfyui_dir=Path({str(server_config.comfyui_dir)!r}),
+            state_dir=Path({str(tmp_path / "orphan")!r}),
+            models_dir=Path({str(server_config.models_dir)!r}),
+            python=Path({str(server_config.python)!r}),
+            port={server_config.port}, cpu=True))
+        server.start()
+        print(server.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert parent.returncode == -9, parent.stderr[-2000:]
+    child = int(parent.stdout.strip())
+    assert _wait_gone(child), f"ComfyUI pid {child} outlived its parent"
