@@ -146,7 +146,7 @@ def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:
 
     ws = find_workspace()
     target = (args.dir or ws.models_dir).resolve()
-    fixture_set = write_fixtures(target, ws.comfyui_dir, force=args.force)
+    fixture_set = write_fixtures(target, ws.comfyui_dir, force=args.force, python=ws.python)
     table = Table(title=f"tiny models in {target}")
     table.add_column("file")
     table.add_column("MB", justify="right")

@@ -71,7 +71,7 @@ def run_demo(
 ) -> DemoOutcome:
     """Run the tiny text-to-video demo end to end; see the module docstring."""
     began = time.monotonic()
-    write_fixtures(workspace.models_dir, workspace.comfyui_dir)
+    write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
     fixtures_seconds = time.monotonic() - began
     workflow = load_workflow(DEMO_WORKFLOW)
     workspace.servers_dir.mkdir(parents=True, exist_ok=True)

@@ -63,7 +63,9 @@ class ServerConfig:
     port: int = 8188
     custom_node_dirs: tuple[Path, ...] = (NODE_PACK_DIR,)
     cpu: bool | None = None
-    database_url: str = "sqlite:///:memory:"
+    # None: a SQLite file in the state folder. (":memory:" works but SQLAlchemy's pool then logs a
+    # cross-thread ProgrammingError on the first prompt.)
+    database_url: str | None = None
     extra_args: tuple[str, ...] = ()
     ready_timeout: float = 120.0
     stop_timeout: float = 15.0
@@ -161,7 +163,7 @@ def build_command(config: ServerConfig, *, cpu: bool) -> list[str]:
         "--temp-directory",
         str(config.state_dir),
         "--database-url",
-        config.database_url,
+        config.database_url or f"sqlite:///{config.state_dir / 'comfyui.db'}",
         "--preview-method",
         "none",
         "--extra-model-paths-config",

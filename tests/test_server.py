@@ -51,7 +51,7 @@ def test_server_gets_its_own_folders_and_loopback(server_config: ServerConfig) -
     for flag, expected in (
         ("--base-directory", server_config.state_dir / "base"),
         ("--output-directory", server_config.output_dir),
-        ("--database-url", "sqlite:///:memory:"),
+        ("--database-url", f"sqlite:///{server_config.state_dir / 'comfyui.db'}"),
     ):
         assert command[command.index(flag) + 1] == str(expected)
 

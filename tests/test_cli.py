@@ -1,0 +1,69 @@
+"""`leanvideo serve --background` / `leanvideo stop` against the real pinned server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from runner.server import find_running_servers
+from runner.workspace import Workspace
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "leanvideo"
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    for command in ("serve", "stop", "fixtures", "demo"):
+        assert command in done.stdout
+
+
+def test_serve_background_then_stop(workspace: Workspace, free_port: int) -> None:
+    started = _cli(
+        "serve", "--background", "--port", str(free_port), "--", "--cpu", "--preview-method", "auto"
+    )
+    assert started.returncode == 0, started.stderr[-3000:]
+    assert f"http://127.0.0.1:{free_port}" in started.stdout
+    records = [r for r in find_running_servers(workspace.servers_dir) if r["port"] == free_port]
+    assert len(records) == 1
+    pid = int(str(records[0]["pid"]))
+    argv = httpx.get(f"http://127.0.0.1:{free_port}/system_stats").json()["system"]["argv"]
+    assert argv[argv.index("--preview-method", argv.index("--cpu")) + 1] == "auto"  # passthrough last
+
+    stopped = _cli("stop", "--port", str(free_port))
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped ComfyUI on port {free_port}" in stopped.stdout
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"pid {pid} still alive after stop"
+        time.sleep(0.2)
+    assert _cli("stop", "--port", str(free_port)).stdout.startswith("no LeanVideo server running")
+
+
+def test_serve_on_a_taken_port_exits_4_with_a_clear_message(workspace: Workspace, free_port: int) -> None:
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", free_port))
+        squatter.listen()
+        done = _cli("serve", "--port", str(free_port))
+    assert done.returncode == 4
+    assert f"Port {free_port}" in done.stderr and "already in use" in done.stderr
