@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
-    console = Console()
-    err = Console(stderr=True)
+    console = Console(soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         if args.command == "serve":
             return cmd_serve(args, tuple(passthrough), console)

@@ -1,0 +1,36 @@
+"""The node pack loads into the real pinned server both ways users install it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runner.server import ComfyServer, ServerConfig
+from runner.workspace import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_pack_info_route_reports_the_pin(comfy_server: ComfyServer) -> None:
+    info = httpx.get(f"{comfy_server.url}/leanvideo/info").json()
+    assert info["pack"] == "leanvideo"
+    assert info["comfyui_version"] == "0.3.75"
+    assert info["pinned_comfyui"]["commit"] == "f8b981ae9a5676311624bbafa636a1874db79459"
+    assert info["version"] != "unknown (not installed as a package)"
+
+
+def test_repository_cloned_into_custom_nodes_loads_as_a_pack(
+    server_config: ServerConfig, tmp_path: Path
+) -> None:
+    """ComfyUI-Manager clones the whole repository into ComfyUI/custom_nodes/<name>."""
+    custom_nodes = tmp_path / "manager-custom-nodes"
+    custom_nodes.mkdir()
+    (custom_nodes / "LeanVideo").symlink_to(REPO_ROOT, target_is_directory=True)
+    config = ServerConfig(**{**server_config.__dict__, "custom_node_dirs": (custom_nodes,)})
+    with ComfyServer(config) as server:
+        info = httpx.get(f"{server.url}/leanvideo/info")
+        assert info.status_code == 200, server.log_path.read_text()[-3000:]
+        assert info.json()["loaded_from"] == str(REPO_ROOT / "custom_nodes" / "leanvideo")
+    assert "IMPORT FAILED" not in config.log_path.read_text()
