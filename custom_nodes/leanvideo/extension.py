@@ -1,0 +1,30 @@
+"""The pack's ComfyExtension: which node modules it registers and which routes it adds."""
+
+from __future__ import annotations
+
+from comfy_api.latest import ComfyExtension, io
+
+from .routes import register_routes
+
+# Each nodes_* module declares ``NODES``: the node classes it contributes, in menu order.
+NODE_MODULES: tuple[str, ...] = ()
+
+
+class LeanVideoExtension(ComfyExtension):
+    """The node list ComfyUI registers for this pack."""
+
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        import importlib
+
+        nodes: list[type[io.ComfyNode]] = []
+        for name in NODE_MODULES:
+            nodes.extend(importlib.import_module(f"{__package__}.{name}").NODES)
+        return nodes
+
+
+def create_extension() -> LeanVideoExtension:
+    """Add the pack's HTTP routes to the running server and return the extension."""
+    from server import PromptServer
+
+    register_routes(PromptServer.instance.routes)
+    return LeanVideoExtension()
