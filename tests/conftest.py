@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runner.demo import DEMO_WORKFLOW, load_workflow
 from runner.errors import WorkspaceError
+from runner.fixtures import FixtureSet, write_fixtures
 from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workspace import Workspace, find_workspace
+from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, find_workspace
 
 
 @pytest.fixture(scope="session")
@@ -43,14 +46,30 @@ def server_config(workspace: Workspace, tmp_path: Path, free_port: int) -> Serve
 
 
 @pytest.fixture(scope="session")
-def comfy_server(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComfyServer]:
-    """One real pinned ComfyUI with the node pack, shared by the integration tests of a session."""
+def tiny_models(workspace: Workspace) -> FixtureSet:
+    """The tiny random-weight models in the workspace's models folder (written once, then reused)."""
+    return write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
+
+
+@pytest.fixture
+def tiny_workflow() -> dict[str, Any]:
+    """A fresh copy of the tiny LTXV text-to-video workflow (API format); edit it freely."""
+    return load_workflow(DEMO_WORKFLOW)
+
+
+@pytest.fixture(scope="session")
+def comfy_server(
+    workspace: Workspace, tiny_models: FixtureSet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ComfyServer]:
+    """One real pinned ComfyUI shared by the integration tests of a session: our node pack, the
+    fixture helper nodes and the tiny models are all loaded."""
     config = ServerConfig(
         comfyui_dir=workspace.comfyui_dir,
         state_dir=tmp_path_factory.mktemp("comfy-server"),
         models_dir=workspace.models_dir,
         python=workspace.python,
         port=pick_free_port(),
+        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
         cpu=True,
     )
     with ComfyServer(config) as server:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,3 +35,17 @@ def test_repository_cloned_into_custom_nodes_loads_as_a_pack(
         assert info.status_code == 200, server.log_path.read_text()[-3000:]
         assert info.json()["loaded_from"] == str(REPO_ROOT / "custom_nodes" / "leanvideo")
     assert "IMPORT FAILED" not in config.log_path.read_text()
+
+
+def test_tiny_workflow_runs_on_the_shared_server(
+    comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
+) -> None:
+    from runner.client import ComfyClient, output_files
+
+    client = ComfyClient(comfy_server.url)
+    try:
+        result = client.run(tiny_workflow, timeout=300)
+    finally:
+        client.close()
+    assert result.status == "success"
+    assert [item["filename"].endswith(".mp4") for _, item in output_files(result.outputs)] == [True]
