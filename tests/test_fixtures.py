@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -33,18 +32,11 @@ from runner.fixtures.tensors import (
     seed_for,
     write_safetensors,
 )
+from runner.record import sha256_file
 from runner.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_WORKFLOW = REPO / "workflows" / "ltxv_tiny_t2v.api.json"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -156,7 +148,7 @@ def test_tiny_workflow_is_wired_to_the_fixtures(tmp_path: Path) -> None:
 def test_writes_are_byte_identical(fixtures: FixtureSet, forced_fixtures: FixtureSet) -> None:
     for first, second in zip(fixtures.paths(), forced_fixtures.paths(), strict=True):
         assert first.name == second.name
-        assert _sha256(first) == _sha256(second), first.name
+        assert sha256_file(first) == sha256_file(second), first.name
 
 
 def test_second_call_is_cheap_and_rewrites_nothing(fixtures: FixtureSet, comfyui_dir: Path) -> None:
@@ -172,12 +164,12 @@ def test_second_call_is_cheap_and_rewrites_nothing(fixtures: FixtureSet, comfyui
 
 def test_damaged_file_is_rewritten(forced_fixtures: FixtureSet, comfyui_dir: Path) -> None:
     lora = forced_fixtures.lora
-    expected = _sha256(lora)
+    expected = sha256_file(lora)
     untouched = {path: path.stat().st_mtime_ns for path in forced_fixtures.paths() if path != lora}
     with lora.open("r+b") as stream:
         stream.truncate(lora.stat().st_size - 10)
     write_fixtures(forced_fixtures.models_dir, comfyui_dir)
-    assert _sha256(lora) == expected
+    assert sha256_file(lora) == expected
     assert {path: path.stat().st_mtime_ns for path in untouched} == untouched
 
 
