@@ -23,8 +23,20 @@ class LeanVideoExtension(ComfyExtension):
 
 
 def create_extension() -> LeanVideoExtension:
-    """Add the pack's HTTP routes to the running server and return the extension."""
+    """Add the pack's HTTP routes to the running server and return the extension.
+
+    The server gets one :class:`~leanvideo.telemetry.Telemetry`, hooked into its prompt queue and kept
+    as ``PromptServer.instance.leanvideo_telemetry`` so that nodes can add events to the running prompt.
+    """
     from server import PromptServer
 
-    register_routes(PromptServer.instance.routes)
+    from .telemetry import Telemetry
+
+    server = PromptServer.instance
+    telemetry = getattr(server, "leanvideo_telemetry", None)
+    if telemetry is None:
+        telemetry = Telemetry()
+        telemetry.attach(server.prompt_queue)
+        server.leanvideo_telemetry = telemetry
+    register_routes(server.routes, telemetry)
     return LeanVideoExtension()

@@ -2,6 +2,21 @@
 
 ``GET /leanvideo/info`` says which pack is loaded, from where, and whether the server runs the ComfyUI
 the project is pinned to, so a client can check it talks to the server it expects.
+
+Telemetry routes (present when a :class:`~leanvideo.telemetry.Telemetry` is passed in):
+
+=============================================  ===========================================================
+route                                          answer
+=============================================  ===========================================================
+``GET /leanvideo/telemetry``                   live snapshot: ``process`` (rss, peak rss), ``cuda``
+                                               (allocated/reserved/max since reset, or null + ``reason``),
+                                               ``nvml`` (memory used, total energy Wh, or null + reason),
+                                               ``comfy`` (loaded models, queue depth), ``prompts`` (counts)
+``POST /leanvideo/telemetry/reset``            resets the peaks (RSS, CUDA); answers the fresh snapshot
+``GET /leanvideo/telemetry/prompts``           every kept per-prompt record, oldest first
+``GET /leanvideo/telemetry/prompts/{id}``      one prompt's record; 404 names the unknown id
+``GET /leanvideo/metrics``                     Prometheus text exposition (503 without prometheus-client)
+=============================================  ===========================================================
 """
 
 from __future__ import annotations
@@ -9,9 +24,12 @@ from __future__ import annotations
 import json
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
 
 PACK_DIR = Path(__file__).resolve().parent
 PIN_FILE = PACK_DIR.parents[1] / "runner" / "comfy_pin.json"
@@ -47,9 +65,51 @@ def build_info() -> dict[str, Any]:
     }
 
 
-def register_routes(routes: web.RouteTableDef) -> None:
+def register_routes(routes: web.RouteTableDef, telemetry: Telemetry | None = None) -> None:
     """Add the pack's routes to the server's route table (call once, before the app starts)."""
 
     @routes.get("/leanvideo/info")
     async def leanvideo_info(request: web.Request) -> web.Response:
         return web.json_response(build_info())
+
+    if telemetry is not None:
+        register_telemetry_routes(routes, telemetry)
+
+
+def register_telemetry_routes(routes: web.RouteTableDef, telemetry: Telemetry) -> None:
+    """The ``/leanvideo/telemetry*`` and ``/leanvideo/metrics`` routes, served from ``telemetry``."""
+    try:
+        from .metrics import PromptMetrics
+    except ImportError as exc:  # the pack still loads; only the metrics route says what is missing
+        metrics = None
+        missing = f"prometheus-client is not installed ({exc}); pip install prometheus-client"
+    else:
+        metrics = PromptMetrics(telemetry)
+        missing = ""
+
+    @routes.get("/leanvideo/telemetry")
+    async def leanvideo_telemetry(request: web.Request) -> web.Response:
+        return web.json_response(telemetry.snapshot())
+
+    @routes.post("/leanvideo/telemetry/reset")
+    async def leanvideo_telemetry_reset(request: web.Request) -> web.Response:
+        return web.json_response(telemetry.reset())
+
+    @routes.get("/leanvideo/telemetry/prompts")
+    async def leanvideo_telemetry_prompts(request: web.Request) -> web.Response:
+        return web.json_response({"prompts": telemetry.records()})
+
+    @routes.get("/leanvideo/telemetry/prompts/{prompt_id}")
+    async def leanvideo_telemetry_prompt(request: web.Request) -> web.Response:
+        prompt_id = request.match_info["prompt_id"]
+        record = telemetry.record(prompt_id)
+        if record is None:
+            return web.json_response({"error": f"no telemetry record for prompt {prompt_id!r}"}, status=404)
+        return web.json_response(record)
+
+    @routes.get("/leanvideo/metrics")
+    async def leanvideo_metrics(request: web.Request) -> web.Response:
+        if metrics is None:
+            return web.Response(status=503, text=missing)
+        body, content_type = metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})

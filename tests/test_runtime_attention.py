@@ -1,0 +1,194 @@
+"""The attention override's dispatch, fallback and layouts, on CPU with fake and SDPA backends."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pytest
+import torch
+from leanvideo.attention_ops import (
+    SDPA_BACKEND,
+    AttentionBackend,
+    AttentionOverride,
+    available_modes,
+    resolve_backend,
+    sdpa_kernel,
+)
+
+B, H, N, M, D = 2, 3, 5, 7, 16
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain softmax attention on ``[B, H, N, D]``."""
+    weights = torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+    return weights @ v
+
+
+def to_bnc(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(1, 2).reshape(t.shape[0], t.shape[2], -1)
+
+
+class RecordingOriginal:
+    """Stands in for ComfyUI's attention function: records each call, returns a marker tensor."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, **kwargs: Any
+    ) -> torch.Tensor:
+        self.calls.append({"heads": heads, **kwargs})
+        return torch.full((1,), -1.0)
+
+
+def qkv(dtype: torch.dtype = torch.float32, d: int = D) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, N, d, generator=generator, dtype=torch.float32).to(dtype)
+    k = torch.randn(B, H, M, d, generator=generator, dtype=torch.float32).to(dtype)
+    v = torch.randn(B, H, M, d, generator=generator, dtype=torch.float32).to(dtype)
+    return q, k, v
+
+
+def fake_backend(**limits: Any) -> AttentionBackend:
+    return AttentionBackend(name="fake", kernel=lambda q, k, v, mask: reference_attention(q, k, v), **limits)
+
+
+@pytest.mark.parametrize(
+    ("limits", "call", "reason_part"),
+    [
+        ({"needs_cuda": True}, {}, "needs CUDA"),
+        ({"head_dims": frozenset({64, 128})}, {}, "head dim 16"),
+        ({"dtypes": frozenset({torch.float16})}, {}, "dtype torch.float32"),
+        ({"supports_mask": False}, {"mask": torch.zeros(N, M)}, "mask present"),
+    ],
+)
+def test_unsupported_calls_go_to_the_original_attention_and_log_once(
+    limits: dict[str, Any], call: dict[str, Any], reason_part: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    override = AttentionOverride(fake_backend(**limits))
+    original = RecordingOriginal()
+    q, k, v = qkv()
+    with caplog.at_level(logging.INFO, logger="leanvideo.attention_ops"):
+        for _ in range(3):
+            out = override(original, q, k, v, H, skip_reshape=True, transformer_options={}, **call)
+            assert out.tolist() == [-1.0]
+    assert len(original.calls) == 3
+    assert original.calls[0]["skip_reshape"] is True and "transformer_options" in original.calls[0]
+    [reason] = override.calls
+    assert reason_part in reason and override.calls[reason] == 3
+    fallback_lines = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(fallback_lines) == 1 and reason_part in fallback_lines[0]
+
+
+def test_supported_call_uses_the_backend() -> None:
+    override = AttentionOverride(fake_backend(head_dims=frozenset({D}), dtypes=frozenset({torch.float32})))
+    original = RecordingOriginal()
+    q, k, v = qkv()
+    out = override(original, q, k, v, H, skip_reshape=True, skip_output_reshape=True)
+    torch.testing.assert_close(out, reference_attention(q, k, v))
+    assert original.calls == [] and override.calls == {"backend": 1}
+
+
+@pytest.mark.parametrize(
+    ("layout", "skip_reshape", "skip_output_reshape"),
+    [
+        ("LTXV / Wan [B,N,H*D]", False, False),
+        ("HunyuanVideo [B,H,N,D]→[B,N,H*D]", True, False),
+        ("Wan HND", True, True),
+    ],
+)
+def test_sdpa_matches_reference_in_every_layout(
+    layout: str, skip_reshape: bool, skip_output_reshape: bool
+) -> None:
+    q, k, v = qkv()
+    expected = reference_attention(q, k, v)
+    if not skip_output_reshape:
+        expected = to_bnc(expected)
+    args = (q, k, v) if skip_reshape else tuple(to_bnc(t) for t in (q, k, v))
+    override = AttentionOverride(SDPA_BACKEND)
+    out = override(
+        RecordingOriginal(), *args, H, skip_reshape=skip_reshape, skip_output_reshape=skip_output_reshape
+    )
+    torch.testing.assert_close(out, expected, msg=layout)
+
+
+def test_sdpa_applies_an_additive_mask_like_comfyui() -> None:
+    q, k, v = qkv()
+    mask = torch.zeros(B, N, M)
+    mask[:, :, -2:] = -torch.inf  # hide the last two keys
+    out = sdpa_kernel(q, k, v, mask)
+    torch.testing.assert_close(out, reference_attention(q, k[:, :, :-2], v[:, :, :-2]))
+
+
+def test_a_kernel_that_writes_k_never_changes_the_callers_tensor() -> None:
+    def smoothing_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
+        k.sub_(k.mean(dim=-2, keepdim=True))  # what sageattn's smooth_k does
+        return reference_attention(q, k, v)
+
+    q, k, v = qkv()
+    inputs = [t.clone() for t in (q, k, v)]
+    override = AttentionOverride(AttentionBackend(name="smooth", kernel=smoothing_kernel, writes_k=True))
+    out = override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True)
+    for before, after in zip(inputs, (q, k, v), strict=True):
+        assert torch.equal(before, after)
+    torch.testing.assert_close(out, reference_attention(q, k, v))  # smoothing K does not change softmax
+
+
+def test_fallback_goes_through_an_override_already_on_the_model() -> None:
+    seen: list[str] = []
+
+    def previous(func: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append("previous")
+        return func(*args, **kwargs)
+
+    override = AttentionOverride(fake_backend(needs_cuda=True), previous=previous)
+    original = RecordingOriginal()
+    override(original, *qkv(), H, skip_reshape=True)
+    assert seen == ["previous"] and len(original.calls) == 1
+
+
+def test_model_copies_share_one_override() -> None:
+    override = AttentionOverride(SDPA_BACKEND)
+    options = {"transformer_options": {"optimized_attention_override": override}}
+    assert copy.deepcopy(options)["transformer_options"]["optimized_attention_override"] is override
+
+
+def test_mode_resolution() -> None:
+    backend, plan = resolve_backend("auto", cuda_available=False, sage=None)
+    assert (
+        backend is SDPA_BACKEND and plan.summary() == "attention: auto → sdpa (no CUDA device: PyTorch SDPA)"
+    )
+    backend, plan = resolve_backend("auto", cuda_available=True, sage=None)
+    assert backend is SDPA_BACKEND and "not installed" in plan.reason
+    backend, plan = resolve_backend("sage", cuda_available=True, sage=None)
+    assert backend is None and plan.backend == "original"
+
+    class FakeSage:
+        @staticmethod
+        def sageattn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            return q
+
+    backend, plan = resolve_backend("auto", cuda_available=True, sage=FakeSage)
+    assert (
+        backend is not None and backend.name == "sageattn" and backend.writes_k and not backend.supports_mask
+    )
+    with pytest.raises(ValueError, match="'flash'"):
+        resolve_backend("flash")
+    assert available_modes()[:3] == ["auto", "sdpa", "sage"]
+
+
+@pytest.mark.gpu
+def test_sage_on_cuda_matches_sdpa_and_leaves_k_alone() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    sage = pytest.importorskip("sageattention")
+    backend, plan = resolve_backend("sage", cuda_available=True, sage=sage)
+    assert backend is not None, plan
+    q, k, v = (t.cuda() for t in qkv(torch.float16, d=64))
+    k_before = k.clone()
+    override = AttentionOverride(backend)
+    out = override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True)
+    assert override.calls == {"backend": 1} and torch.equal(k, k_before)
+    torch.testing.assert_close(out.float(), sdpa_kernel(q, k, v, None).float(), atol=2e-2, rtol=2e-2)

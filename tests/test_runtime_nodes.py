@@ -1,0 +1,181 @@
+"""Free VRAM and Patch Attention on the real pinned server with the tiny LTXV (CPU)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from runner.client import ComfyClient, output_files
+from runner.server import ComfyServer
+from runner.workspace import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+FREEVRAM_WORKFLOW = REPO_ROOT / "workflows" / "ltxv_tiny_t2v_freevram.api.json"
+SAMPLER, DECODE, PATCH, FREE = "11", "12", "15", "16"
+
+
+@pytest.fixture
+def client(comfy_server: ComfyServer) -> Iterator[ComfyClient]:
+    client = ComfyClient(comfy_server.url)
+    yield client
+    client.close()
+
+
+def _fresh(workflow: dict[str, Any]) -> dict[str, Any]:
+    """New prompt text, so text encoding and sampling run again (not from cache): every model is loaded."""
+    workflow["3"]["inputs"]["text"] += f" ({uuid.uuid4().hex})"
+    return workflow
+
+
+def _free_vram_report(outputs: dict[str, Any], node_id: str) -> dict[str, Any]:
+    report: dict[str, Any] = outputs[node_id]["leanvideo_memory"][0]
+    return report
+
+
+def test_freevram_workflow_frees_models_and_reloads_what_decode_needs(
+    client: ComfyClient, comfy_server: ComfyServer
+) -> None:
+    workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
+    # A second Free VRAM right after the first: it must find nothing left to do (idempotent).
+    workflow["17"] = {
+        "class_type": "LeanVideoFreeVRAM",
+        "inputs": {"value": [FREE, 0], "mode": "unload all", "free_ram": False},
+    }
+    workflow[DECODE]["inputs"]["samples"] = ["17", 0]
+    result = client.run(_fresh(workflow), timeout=300)
+
+    first, second = _free_vram_report(result.outputs, FREE), _free_vram_report(result.outputs, "17")
+    print("Free VRAM report:", json.dumps({k: first[k] for k in ("unloaded", "steps", "seconds")}))
+    print(f"RSS {first['before']['rss_bytes'] / 2**20:.1f} → {first['after']['rss_bytes'] / 2**20:.1f} MiB")
+    kinds = {m["kind"] for m in first["before"]["loaded_models"]}
+    assert {"diffusion_model", "text_encoder"} <= kinds, first["before"]
+    assert first["before"]["loaded_bytes"] > 0
+    assert first["after"]["loaded_models"] == [] and first["after"]["loaded_bytes"] == 0
+    assert [step.split()[0] for step in first["steps"]] == ["unload", "gc.collect", "empty"]  # in that order
+    assert first["before"]["vram_allocated_bytes"] is None  # CPU: null with a reason
+    assert "CUDA" in first["after"]["vram_reason"]
+    assert first["after"]["rss_bytes"] > 0
+    assert second["unloaded"] == [] and second["after"]["loaded_models"] == []
+    assert "Free VRAM (unload all)" in result.outputs[FREE]["text"][0]
+
+    # VAE Decode still needed the VAE: it was loaded again, and the video was written.
+    assert [item["filename"].endswith(".mp4") for _, item in output_files(result.outputs)] == [True]
+    telemetry = httpx.get(f"{comfy_server.url}/leanvideo/telemetry").json()
+    assert [m["kind"] for m in telemetry["comfy"]["loaded_models"]] == ["other"]  # only the VAE is back
+    record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{result.prompt_id}").json()
+    events = [e for e in record["events"] if e["kind"] == "free_vram"]
+    assert [e["after"]["loaded_bytes"] for e in events] == [0, 0]
+    assert events[0]["before"]["loaded_bytes"] == first["before"]["loaded_bytes"]
+
+
+def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:
+    workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
+    workflow[FREE]["inputs"]["mode"] = "unload text encoders only"
+    result = client.run(_fresh(workflow), timeout=300)
+    report = _free_vram_report(result.outputs, FREE)
+    assert report["unloaded"] == ["SD1ClipModel"], report
+    assert "LTXV" in report["kept"]
+    after = {m["kind"] for m in report["after"]["loaded_models"]}
+    assert "diffusion_model" in after and "text_encoder" not in after
+
+
+def test_free_ram_drops_comfyui_cache_so_rss_falls_after_the_prompt(
+    client: ComfyClient, comfy_server: ComfyServer
+) -> None:
+    workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
+    workflow[FREE]["inputs"]["free_ram"] = True
+    result = client.run(_fresh(workflow), timeout=300)
+    report = _free_vram_report(result.outputs, FREE)
+    assert "node cache dropped after this prompt" in report["steps"]
+    record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{result.prompt_id}").json()
+    # The worker applies the cache drop between prompts; the text encoder's ~250 MB then leave RSS.
+    deadline, rss = time.monotonic() + 15.0, record["rss_end_bytes"]
+    while time.monotonic() < deadline:
+        snapshot = httpx.get(f"{comfy_server.url}/leanvideo/telemetry").json()
+        rss = snapshot["process"]["rss_bytes"]
+        if snapshot["comfy"]["loaded_models"] == [] and rss < record["rss_end_bytes"] - 100 * 2**20:
+            break
+        time.sleep(0.2)
+    print(f"free_ram: RSS at prompt end {record['rss_end_bytes'] / 2**20:.1f} MiB → {rss / 2**20:.1f} MiB")
+    assert rss < record["rss_end_bytes"] - 100 * 2**20
+
+
+def _latent_workflow(tiny_workflow: dict[str, Any], *, mode: str | None, prefix: str) -> dict[str, Any]:
+    """The tiny workflow saving the sampled latent; with ``mode``, Patch Attention on the model."""
+    workflow = {k: v for k, v in tiny_workflow.items() if k not in (DECODE, "13", "14")}
+    workflow["20"] = {
+        "class_type": "SaveLatent",
+        "inputs": {"samples": [SAMPLER, 0], "filename_prefix": prefix},
+    }
+    if mode is not None:
+        workflow[PATCH] = {
+            "class_type": "LeanVideoPatchAttention",
+            "inputs": {"model": ["1", 0], "mode": mode},
+        }
+        workflow[SAMPLER]["inputs"]["model"] = [PATCH, 0]
+    return workflow
+
+
+def _saved_latent(result_outputs: dict[str, Any], output_dir: Path) -> torch.Tensor:
+    item = result_outputs["20"]["latents"][0]
+    return load_file(str(output_dir / item["subfolder"] / item["filename"]))["latent_tensor"]
+
+
+def test_patched_attention_output_equals_unpatched_on_cpu(
+    client: ComfyClient, comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
+) -> None:
+    output_dir = comfy_server.config.output_dir
+    plain = client.run(_latent_workflow(tiny_workflow, mode=None, prefix="attn/plain"), timeout=300)
+    patched = client.run(_latent_workflow(tiny_workflow, mode="auto", prefix="attn/auto"), timeout=300)
+    sage = client.run(_latent_workflow(tiny_workflow, mode="sage", prefix="attn/sage"), timeout=300)
+
+    assert patched.outputs[PATCH]["text"] == ["attention: auto → sdpa (no CUDA device: PyTorch SDPA)"]
+    assert "attention left unchanged" in sage.outputs[PATCH]["text"][0]
+    reference = _saved_latent(plain.outputs, output_dir)
+    for result in (patched, sage):
+        latent = _saved_latent(result.outputs, output_dir)
+        error = (latent - reference).abs().max().item()
+        print(f"{result.outputs[PATCH]['text'][0]}: max |Δ latent| = {error:.3g}")
+        torch.testing.assert_close(latent, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_free_vram_as_a_sink_keeps_the_connected_model(
+    client: ComfyClient, tiny_workflow: dict[str, Any]
+) -> None:
+    workflow = {
+        "1": tiny_workflow["1"],
+        "30": {
+            "class_type": "LeanVideoFreeVRAM",
+            "inputs": {"value": ["1", 0], "mode": "unload all but the connected model", "free_ram": False},
+        },
+    }
+    report = _free_vram_report(client.run(workflow, timeout=120).outputs, "30")
+    loaded = {m["name"]: m["kind"] for m in report["before"]["loaded_models"]}
+    assert report["kept"] == [name for name, kind in loaded.items() if kind == "diffusion_model"]
+    assert sorted(report["unloaded"]) == sorted(
+        name for name, kind in loaded.items() if kind != "diffusion_model"
+    )
+    assert [m["kind"] for m in report["after"]["loaded_models"]] == ["diffusion_model"] * len(report["kept"])
+
+
+def test_nodes_are_declared_in_comfyui_voice(comfy_server: ComfyServer) -> None:
+    info = httpx.get(f"{comfy_server.url}/object_info").json()
+    free, patch = info["LeanVideoFreeVRAM"], info["LeanVideoPatchAttention"]
+    assert (free["display_name"], free["category"], free["output_node"]) == ("Free VRAM", "utils", True)
+    assert (patch["display_name"], patch["category"]) == ("Patch Attention", "advanced/model_patches")
+    assert free["output"] == ["*"] and patch["output"] == ["MODEL"]
+    for node in (free, patch):
+        for kind in ("required", "optional"):
+            for name, spec in node["input"].get(kind, {}).items():
+                assert spec[1].get("tooltip"), f"{node['name']}.{name} has no tooltip"
+    assert patch["input"]["required"]["mode"][1]["options"][:3] == ["auto", "sdpa", "sage"]
