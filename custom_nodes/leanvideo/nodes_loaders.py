@@ -1,7 +1,151 @@
-"""INT8 loader nodes (declarations only; the work happens in the pack's ops modules)."""
+"""INT8 loader nodes (declarations only; the work happens in ``int8_loading`` and ``int8_ops``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import folder_paths
 from comfy_api.latest import io
 
-NODES: list[type[io.ComfyNode]] = []
+from .int8.linear import PATHS
+from .int8.spec import Int8WeightConfig
+from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
+from .int8_lora import LORA_MODES
+
+TEXT_ENCODER_TYPES = ["stable_diffusion", "ltxv", "wan", "flux", "hunyuan_video", "sd3", "cosmos"]
+
+
+def _options(
+    compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool, lora_mode: str = "merge"
+) -> Int8LoadOptions:
+    return Int8LoadOptions(
+        compute_dtype=compute_dtype,
+        path=path,
+        quantize_on_load=quantize_on_load,
+        quantize_config=Int8WeightConfig(convrot=convrot),
+        lora_mode=lora_mode,
+    )
+
+
+def _shared_inputs() -> list[Any]:
+    return [
+        io.Combo.Input(
+            "compute_dtype",
+            options=list(COMPUTE_DTYPES),
+            default="default",
+            tooltip="Dtype the layers compute in; 'default' lets ComfyUI pick for the device.",
+        ),
+        io.Combo.Input(
+            "path",
+            options=list(PATHS),
+            default="auto",
+            tooltip="INT8 matmul path: w8a16 dequantizes weights (every device); w8a8 also quantizes "
+            "activations and uses int8 matmuls on CUDA, falling back to w8a16 where it does not fit; "
+            "auto picks w8a8 where it fits.",
+        ),
+        io.Boolean.Input(
+            "quantize_on_load",
+            default=True,
+            tooltip="Quantize plain bf16/fp16/fp32 files to INT8 while loading (sensitive layers stay "
+            "in high precision). Files already in INT8 are read as they are.",
+        ),
+        io.Boolean.Input(
+            "convrot",
+            default=False,
+            tooltip="When quantizing on load, rotate weight groups of 256 with a Hadamard matrix first "
+            "(better for outlier-heavy layers, a little slower).",
+        ),
+    ]
+
+
+class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
+    """Load a diffusion model as INT8 from any supported INT8 layout, or quantize a float one on load."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="LeanVideoDiffusionModelLoaderINT8",
+            display_name="Load Diffusion Model (INT8)",
+            category="advanced/loaders",
+            description="Loads a diffusion model with INT8 weights: LeanVideo, ComfyUI-native, LightX2V and "
+            "INT8-Fast files are detected automatically; float files are quantized on load.",
+            inputs=[
+                io.Combo.Input(
+                    "unet_name",
+                    options=folder_paths.get_filename_list("diffusion_models"),
+                    tooltip="File in models/diffusion_models (INT8 or float safetensors).",
+                ),
+                *_shared_inputs(),
+                io.Combo.Input(
+                    "lora_mode",
+                    options=list(LORA_MODES),
+                    default="merge",
+                    tooltip="How LoRAs applied to this model run: merge adds them into the INT8 weights "
+                    "once when the model is patched (no per-step cost); side_branch keeps the INT8 weights "
+                    "and adds the exact low-rank product in each layer (no requantization error, a small "
+                    "per-step cost).",
+                ),
+            ],
+            outputs=[io.Model.Output()],
+        )
+
+    @classmethod
+    def execute(
+        cls,
+        unet_name: str,
+        compute_dtype: str,
+        path: str,
+        quantize_on_load: bool,
+        convrot: bool,
+        lora_mode: str = "merge",
+    ) -> io.NodeOutput:
+        file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
+        options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
+        model = load_diffusion_model_int8(file, options)
+        return io.NodeOutput(model)
+
+
+class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
+    """Load a text encoder with INT8 linear layers (CLIPLoader's types)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="LeanVideoTextEncoderLoaderINT8",
+            display_name="Load Text Encoder (INT8)",
+            category="advanced/loaders",
+            description="Loads a text encoder with INT8 linear layers; float files are quantized on load.",
+            inputs=[
+                io.Combo.Input(
+                    "clip_name",
+                    options=folder_paths.get_filename_list("text_encoders"),
+                    tooltip="File in models/text_encoders (INT8 or float safetensors).",
+                ),
+                io.Combo.Input(
+                    "type",
+                    options=TEXT_ENCODER_TYPES,
+                    default="stable_diffusion",
+                    tooltip="Which model the text encoder feeds, as in Load CLIP "
+                    "(stable_diffusion: CLIP-L, ltxv: T5-XXL, wan: UMT5-XXL).",
+                ),
+                *_shared_inputs(),
+            ],
+            outputs=[io.Clip.Output()],
+        )
+
+    @classmethod
+    def execute(
+        cls, clip_name: str, type: str, compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool
+    ) -> io.NodeOutput:
+        file = Path(folder_paths.get_full_path_or_raise("text_encoders", clip_name))
+        clip = load_text_encoder_int8(
+            [file],
+            type,
+            _options(compute_dtype, path, quantize_on_load, convrot),
+            embedding_directory=folder_paths.get_folder_paths("embeddings"),
+        )
+        return io.NodeOutput(clip)
+
+
+NODES: list[type[io.ComfyNode]] = [LeanVideoDiffusionModelLoaderINT8, LeanVideoTextEncoderLoaderINT8]

@@ -1,0 +1,248 @@
+"""INT8 against bf16, measured side by side in one run: bytes on disk and in memory, load time,
+quantize throughput and peak RSS, and linear throughput per path at real DiT shapes.
+
+Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]``
+
+Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
+with p10/p90; a warning marks spreads with stdev ≥ 10 % of the mean. The result is one versioned
+JSON record (with its environment) printed first, then a table. File and load measurements use one
+transformer block's Linear weights of the chosen model (random N(0, 0.02), bf16), with a warm page
+cache, so load time is CPU/memory-bound here, not disk-bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from leanvideo.int8 import Int8WeightConfig, linear_w8a8, linear_w8a16, quantize_weight, reference_int_mm
+from leanvideo.int8.formats import read_int8_file
+from safetensors.torch import load_file, save_file
+
+RECORD_SCHEMA = "leanvideo.int8_bench"
+RECORD_VERSION = 1
+# hidden size, FFN width and block count of the real models
+FP32 = "fp32 matmul (ComfyUI on CPU)"
+MODELS: dict[str, tuple[int, int, int]] = {"ltxv-13b": (4096, 16384, 48), "wan-14b": (5120, 13824, 40)}
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    p10_s: float
+    p90_s: float
+    runs: int
+    unstable: bool  # stdev ≥ 10 % of the mean
+
+
+def measure(function: Callable[[], object], *, warmups: int = 1, runs: int = 5) -> Timing:
+    for _ in range(warmups):
+        function()
+    values = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        values.append(time.perf_counter() - started)
+    values.sort()
+    mean = statistics.fmean(values)
+    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    return Timing(
+        median_s=statistics.median(values),
+        p10_s=values[max(0, int(0.1 * len(values)))],
+        p90_s=values[min(len(values) - 1, int(0.9 * len(values)))],
+        runs=len(values),
+        unstable=stdev >= 0.1 * mean,
+    )
+
+
+def block_weights(hidden: int, ffn: int) -> dict[str, torch.Tensor]:
+    """One LTXV-style transformer block's Linear weights (self/cross attention and FFN), bf16."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = {f"transformer_blocks.0.attn{a}.to_{p}.weight": (hidden, hidden) for a in (1, 2) for p in "qkv"}
+    shapes |= {f"transformer_blocks.0.attn{a}.to_out.0.weight": (hidden, hidden) for a in (1, 2)}
+    shapes |= {
+        "transformer_blocks.0.ff.net.0.proj.weight": (ffn, hidden),
+        "transformer_blocks.0.ff.net.2.weight": (hidden, ffn),
+    }
+    return {k: (torch.randn(s, generator=generator) * 0.02).to(torch.bfloat16) for k, s in shapes.items()}
+
+
+_CHILD_QUANTIZE = """
+import json, sys, threading, time
+from pathlib import Path
+import psutil
+from leanvideo.int8.convert import quantize_file
+process = psutil.Process()
+baseline = peak = process.memory_info().rss
+done = threading.Event()
+def sample():
+    global peak
+    while not done.is_set():
+        peak = max(peak, process.memory_info().rss)
+        time.sleep(0.002)
+sampler = threading.Thread(target=sample)
+sampler.start()
+started = time.perf_counter()
+quantize_file(Path(sys.argv[1]), Path(sys.argv[2]), family="ltxv")
+seconds = time.perf_counter() - started
+done.set()
+sampler.join()
+print(json.dumps({"seconds": seconds, "peak_over_baseline_bytes": peak - baseline}))
+"""
+
+
+def _child_quantize(source: Path, target: Path) -> dict[str, float]:
+    """Quantize in a fresh process, sampling its RSS, so the peak is the quantizer's own."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD_QUANTIZE, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_files(model: str, directory: Path) -> dict[str, Any]:
+    hidden, ffn, _ = MODELS[model]
+    weights = block_weights(hidden, ffn)
+    largest = max(t.numel() * t.element_size() for t in weights.values())
+    bf16_path, int8_path = directory / "block-bf16.safetensors", directory / "block-int8.safetensors"
+    save_file(weights, str(bf16_path), {"config": "{}"})
+    quantize = _child_quantize(bf16_path, int8_path)
+    bf16_bytes, int8_bytes = bf16_path.stat().st_size, int8_path.stat().st_size
+    loaded = read_int8_file(int8_path).tensors
+    memory_int8 = sum(
+        t.numel() * t.element_size() for k, t in loaded.items() if not k.endswith(".comfy_quant")
+    )
+    memory_bf16 = sum(t.numel() * t.element_size() for t in weights.values())
+    # safetensors maps files lazily: copy every tensor so the bytes are really read.
+    load_bf16 = measure(lambda: [t.clone() for t in load_file(str(bf16_path)).values()], runs=7)
+    load_int8 = measure(lambda: [t.clone() for t in read_int8_file(int8_path).tensors.values()], runs=7)
+    return {
+        "block_linear_params": sum(t.numel() for t in weights.values()),
+        "disk_bytes": {"bf16": bf16_bytes, "int8": int8_bytes, "ratio": int8_bytes / bf16_bytes},
+        "memory_bytes": {"bf16": memory_bf16, "int8": memory_int8, "ratio": memory_int8 / memory_bf16},
+        "load": {
+            "bf16": asdict(load_bf16),
+            "int8": asdict(load_int8),
+            "ratio": load_int8.median_s / load_bf16.median_s,
+        },
+        "quantize": {
+            "mb_per_s": bf16_bytes / 1e6 / quantize["seconds"],
+            "seconds": quantize["seconds"],
+            "peak_rss_increase_mib": quantize["peak_over_baseline_bytes"] / 2**20,
+            "largest_tensor_mib": largest / 2**20,
+            "peak_over_largest_tensor": quantize["peak_over_baseline_bytes"] / largest,
+        },
+    }
+
+
+def _bench_shape(out_features: int, in_features: int, tokens: int, runs: int) -> dict[str, Timing]:
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(out_features, in_features, generator=generator) * 0.02
+    x = torch.randn(tokens, in_features, generator=generator)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    weight_bf16, x_bf16 = weight.to(torch.bfloat16), x.to(torch.bfloat16)
+    paths: dict[str, Callable[[], object]] = {
+        FP32: lambda: torch.nn.functional.linear(x, weight),
+        "bf16 matmul": lambda: torch.nn.functional.linear(x_bf16, weight_bf16),
+        "W8A16 (dequantize + fp32)": lambda: linear_w8a16(x, packed),
+        "W8A8 (_int_mm, unfused quant)": lambda: linear_w8a8(x, packed, int_mm=torch._int_mm),
+        "W8A8 reference int32 matmul": lambda: linear_w8a8(x, packed, int_mm=reference_int_mm),
+    }
+    return {label: measure(function, runs=runs) for label, function in paths.items()}
+
+
+def bench_linear(model: str, tokens: int, runs: int) -> list[dict[str, Any]]:
+    hidden, ffn, _ = MODELS[model]
+    results = []
+    for name, (out_features, in_features) in {
+        "attn (hidden→hidden)": (hidden, hidden),
+        "ffn up (hidden→ffn)": (ffn, hidden),
+    }.items():
+        timings = _bench_shape(out_features, in_features, tokens, runs)
+        base = timings[FP32].median_s
+        for label, timing in timings.items():
+            results.append(
+                {
+                    "shape": f"{name}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]",
+                    "path": label,
+                    **asdict(timing),
+                    "relative_to_fp32": timing.median_s / base,
+                }
+            )
+    return results
+
+
+def environment() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pack = version("leanvideo")
+    except PackageNotFoundError:
+        pack = "unknown"
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "leanvideo": pack,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model", choices=sorted(MODELS), default="ltxv-13b", help="file/load benchmark shapes"
+    )
+    parser.add_argument("--tokens", type=int, default=512, help="activation rows in the linear benchmark")
+    parser.add_argument("--runs", type=int, default=5, help="measured runs per value (after one warmup)")
+    parser.add_argument("--out", type=Path, help="also write the JSON record here")
+    parser.add_argument("--skip-linear", action="store_true", help="only the file/load/quantize part")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="int8-bench-") as directory:
+        files = bench_files(args.model, Path(directory))
+    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs) for m in sorted(MODELS)}
+    record = {
+        "schema": RECORD_SCHEMA,
+        "version": RECORD_VERSION,
+        "environment": environment(),
+        "files_model": args.model,
+        "files": files,
+        "linear": linear,
+    }
+    text = json.dumps(record, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    print(
+        f"\n{args.model} block Linear weights: disk INT8/bf16 = {files['disk_bytes']['ratio']:.4f}×, "
+        f"memory = {files['memory_bytes']['ratio']:.4f}×, load time = {files['load']['ratio']:.3f}×; "
+        f"quantize {files['quantize']['mb_per_s']:.0f} MB/s, "
+        f"peak RSS +{files['quantize']['peak_rss_increase_mib']:.0f} MiB "
+        f"= {files['quantize']['peak_over_largest_tensor']:.2f}× the largest tensor "
+        f"({files['quantize']['largest_tensor_mib']:.0f} MiB)"
+    )
+    for model, rows in linear.items():
+        print(f"\nlinear on {'CUDA' if torch.cuda.is_available() else 'CPU'}, {model}:")
+        for row in rows:
+            flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
+            timing = f"{row['median_s'] * 1e3:8.1f} ms  {row['relative_to_fp32']:.2f}×"
+            print(f"  {row['shape']:<48} {row['path']:<32} {timing}{flag}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""Reading safetensors files safely: headers first, clear errors, pickle checkpoints refused.
+
+Example::
+
+    header = read_header(Path("model.safetensors"))
+    header.dtypes["blocks.0.attn.q.weight"]  # 'I8'
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from .spec import Int8FormatError
+
+PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
+
+
+@dataclass(frozen=True)
+class FileHeader:
+    """What a safetensors header says: metadata, and dtype (``'I8'``, ``'BF16'``, …) and shape per key."""
+
+    path: Path
+    metadata: dict[str, str]
+    dtypes: dict[str, str]
+    shapes: dict[str, tuple[int, ...]]
+
+
+def _check_path(path: Path) -> None:
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise Int8FormatError(
+            f"{path}: pickle checkpoints ({path.suffix}) are refused because loading them can run code; "
+            "convert the file to .safetensors first"
+        )
+    if not path.is_file():
+        raise Int8FormatError(f"{path}: no such file")
+
+
+def read_header(path: Path) -> FileHeader:
+    """The header of ``path``; raises :class:`Int8FormatError` for pickles and corrupt or truncated files."""
+    _check_path(path)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            keys = list(handle.keys())
+            dtypes = {key: handle.get_slice(key).get_dtype() for key in keys}
+            shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in keys}
+            metadata = dict(handle.metadata() or {})
+    except SafetensorError as error:
+        raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
+    return FileHeader(path=path, metadata=metadata, dtypes=dtypes, shapes=shapes)
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of ``path`` on the CPU; nothing is returned (or kept) when reading fails."""
+    _check_path(path)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    except SafetensorError as error:
+        raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
+
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+}
+
+
+class TensorReader:
+    """Reads single tensors with plain file reads (no memory map), so reading a whole file one tensor
+    at a time keeps only the current tensor in memory. Opened on a header :func:`read_header` validated.
+
+    Example::
+
+        with TensorReader(Path("model.safetensors")) as reader:
+            weight = reader.get("blocks.0.attn.q.weight")
+    """
+
+    def __init__(self, path: Path) -> None:
+        read_header(path)  # validation: corrupt or truncated files fail here, with the file named
+        self.path = path
+        self._file = path.open("rb")
+        size = int.from_bytes(self._file.read(8), "little")
+        self._entries: dict[str, Any] = json.loads(self._file.read(size))
+        self._entries.pop("__metadata__", None)
+        self._data_start = 8 + size
+
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
+    def get(self, key: str) -> torch.Tensor:
+        entry = self._entries[key]
+        dtype = _TORCH_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise Int8FormatError(f"{self.path}: tensor {key!r} has unsupported dtype {entry['dtype']}")
+        start, end = entry["data_offsets"]
+        if end == start:
+            return torch.empty(entry["shape"], dtype=dtype)
+        buffer = bytearray(end - start)
+        self._file.seek(self._data_start + start)
+        if self._file.readinto(buffer) != len(buffer):
+            raise Int8FormatError(f"{self.path}: tensor {key!r} is cut short")
+        return torch.frombuffer(buffer, dtype=dtype).reshape(entry["shape"])
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,73 @@
+"""INT8 file formats, detected automatically: a registry mapping format name → reader module.
+
+Each reader module has ``NAME``, ``detect(header) -> bool`` and ``layer_entries(header)`` (per-layer
+config entries its header carries). Detection tries them in :data:`FORMATS` order; the first match
+wins. :func:`read_int8_file` returns the tensors in the canonical layout of :mod:`.common`.
+
+Example::
+
+    loaded = read_int8_file(Path("wan-int8.safetensors"))
+    loaded.format  # 'lightx2v'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ..files import FileHeader, read_header, read_tensors
+from ..spec import COMFY_METADATA_KEY, Int8FormatError
+from . import comfy_native, float, int8_fast, leanvideo, lightx2v
+from .common import canonicalize
+
+FORMATS: dict[str, ModuleType] = {
+    module.NAME: module for module in (leanvideo, comfy_native, lightx2v, int8_fast, float)
+}
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    """A file read into the canonical layout; ``metadata`` is its header minus quantization entries."""
+
+    path: Path
+    format: str
+    tensors: dict[str, torch.Tensor]
+    metadata: dict[str, str]
+
+
+def detect_format(header: FileHeader) -> str:
+    """The name of the first format in :data:`FORMATS` that recognises ``header``."""
+    for name, module in FORMATS.items():
+        if module.detect(header):
+            return name
+    raise Int8FormatError(f"{header.path}: {_describe_unknown(header)}")
+
+
+def _describe_unknown(header: FileHeader) -> str:
+    if not header.dtypes:
+        return "the file holds no tensors"
+    for key, dtype in header.dtypes.items():
+        if dtype == "I8" and not key.endswith(".weight"):
+            return f"int8 tensor {key!r} is not a layer weight"
+        if dtype == "I8":
+            layer = key.removesuffix(".weight")
+            if f"{layer}.weight_scale" not in header.dtypes:
+                return f"int8 weight {key!r} has no scale {layer + '.weight_scale'!r}"
+        if dtype not in ("I8", "U8", "BF16", "F16", "F32"):
+            return f"tensor {key!r} has dtype {dtype}, which no supported INT8 format uses"
+    return (
+        "the tensors match no supported INT8 format (LeanVideo, ComfyUI-native, LightX2V, INT8-Fast, float)"
+    )
+
+
+def read_int8_file(path: Path) -> LoadedFile:
+    """Detect the format of ``path``, read it and return it canonicalized (validated)."""
+    header = read_header(path)
+    name = detect_format(header)
+    entries = FORMATS[name].layer_entries(header)
+    tensors = canonicalize(read_tensors(path), entries, source=str(path))
+    metadata = {k: v for k, v in header.metadata.items() if k != COMFY_METADATA_KEY}
+    return LoadedFile(path=path, format=name, tensors=tensors, metadata=metadata)

@@ -1,0 +1,123 @@
+"""Shared by the format readers: turn int8 weights + scales into the canonical in-memory layout.
+
+Canonical layout (what the ComfyUI ops load): per quantized layer ``<layer>.weight`` int8 ``[out, in]``,
+``<layer>.weight_scale`` float32 (``[]``, ``[out, 1]`` or ``[out, in / block]``) and
+``<layer>.comfy_quant`` (uint8 JSON of :class:`~leanvideo.int8.spec.Int8WeightConfig`). Everything
+else passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..quantize import check_weight_shape
+from ..spec import CONFIG_SUFFIX, SCALE_SUFFIX, WEIGHT_SUFFIX, Int8FormatError, Int8WeightConfig
+
+DROPPED_SUFFIXES = (".input_scale",)  # static activation scales: we quantize activations dynamically
+
+
+def config_to_tensor(config: Int8WeightConfig) -> torch.Tensor:
+    """ComfyUI's per-layer ``comfy_quant`` entry: the JSON as a uint8 tensor."""
+    return torch.tensor(list(config.to_json().encode("utf-8")), dtype=torch.uint8)
+
+
+def config_from_tensor(tensor: torch.Tensor, *, where: str) -> dict[str, Any]:
+    try:
+        entry = json.loads(bytes(tensor.to(torch.uint8).tolist()).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise Int8FormatError(f"{where}: comfy_quant is not JSON ({error})") from error
+    if not isinstance(entry, dict):
+        raise Int8FormatError(f"{where}: comfy_quant must be a JSON object, got {entry!r}")
+    return entry
+
+
+def infer_config(
+    weight_shape: tuple[int, ...], scale_shape: tuple[int, ...], entry: Mapping[str, Any], *, where: str
+) -> Int8WeightConfig:
+    """The config a scale of ``scale_shape`` implies for a weight of ``weight_shape``.
+
+    Granularity comes from the scale's shape (files label it inconsistently); rotation comes from
+    the per-layer ``entry`` (``convrot``, ``convrot_groupsize``).
+    """
+    if len(weight_shape) != 2:
+        raise Int8FormatError(f"{where}: int8 weight has shape {list(weight_shape)}; expected [out, in]")
+    out_features, in_features = weight_shape
+    numel = 1
+    for size in scale_shape:
+        numel *= size
+    rotation = {"convrot": bool(entry.get("convrot", False))}
+    if "convrot_groupsize" in entry:
+        rotation["convrot_group"] = int(entry["convrot_groupsize"])  # type: ignore[assignment]
+    try:
+        if numel == 1:
+            config = Int8WeightConfig(granularity="tensor", **rotation)  # type: ignore[arg-type]
+        elif tuple(scale_shape) in ((out_features,), (out_features, 1)):
+            config = Int8WeightConfig(granularity="row", **rotation)  # type: ignore[arg-type]
+        elif len(scale_shape) == 2 and scale_shape[0] == out_features and in_features % scale_shape[1] == 0:
+            block = in_features // scale_shape[1]
+            config = Int8WeightConfig(granularity="block", block_size=block, **rotation)  # type: ignore[arg-type]
+        else:
+            raise Int8FormatError(
+                f"{where}: weight_scale has shape {list(scale_shape)}; for weight shape {list(weight_shape)} "
+                f"expected [], [1], [{out_features}, 1] or [{out_features}, {in_features} / block_size]"
+            )
+    except ValueError as error:
+        if isinstance(error, Int8FormatError):
+            raise
+        raise Int8FormatError(f"{where}: {error}") from error
+    check_weight_shape(weight_shape, config, where=where)
+    return config
+
+
+def canonicalize(
+    tensors: dict[str, torch.Tensor], entries: Mapping[str, Mapping[str, Any]], *, source: str
+) -> dict[str, torch.Tensor]:
+    """Validate int8 layers of ``tensors`` and return them in the canonical layout.
+
+    ``entries`` maps a layer name to its per-layer config entry (from a header); a ``comfy_quant``
+    tensor in ``tensors`` overrides it. ``source`` (the file) prefixes every error message.
+    """
+    result: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        if key.endswith(SCALE_SUFFIX) or key.endswith(CONFIG_SUFFIX) or key.endswith(DROPPED_SUFFIXES):
+            continue
+        if tensor.dtype != torch.int8:
+            result[key] = tensor
+            continue
+        if not key.endswith(WEIGHT_SUFFIX):
+            raise Int8FormatError(f"{source}: int8 tensor {key!r} is not a layer weight")
+        layer = key[: -len(WEIGHT_SUFFIX)]
+        scale = tensors.get(layer + SCALE_SUFFIX)
+        if scale is None:
+            raise Int8FormatError(f"{source}: int8 weight {key!r} has no scale {layer + SCALE_SUFFIX!r}")
+        entry: Mapping[str, Any] = entries.get(layer, {})
+        if layer + CONFIG_SUFFIX in tensors:
+            entry = config_from_tensor(tensors[layer + CONFIG_SUFFIX], where=f"{source}: {layer}")
+        config = infer_config(tuple(tensor.shape), tuple(scale.shape), entry, where=f"{source}: {key!r}")
+        if not torch.isfinite(scale).all() or bool((scale <= 0).any()):
+            raise Int8FormatError(
+                f"{source}: scale {layer + SCALE_SUFFIX!r} has non-positive or non-finite values"
+            )
+        shape = {"tensor": (), "row": (tensor.shape[0], 1)}.get(config.granularity, tuple(scale.shape))
+        result[key] = tensor
+        result[layer + SCALE_SUFFIX] = scale.to(torch.float32).reshape(shape)
+        result[layer + CONFIG_SUFFIX] = config_to_tensor(config)
+    for key, tensor in tensors.items():
+        if key.endswith(SCALE_SUFFIX):
+            weight = tensors.get(key[: -len(SCALE_SUFFIX)] + WEIGHT_SUFFIX)
+            if weight is None or weight.dtype != torch.int8:
+                kind = "no weight" if weight is None else f"a {weight.dtype} weight"
+                raise Int8FormatError(
+                    f"{source}: scale {key!r} belongs to {kind}; only int8 weights are read"
+                )
+        elif key.endswith(DROPPED_SUFFIXES):
+            continue
+        elif tensor.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8):
+            raise Int8FormatError(
+                f"{source}: tensor {key!r} has dtype {tensor.dtype}, which no INT8 format uses"
+            )
+    return result

@@ -1,0 +1,90 @@
+"""Which layers to quantize when a float file is quantized (on load or offline), per model family.
+
+Only 2-D ``.weight`` tensors of the repeated transformer blocks' attention and MLP projections are
+quantized. Embeddings, norms, the first (patchify) and last (output) projections, timestep and
+modulation layers stay in high precision: they are small and quality-sensitive.
+
+Example::
+
+    shapes = {"transformer_blocks.0.attn1.to_q.weight": (2048, 2048)}
+    list(plan_quantization(shapes, "ltxv", Int8WeightConfig()))  # ['transformer_blocks.0.attn1.to_q']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from .spec import WEIGHT_SUFFIX, Int8FormatError, Int8WeightConfig
+
+# family → (pattern a quantized weight key must match, pattern that keeps a key in high precision)
+FAMILY_RULES: dict[str, tuple[str, str]] = {
+    "ltxv": (r"^transformer_blocks\.\d+\.(attn1|attn2|ff)\.", r"norm"),
+    "wan": (r"^blocks\.\d+\.(self_attn|cross_attn|ffn)\.", r"norm"),
+    "hunyuan_video": (
+        r"^(double_blocks|single_blocks)\.\d+\.(img_attn_qkv|img_attn_proj|img_mlp|txt_attn_qkv|"
+        r"txt_attn_proj|txt_mlp|linear1|linear2)",
+        r"norm|_mod\.|modulation",
+    ),
+    "flux": (
+        r"^(double_blocks|single_blocks)\.\d+\.(img_attn\.qkv|img_attn\.proj|img_mlp|txt_attn\.qkv|"
+        r"txt_attn\.proj|txt_mlp|linear1|linear2)",
+        r"norm|_mod\.|modulation",
+    ),
+    # Text encoders (CLIP, T5, UMT5, …): the transformer layers' projections.
+    "text_encoder": (r"(^|\.)(layers|block)\.\d+\.", r"norm|embed|relative_attention_bias|layer_norm"),
+}
+
+
+def plan_quantization(
+    shapes: Mapping[str, tuple[int, ...]], family: str, config: Int8WeightConfig
+) -> dict[str, Int8WeightConfig]:
+    """Layer name → config for every weight of ``shapes`` (key → shape) that ``family`` quantizes.
+
+    Rotation and blocks are dropped for layers whose input width they do not divide. Raises
+    :class:`Int8FormatError` for an unknown family.
+    """
+    if family not in FAMILY_RULES:
+        raise Int8FormatError(
+            f"No quantization rules for model family {family!r}; known families: {sorted(FAMILY_RULES)}"
+        )
+    quantized, kept = (re.compile(pattern) for pattern in FAMILY_RULES[family])
+    plan: dict[str, Int8WeightConfig] = {}
+    for key, shape in shapes.items():
+        if len(shape) != 2 or not key.endswith(WEIGHT_SUFFIX):
+            continue
+        if not quantized.search(key) or kept.search(key):
+            continue
+        plan[key[: -len(WEIGHT_SUFFIX)]] = _fit(config, shape[1])
+    return plan
+
+
+def _fit(config: Int8WeightConfig, in_features: int) -> Int8WeightConfig:
+    if config.convrot and in_features % config.convrot_group:
+        config = replace(config, convrot=False)
+    if config.block_size is not None and in_features % config.block_size:
+        config = replace(config, granularity="row", block_size=None)
+    return config
+
+
+# Key patterns that identify a family without ComfyUI (the CLI); loaders use ComfyUI's detection.
+_FAMILY_MARKERS: tuple[tuple[str, str], ...] = (
+    ("ltxv", r"(^|\.)transformer_blocks\.\d+\.attn1\.to_q\.weight$"),
+    ("wan", r"(^|\.)blocks\.\d+\.self_attn\.q\.weight$"),
+    ("hunyuan_video", r"(^|\.)double_blocks\.\d+\.img_attn_qkv\.weight$"),
+    ("flux", r"(^|\.)double_blocks\.\d+\.img_attn\.qkv\.weight$"),
+    ("text_encoder", r"(^|\.)(encoder\.layers|encoder\.block)\.\d+\."),
+)
+
+
+def guess_family(keys: Iterable[str], *, source: str = "state dict") -> str:
+    """The family whose marker key appears in ``keys``; :class:`Int8FormatError` naming ``source`` if none."""
+    keys = list(keys)
+    for family, marker in _FAMILY_MARKERS:
+        pattern = re.compile(marker)
+        if any(pattern.search(key) for key in keys):
+            return family
+    raise Int8FormatError(
+        f"{source}: cannot tell the model family from its keys; pass one of {sorted(FAMILY_RULES)} explicitly"
+    )

@@ -1,0 +1,155 @@
+"""Load INT8 diffusion models and text encoders into ComfyUI from any supported INT8 file.
+
+The file is read and validated completely (:func:`leanvideo.int8.formats.read_int8_file`) before
+ComfyUI builds anything, so a bad file raises with nothing half-loaded. Float files are quantized
+on load by the family rules of :mod:`leanvideo.int8.policy`; the family comes from ComfyUI's own
+model detection.
+
+Example::
+
+    patcher = load_diffusion_model_int8(Path("models/diffusion_models/ltxv-int8.safetensors"))
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import comfy.model_detection
+import comfy.sd
+import comfy.supported_models
+import torch
+
+from .int8 import Int8WeightConfig
+from .int8.convert import quantize_state_dict
+from .int8.formats import LoadedFile, read_int8_file
+from .int8.policy import plan_quantization
+from .int8.spec import Int8FormatError
+from .int8_lora import LORA_MODES, Int8ModelPatcher
+from .int8_ops import make_int8_ops
+
+logger = logging.getLogger(__name__)
+
+COMPUTE_DTYPES: dict[str, torch.dtype | None] = {
+    "default": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
+# Checked in order: subclasses before their bases.
+_FAMILIES: tuple[tuple[type[Any], str], ...] = (
+    (comfy.supported_models.LTXV, "ltxv"),
+    (comfy.supported_models.WAN21_T2V, "wan"),
+    (comfy.supported_models.HunyuanVideo, "hunyuan_video"),
+    (comfy.supported_models.Flux, "flux"),
+)
+
+
+@dataclass(frozen=True)
+class Int8LoadOptions:
+    """How to load: ``compute_dtype`` (a key of :data:`COMPUTE_DTYPES`), ``path`` (auto/w8a16/w8a8),
+    whether float files are quantized on load, and the config used when they are."""
+
+    compute_dtype: str = "default"
+    path: str = "auto"
+    quantize_on_load: bool = True
+    quantize_config: Int8WeightConfig = field(default_factory=Int8WeightConfig)
+    lora_mode: str = "merge"
+
+    def __post_init__(self) -> None:
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(
+                f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, not {self.compute_dtype!r}"
+            )
+        if self.lora_mode not in LORA_MODES:
+            raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {self.lora_mode!r}")
+
+
+def detect_family(
+    tensors: dict[str, torch.Tensor], metadata: dict[str, str], *, source: str
+) -> tuple[str, str]:
+    """``(family, key prefix)`` of a diffusion model state dict, by ComfyUI's model detection."""
+    prefix = comfy.model_detection.unet_prefix_from_state_dict(tensors)
+    if not any(key.startswith(prefix) for key in tensors):
+        prefix = ""
+    model_config = comfy.model_detection.model_config_from_unet(tensors, prefix, metadata=dict(metadata))
+    if model_config is None:
+        raise Int8FormatError(
+            f"{source}: ComfyUI does not recognise this diffusion model, so it cannot be quantized"
+        )
+    for base, family in _FAMILIES:
+        if isinstance(model_config, base):
+            return family, prefix
+    raise Int8FormatError(
+        f"{source}: model family {type(model_config).__name__!r} has no INT8 quantization rules; "
+        f"supported: {[family for _, family in _FAMILIES]}"
+    )
+
+
+def _quantize_loaded(
+    loaded: LoadedFile, family: str, prefix: str, config: Int8WeightConfig
+) -> dict[str, torch.Tensor]:
+    shapes = {k[len(prefix) :]: tuple(t.shape) for k, t in loaded.tensors.items() if k.startswith(prefix)}
+    plan = {prefix + layer: c for layer, c in plan_quantization(shapes, family, config).items()}
+    if not plan:
+        raise Int8FormatError(f"{loaded.path}: no layer of family {family!r} to quantize")
+    logger.info("Quantizing %d %s layers of %s on load", len(plan), family, loaded.path)
+    return quantize_state_dict(loaded.tensors, plan)
+
+
+def _read(path: Path, options: Int8LoadOptions) -> LoadedFile:
+    loaded = read_int8_file(path)
+    if loaded.format == "float" and not options.quantize_on_load:
+        raise Int8FormatError(
+            f"{path}: holds no INT8 weights; turn on quantize_on_load to quantize it while loading"
+        )
+    return loaded
+
+
+def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None) -> Any:
+    """A ComfyUI ``ModelPatcher`` for the diffusion model in ``path`` (any supported INT8 format or float)."""
+    options = options or Int8LoadOptions()
+    loaded = _read(path, options)
+    tensors = loaded.tensors
+    if loaded.format == "float":
+        family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
+        tensors = _quantize_loaded(loaded, family, prefix, options.quantize_config)
+    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.path, options.lora_mode)}
+    if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
+        model_options["dtype"] = dtype
+    patcher = comfy.sd.load_diffusion_model_state_dict(
+        tensors, model_options=model_options, metadata=loaded.metadata
+    )
+    if patcher is None:
+        raise Int8FormatError(f"{path}: ComfyUI could not detect the diffusion model type")
+    logger.info("Loaded %s (%s INT8 format) with path %s", path, loaded.format, options.path)
+    return Int8ModelPatcher.wrap(patcher)
+
+
+def load_text_encoder_int8(
+    paths: list[Path],
+    clip_type: str,
+    options: Int8LoadOptions | None = None,
+    *,
+    embedding_directory: Any = None,
+) -> Any:
+    """A ComfyUI ``CLIP`` from INT8 (or float, quantized on load) text encoder files."""
+    options = options or Int8LoadOptions()
+    state_dicts = []
+    for path in paths:
+        loaded = _read(path, options)
+        if loaded.format == "float":
+            state_dicts.append(_quantize_loaded(loaded, "text_encoder", "", options.quantize_config))
+        else:
+            state_dicts.append(loaded.tensors)
+    kind = getattr(comfy.sd.CLIPType, clip_type.upper(), None)
+    if kind is None:
+        raise ValueError(f"Unknown text encoder type {clip_type!r}")
+    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.path)}
+    if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
+        model_options["dtype"] = dtype
+    return comfy.sd.load_text_encoder_state_dicts(
+        state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
+    )

@@ -1,0 +1,141 @@
+"""``leanvideo quantize IN OUT``: write a float safetensors model in the LeanVideo INT8 format.
+
+Thin CLI over :func:`leanvideo.int8.convert.quantize_file`: it streams tensor by tensor, refuses to
+overwrite OUT, verifies the written file, and reports the size ratio and per-layer SQNR. Exit codes:
+0 ok, 1 bad input or OUT exists, 2 usage.
+
+Wiring (in ``runner/cli.py``)::
+
+    add_quantize_parser(sub)
+    ...
+    if args.command == "quantize":
+        return run_quantize(args, console)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from leanvideo.int8.convert import QuantizeReport, quantize_file
+from leanvideo.int8.files import read_header
+from leanvideo.int8.policy import FAMILY_RULES, guess_family
+from leanvideo.int8.spec import FORMAT_VERSION, Int8FormatError, Int8WeightConfig
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+WORST_LAYERS_SHOWN = 5
+
+
+def add_quantize_parser(subparsers: Any) -> None:
+    """Add the ``quantize`` command to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser = subparsers.add_parser(
+        "quantize",
+        help="write a float safetensors model as LeanVideo INT8",
+        description=f"Quantize IN (bf16/fp16/fp32 safetensors) to OUT in the LeanVideo INT8 format "
+        f"v{FORMAT_VERSION} (ComfyUI-native metadata included). Sensitive layers stay in high precision.",
+    )
+    parser.add_argument("input", type=Path, metavar="IN", help="float .safetensors file")
+    parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")
+    parser.add_argument(
+        "--family",
+        default="auto",
+        choices=["auto", *sorted(FAMILY_RULES)],
+        help="model family whose keep-in-high-precision rules apply (default: guessed from the keys)",
+    )
+    parser.add_argument(
+        "--granularity",
+        default="row",
+        choices=["row", "tensor", "block"],
+        help="scale granularity (default row)",
+    )
+    parser.add_argument("--block-size", type=int, help="input columns per scale, with --granularity block")
+    parser.add_argument(
+        "--convrot", action="store_true", help="Hadamard-rotate groups of input columns first"
+    )
+    parser.add_argument("--convrot-group", type=int, default=256, help="rotation group size (default 256)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_quantize(args: argparse.Namespace, console: Console) -> int:
+    """Run ``leanvideo quantize`` for parsed ``args``; returns the exit code."""
+    try:
+        config = Int8WeightConfig(
+            granularity=args.granularity,
+            block_size=args.block_size,
+            convrot=args.convrot,
+            convrot_group=args.convrot_group,
+        )
+        family = args.family
+        if family == "auto":
+            family = guess_family(read_header(args.input).shapes, source=str(args.input))
+        with Progress(
+            TextColumn("quantizing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=args.json,
+        ) as progress:
+            task = progress.add_task("tensors", total=None)
+
+            def advance(key: str, done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            report = quantize_file(args.input, args.output, family=family, config=config, progress=advance)
+    except (Int8FormatError, FileExistsError, ValueError, OSError) as error:
+        console.print(f"[red]error:[/] {error}", highlight=False)
+        return 1
+    if args.json:
+        console.print_json(json.dumps(report_json(report, family)))
+    else:
+        _render(report, family, console)
+    return 0
+
+
+def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
+    values = list(report.layer_sqnr_db.values())
+    return {
+        "source": str(report.source),
+        "target": str(report.target),
+        "family": family,
+        "format_version": FORMAT_VERSION,
+        "source_bytes": report.source_bytes,
+        "target_bytes": report.target_bytes,
+        "size_ratio": report.size_ratio,
+        "verified": report.verified,
+        "layers": len(values),
+        "sqnr_db": {
+            "min": min(values),
+            "median": statistics.median(values),
+            "max": max(values),
+            "per_layer": report.layer_sqnr_db,
+        },
+    }
+
+
+def _render(report: QuantizeReport, family: str, console: Console) -> None:
+    values = report.layer_sqnr_db
+    console.print(
+        f"wrote {report.target} ({family}, {len(values)} INT8 layers, round trip verified): "
+        f"{report.target_bytes / 1e6:.1f} MB / {report.source_bytes / 1e6:.1f} MB = "
+        f"[bold]{report.size_ratio:.3f}×[/]",
+        highlight=False,
+    )
+    sqnr = list(values.values())
+    console.print(
+        f"per-layer SQNR: min {min(sqnr):.1f} dB, median {statistics.median(sqnr):.1f} dB, "
+        f"max {max(sqnr):.1f} dB",
+        highlight=False,
+    )
+    table = Table(title=f"lowest SQNR ({WORST_LAYERS_SHOWN} layers)")
+    table.add_column("layer")
+    table.add_column("SQNR dB", justify="right")
+    for layer, value in sorted(values.items(), key=lambda item: item[1])[:WORST_LAYERS_SHOWN]:
+        table.add_row(layer, f"{value:.1f}")
+    console.print(table)

@@ -1,0 +1,160 @@
+"""INT8 core: quantize/dequantize accuracy (SQNR thresholds, measured values printed), Hadamard
+rotation, and the W8A16/W8A8 linear paths (W8A8 through the CPU reference integer matmul)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from leanvideo.int8 import (
+    Int8WeightConfig,
+    dequantize_weight,
+    expected_scale_shape,
+    hadamard_matrix,
+    int8_linear,
+    linear_w8a8,
+    linear_w8a16,
+    quantize_weight,
+    reference_int_mm,
+    rotate_groups,
+    sqnr_db,
+    w8a8_fits,
+    weight_sqnr_db,
+)
+from leanvideo.int8.spec import Int8FormatError
+
+
+def _weight(out_features: int = 256, in_features: int = 512, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(out_features, in_features, generator=generator) * 0.02
+
+
+@pytest.mark.parametrize(
+    ("config", "threshold_db"),
+    [
+        (Int8WeightConfig(granularity="row"), 40.0),
+        (Int8WeightConfig(granularity="tensor"), 36.0),
+        (Int8WeightConfig(granularity="block", block_size=64), 41.0),
+        (Int8WeightConfig(granularity="row", convrot=True, convrot_group=256), 40.0),
+    ],
+    ids=["row", "tensor", "block64", "row-convrot"],
+)
+def test_weight_sqnr_meets_threshold(config: Int8WeightConfig, threshold_db: float) -> None:
+    weight = _weight()
+    packed = quantize_weight(weight, config)
+    measured = sqnr_db(weight, dequantize_weight(packed))
+    print(f"SQNR {config.to_json()}: {measured:.2f} dB (threshold {threshold_db} dB)")
+    assert packed.qdata.dtype == torch.int8
+    assert packed.scale.dtype == torch.float32
+    assert tuple(packed.scale.shape) == expected_scale_shape(tuple(weight.shape), config)
+    assert int(packed.qdata.abs().max()) <= 127
+    assert measured >= threshold_db
+
+
+def test_convrot_helps_an_outlier_heavy_layer() -> None:
+    weight = _weight()
+    weight[:, 7] *= 40.0  # one outlier input channel, as in attention projections
+    plain = sqnr_db(weight, dequantize_weight(quantize_weight(weight, Int8WeightConfig())))
+    rotated = sqnr_db(weight, dequantize_weight(quantize_weight(weight, Int8WeightConfig(convrot=True))))
+    print(f"outlier layer SQNR: row {plain:.2f} dB, row+convrot {rotated:.2f} dB")
+    assert rotated > plain + 3.0
+
+
+def test_hadamard_is_orthogonal_and_its_own_inverse() -> None:
+    matrix = hadamard_matrix(64, dtype=torch.float64)
+    assert torch.allclose(matrix @ matrix.T, torch.eye(64, dtype=torch.float64))
+    x = torch.randn(3, 512, dtype=torch.float64)
+    assert torch.allclose(rotate_groups(rotate_groups(x, 256), 256), x)
+    with pytest.raises(ValueError, match="power of two"):
+        hadamard_matrix(48)
+
+
+def test_config_validation_names_the_bad_value() -> None:
+    with pytest.raises(ValueError, match="block_size"):
+        Int8WeightConfig(granularity="block")
+    with pytest.raises(ValueError, match="'column'"):
+        Int8WeightConfig(granularity="column")  # type: ignore[arg-type]
+    with pytest.raises(Int8FormatError, match=r"blocks\.0\.w"):
+        quantize_weight(
+            _weight(8, 100), Int8WeightConfig(granularity="block", block_size=64), name="blocks.0.w"
+        )
+    config = Int8WeightConfig(granularity="row", convrot=True)
+    assert Int8WeightConfig.from_dict(config.to_dict(), where="x") == config
+
+
+def test_all_zero_rows_stay_finite() -> None:
+    weight = _weight(4, 256)
+    weight[1] = 0
+    restored = dequantize_weight(quantize_weight(weight, Int8WeightConfig()))
+    assert torch.isfinite(restored).all()
+    assert torch.equal(restored[1], torch.zeros(256))
+
+
+@pytest.mark.parametrize("convrot", [False, True], ids=["plain", "convrot"])
+def test_w8a8_reference_matches_w8a16(convrot: bool) -> None:
+    weight = _weight(128, 256)
+    packed = quantize_weight(weight, Int8WeightConfig(convrot=convrot))
+    x = torch.randn(2, 33, 256, generator=torch.Generator().manual_seed(1))
+    bias = torch.randn(128) * 0.1
+    reference = torch.nn.functional.linear(x, weight, bias)
+    w8a16 = linear_w8a16(x, packed, bias)
+    w8a8 = linear_w8a8(x, packed, bias, int_mm=reference_int_mm)
+    w8a16_db, w8a8_db = sqnr_db(reference, w8a16), sqnr_db(reference, w8a8)
+    print(f"linear SQNR vs float (convrot={convrot}): W8A16 {w8a16_db:.2f} dB, W8A8 {w8a8_db:.2f} dB")
+    assert w8a8.shape == (2, 33, 128)
+    assert w8a16_db >= 38.0
+    assert w8a8_db >= 33.0
+    assert sqnr_db(w8a16, w8a8) >= 33.0
+
+
+def test_reference_int_mm_is_exact() -> None:
+    a = torch.randint(-127, 128, (17, 64), dtype=torch.int8)
+    b = torch.randint(-127, 128, (64, 24), dtype=torch.int8)
+    expected = (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32)
+    assert torch.equal(reference_int_mm(a, b), expected)
+
+
+def test_int8_linear_falls_back_to_w8a16_without_cuda() -> None:
+    weight = _weight(64, 256)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    x = torch.randn(32, 256, dtype=torch.bfloat16)
+    assert not w8a8_fits(x, packed)
+    for path in ("auto", "w8a8"):
+        out = int8_linear(x, packed, path=path)  # type: ignore[arg-type]
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(out, linear_w8a16(x, packed))
+    with pytest.raises(ValueError, match="'fast'"):
+        int8_linear(x, packed, path="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_w8a8_cuda_kernel_matches_reference() -> None:
+    packed = quantize_weight(_weight(128, 256).cuda(), Int8WeightConfig())
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+    assert w8a8_fits(x, packed)
+    fast = linear_w8a8(x, packed)
+    slow = linear_w8a8(x, packed, int_mm=reference_int_mm)
+    assert torch.allclose(fast.float(), slow.float(), atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        Int8WeightConfig(granularity="row"),
+        Int8WeightConfig(granularity="tensor", convrot=True),
+        Int8WeightConfig(granularity="block", block_size=128),
+    ],
+    ids=["row", "tensor-convrot", "block128"],
+)
+def test_chunked_quantization_matches_one_pass(
+    config: Int8WeightConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    weight = _weight(96, 512).to(torch.bfloat16)
+    whole = quantize_weight(weight, config)
+    monkeypatch.setattr("leanvideo.int8.quantize._CHUNK_ELEMENTS", 5000)  # 9 rows per chunk
+    chunked = quantize_weight(weight, config)
+    assert torch.equal(whole.qdata, chunked.qdata)
+    assert torch.equal(whole.scale, chunked.scale)
+    assert weight_sqnr_db(weight, chunked) == pytest.approx(
+        sqnr_db(weight, dequantize_weight(whole)), abs=1e-6
+    )

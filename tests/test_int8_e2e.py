@@ -1,0 +1,132 @@
+"""End to end on the real pinned server: the tiny LTXV DiT in INT8, loaded by "Load Diffusion Model
+(INT8)" from our format (written by `leanvideo quantize`), ComfyUI-native and LightX2V layouts and
+a float file quantized on load, against the bf16 checkpoint run; and the stock LoraLoaderModelOnly
+on top of the INT8 model against the same LoRA on bf16. Frames are compared losslessly (PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from leanvideo.int8 import Int8WeightConfig
+from leanvideo.int8.convert import quantize_state_dict
+from leanvideo.int8.export import to_layout
+from leanvideo.int8.files import read_header, read_tensors
+from leanvideo.int8.policy import plan_quantization
+from PIL import Image
+from rich.console import Console
+from safetensors.torch import save_file
+
+from runner.cli_quantize import add_quantize_parser, run_quantize
+from runner.client import ComfyClient
+from runner.fixtures import FixtureSet
+from runner.server import ComfyServer
+from runner.workspace import Workspace
+
+pytestmark = pytest.mark.integration
+
+PSNR_THRESHOLD_DB = 40.0  # decoded frames, INT8 vs bf16 (measured ≈ 50–52 dB; values are printed)
+LORA_NAME = "ltxv-tiny-distill-lora.safetensors"
+
+
+def _write_int8_dits(workspace: Workspace, tiny_models: FixtureSet) -> dict[str, str]:
+    """The tiny DiT in each INT8 layout under models/diffusion_models; returns layout → file name."""
+    folder = workspace.models_dir / "diffusion_models"
+    source = tiny_models.diffusion_model
+    names = {
+        layout: f"test-int8-{layout}.safetensors" for layout in ("leanvideo", "comfy_native", "lightx2v")
+    }
+    for name in names.values():
+        (folder / name).unlink(missing_ok=True)
+    parser = argparse.ArgumentParser(prog="leanvideo")
+    add_quantize_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["quantize", str(source), str(folder / names["leanvideo"]), "--convrot"])
+    assert run_quantize(args, Console(file=io.StringIO())) == 0  # `leanvideo quantize IN OUT --convrot`
+    tensors = read_tensors(source)
+    plan = plan_quantization({k: tuple(v.shape) for k, v in tensors.items()}, "ltxv", Int8WeightConfig())
+    canonical = quantize_state_dict(tensors, plan)
+    for layout in ("comfy_native", "lightx2v"):
+        written, metadata = to_layout(canonical, layout, read_header(source).metadata)
+        save_file(written, str(folder / names[layout]), metadata)
+    names["float-quantized-on-load"] = source.name
+    return names
+
+
+def _workflow(
+    base: dict[str, Any], prefix: str, unet_name: str | None, lora: bool, lora_mode: str = "merge"
+) -> dict[str, Any]:
+    workflow = {key: value for key, value in base.items() if key not in ("13", "14")}
+    workflow["14"] = {"class_type": "SaveImage", "inputs": {"images": ["12", 0], "filename_prefix": prefix}}
+    model: list[Any] = ["1", 0]
+    if unet_name is not None:
+        workflow["20"] = {
+            "class_type": "LeanVideoDiffusionModelLoaderINT8",
+            "inputs": {
+                "unet_name": unet_name,
+                "compute_dtype": "default",
+                "path": "auto",
+                "quantize_on_load": True,
+                "convrot": False,
+                "lora_mode": lora_mode,
+            },
+        }
+        model = ["20", 0]
+    if lora:
+        workflow["21"] = {
+            "class_type": "LoraLoaderModelOnly",
+            "inputs": {"model": model, "lora_name": LORA_NAME, "strength_model": 1.0},
+        }
+        model = ["21", 0]
+    workflow["11"]["inputs"]["model"] = model
+    return workflow
+
+
+def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
+    result = client.run(workflow, timeout=300)
+    items = result.outputs["14"]["images"]
+    paths = [client.download(item, directory) for item in items]
+    return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
+
+
+def _psnr(reference: np.ndarray, other: np.ndarray) -> float:
+    mse = float(np.mean((reference - other) ** 2))
+    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def test_int8_layouts_and_lora_stay_close_to_bf16(
+    comfy_server: ComfyServer,
+    workspace: Workspace,
+    tiny_models: FixtureSet,
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    names = _write_int8_dits(workspace, tiny_models)
+    with ComfyClient(comfy_server.url) as client:
+        reference = _frames(
+            client, _workflow(tiny_workflow, "test-int8/bf16", None, False), tmp_path / "bf16"
+        )
+        lora_reference = _frames(
+            client, _workflow(tiny_workflow, "test-int8/bf16-lora", None, True), tmp_path / "bf16-lora"
+        )
+        measured: dict[str, float] = {}
+        for layout, name in names.items():
+            frames = _frames(
+                client, _workflow(tiny_workflow, f"test-int8/{layout}", name, False), tmp_path / layout
+            )
+            measured[f"{layout} (vs bf16)"] = _psnr(reference, frames)
+        for mode in ("merge", "side_branch"):
+            workflow = _workflow(tiny_workflow, f"test-int8/lora-{mode}", names["leanvideo"], True, mode)
+            frames = _frames(client, workflow, tmp_path / f"lora-{mode}")
+            measured[f"leanvideo + LoRA, {mode} (vs bf16 + LoRA)"] = _psnr(lora_reference, frames)
+    baseline = _psnr(reference, lora_reference)
+    for label, value in measured.items():
+        print(f"PSNR INT8 {label}: {value:.2f} dB")
+    print(f"PSNR bf16 without vs with LoRA (how much the LoRA changes the frames): {baseline:.2f} dB")
+    assert reference.shape[0] == 9
+    assert all(value >= PSNR_THRESHOLD_DB for value in measured.values()), measured
+    assert baseline < PSNR_THRESHOLD_DB - 5  # the LoRA really applies
