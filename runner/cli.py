@@ -1,28 +1,42 @@
 """``leanvideo`` command line: parses arguments, calls the library, renders with rich.
 
-Exit codes follow :mod:`runner.errors` (0 ok, 1 generic, 2 usage, 3 workspace, 4 server, 5 workflow,
-6 prompt failed, 130 interrupted).
+Exit codes follow :mod:`runner.errors` (0 ok, 1 generic, 2 usage, 3 workspace, 4 server unreachable or
+prompt lost, 5 workflow invalid or rejected, 6 prompt failed, 7 prompt timed out, 130 cancelled).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from runner.client import DEFAULT_SERVER
+from runner.convert import convert_ui_workflow
 from runner.demo import run_demo
-from runner.errors import LeanVideoError
+from runner.errors import LeanVideoError, WorkflowError
+from runner.render import RunProgress, problems_table, summary_table
+from runner.run import RunOptions, collect_environment, run_workflow
 from runner.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
+from runner.workflow import apply_overrides, load_workflow, validate_workflow
 from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 DEFAULT_PORT = 8188
+EXIT_CODES = (
+    "exit codes: 0 ok, 1 other error, 2 usage, 3 not installed, 4 server unreachable or prompt lost "
+    "(server restarted), 5 workflow invalid or rejected, 6 prompt failed on the server, 7 timed out, "
+    "130 cancelled (Ctrl-C)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +77,87 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="tiny LTXV text-to-video end to end: MP4 + run record + timings")
     demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
     demo.add_argument("--port", type=int, help="server port (default: a free one)")
+
+    run = sub.add_parser(
+        "run",
+        help="run an API-format workflow on a server: progress, timings, outputs, run record",
+        description="Submit WORKFLOW to a running ComfyUI, follow it (surviving websocket drops), download "
+        "every output into a folder of its own and write run.json beside them.",
+        epilog=EXIT_CODES,
+    )
+    run.add_argument("workflow", type=Path, help="API-format workflow JSON")
+    _add_server_arguments(run)
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NODE.input=VALUE",
+        help="change an input; NODE is a node id, title or unique class (KSampler.seed=42, 11.noise_seed=7)",
+    )
+    run.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="parent of the run folders")
+    run.add_argument("--timeout", type=float, default=1800.0, help="seconds before the prompt is interrupted")
+    run.add_argument("--json", action="store_true", help="print the run record as JSON (no progress display)")
+    run.add_argument(
+        "--no-validate", action="store_true", help="skip the client-side check against /object_info"
+    )
+
+    workflow = sub.add_parser("workflow", help="validate or convert workflow files against a server")
+    workflow_sub = workflow.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
+    validate = workflow_sub.add_parser(
+        "validate",
+        help="check a workflow against /object_info: unknown nodes, bad or missing inputs, missing models",
+        epilog="exit codes: 0 valid (warnings allowed), 4 server unreachable, 5 invalid",
+    )
+    validate.add_argument("file", type=Path, help="API-format workflow JSON")
+    _add_server_arguments(validate)
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.input=VALUE")
+    validate.add_argument("--json", action="store_true", help="print the findings as JSON")
+    convert = workflow_sub.add_parser(
+        "convert",
+        help="convert an editor (UI) workflow to API format using the server's /object_info",
+        epilog="exit codes: 0 converted, 4 server unreachable, 5 not convertible (subgraphs, unknown nodes)",
+    )
+    convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
+    _add_server_arguments(convert)
+    convert.add_argument(
+        "--out", type=Path, help="write the API JSON here (never overwritten; default stdout)"
+    )
     return parser
+
+
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
+        help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("LEANVIDEO_TOKEN"),
+        help="bearer token for a proxy ($LEANVIDEO_TOKEN)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="extra HTTP header (repeatable)",
+    )
+
+
+def _run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
+    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+    headers = []
+    for value in args.header:
+        name, colon, content = value.partition(":")
+        if not colon or not name.strip():
+            build_parser().exit(2, f"leanvideo: error: --header {value!r}: expected 'NAME: VALUE'\n")
+        headers.append((name.strip(), content.strip()))
+    try:
+        return RunOptions(server=args.server, headers=tuple(headers), token=args.token, **settings)
+    except ValueError as exc:
+        build_parser().exit(2, f"leanvideo: error: {exc}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,9 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_stop(args, console)
         if args.command == "fixtures":
             return cmd_fixtures(args, console)
+        if args.command == "run":
+            return cmd_run(args, console, err)
+        if args.command == "workflow" and args.workflow_command == "convert":
+            return cmd_workflow_convert(args, console)
+        if args.command == "workflow":
+            return cmd_workflow_validate(args, console)
         return cmd_demo(args, tuple(passthrough), console)
     except LeanVideoError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        if exc.record_path is not None:
+            err.print(f"partial run record: {exc.record_path}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -175,6 +277,84 @@ def cmd_demo(args: argparse.Namespace, passthrough: tuple[str, ...], console: Co
     )
     console.print(f"video:  {outcome.video}")
     console.print(f"record: {outcome.record_path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
+    options = _run_options(
+        args,
+        out_dir=args.out.resolve(),
+        overrides=tuple(args.overrides),
+        timeout=args.timeout,
+        validate=not args.no_validate,
+    )
+    path = args.workflow.resolve()
+    if args.json:
+        try:
+            outcome = run_workflow(path, options)
+        except LeanVideoError as exc:
+            if exc.record_path is not None:  # machines get the partial record as well
+                console.print_json(Path(exc.record_path).read_text(encoding="utf-8"))
+            raise
+        console.print_json(json.dumps(outcome.record))
+        return 0
+    node_count = len(load_workflow(path))
+    with RunProgress(err, node_count) as progress:
+        outcome = run_workflow(path, options, on_event=progress.update)
+    console.print(summary_table(outcome.record))
+    console.print(f"record: {outcome.record_path}", highlight=False)
+    return 0
+
+
+def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
+    options = _run_options(args)
+    workflow = load_workflow(args.file)
+    with options.make_client() as client:
+        object_info = client.get_json("/object_info")
+        environment = collect_environment(client)
+    apply_overrides(workflow, list(args.overrides), object_info)
+    problems = validate_workflow(workflow, object_info)
+    errors = [p for p in problems if p.kind == "error"]
+    if args.json:
+        found = [
+            {
+                "kind": p.kind,
+                "node_id": p.node_id,
+                "class_type": p.class_type,
+                "input": p.input_name,
+                "message": p.message,
+            }
+            for p in problems
+        ]
+        console.print_json(json.dumps({"file": str(args.file), "valid": not errors, "problems": found}))
+    elif problems:
+        console.print(
+            problems_table(problems, f"{args.file} against ComfyUI {environment['comfyui_version']}")
+        )
+    if not args.json:
+        verdict = f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
+        console.print(f"{args.file}: {'invalid' if errors else 'valid'} ({verdict})", highlight=False)
+    return 5 if errors else 0
+
+
+def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
+    try:
+        ui = json.loads(args.file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise WorkflowError(f"cannot read {args.file}: {exc}") from exc
+    options = _run_options(args)
+    with options.make_client() as client:
+        api = convert_ui_workflow(ui, client.get_json("/object_info"))
+    text = json.dumps(api, indent=2) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with args.out.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError as exc:
+        raise WorkflowError(f"{args.out} already exists; refusing to overwrite it") from exc
+    console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
     return 0
 
 

@@ -12,7 +12,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
@@ -20,18 +19,21 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from runner.client import ComfyClient, PromptResult, output_files
-from runner.errors import PromptFailedError, WorkflowError
+from runner.errors import PromptFailedError
 from runner.fixtures import write_fixtures
+from runner.outputs import OutputFile, describe_file, download_file
 from runner.record import build_run_record, collect_server_info, write_run_record
 from runner.server import ComfyServer, ServerConfig, pick_free_port
+from runner.workflow import load_workflow
 from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
 
 logger = logging.getLogger(__name__)
 
 DEMO_WORKFLOW = WORKFLOWS_DIR / "ltxv_tiny_t2v.api.json"
+
+__all__ = ["DEMO_WORKFLOW", "DemoOutcome", "load_workflow", "run_demo"]
 
 
 @dataclass(frozen=True)
@@ -44,21 +46,6 @@ class DemoOutcome:
     fixtures_seconds: float
     server_ready_seconds: float
     total_seconds: float
-
-
-def load_workflow(path: Path) -> dict[str, Any]:
-    """Read an API-format workflow, with an error that names the file when it is not one."""
-    try:
-        workflow = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise WorkflowError(f"workflow file {path} does not exist") from exc
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(f"workflow file {path} is not valid JSON: {exc}") from exc
-    if not isinstance(workflow, dict) or not all(
-        isinstance(node, dict) and "class_type" in node for node in workflow.values()
-    ):
-        raise WorkflowError(f"workflow file {path} is not in API format (node id -> {{class_type, inputs}})")
-    return workflow
 
 
 def run_demo(
@@ -101,7 +88,7 @@ def run_demo(
                 client.close()
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-    videos = [path for _, path in files if path.suffix in {".mp4", ".webm"}]
+    videos = [f.path for f in files if f.path.suffix in {".mp4", ".webm"}]
     if not videos:
         raise PromptFailedError(f"prompt {result.prompt_id} finished but produced no video file")
     record = build_run_record(result, workflow, DEMO_WORKFLOW, server_info, files)
@@ -118,12 +105,13 @@ def run_demo(
 
 def _download_outputs(
     client: ComfyClient, result: PromptResult, out_dir: Path, stamp: str
-) -> list[tuple[str, Path]]:
+) -> list[OutputFile]:
     """Download every output file to ``out_dir`` as ``demo-<stamp>-<name>``; never overwrites."""
-    files: list[tuple[str, Path]] = []
+    files: list[OutputFile] = []
     for node_id, item in output_files(result.outputs):
         if item.get("type") != "output":
             continue
         name = f"demo-{stamp}-{Path(item['filename']).name}"
-        files.append((node_id, client.download(item, out_dir, name=name)))
+        path = download_file(client, item, out_dir, name=name)
+        files.append(describe_file(node_id, "images", item, path))
     return files

@@ -8,18 +8,33 @@ branch of the tree to its own exit code so scripts can tell failures apart::
     ├── ServerError                 exit 4
     │   ├── PortInUseError                   the port is already bound
     │   ├── ServerCrashedError               the process exited during start-up
-    │   └── ServerTimeoutError               no answer from /system_stats in time
+    │   ├── ServerTimeoutError               no answer from /system_stats in time
+    │   ├── ServerUnreachableError           the server vanished mid-run and did not come back in time
+    │   └── PromptLostError                  the server no longer knows our prompt (it restarted)
     ├── WorkflowError               exit 5   a workflow file is missing, malformed or rejected
     └── PromptFailedError           exit 6   the server ran the prompt and reported an error
+        ├── PromptTimeoutError      exit 7   the prompt did not finish in time (it was interrupted)
+        └── PromptCancelledError    exit 130 the user pressed Ctrl-C (the prompt was interrupted)
+
+A :class:`PromptFailedError` carries the partial :class:`~runner.client.PromptResult` in ``result``
+when there is one, so callers can still write a (partial) run record.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LeanVideoError(Exception):
-    """Base class for every error the runner raises on purpose."""
+    """Base class for every error the runner raises on purpose.
+
+    ``result`` holds the partial prompt result when a run got that far, ``record_path`` the partial
+    run record written for it.
+    """
 
     exit_code = 1
+    result: Any = None
+    record_path: Any = None
 
 
 class WorkspaceError(LeanVideoError):
@@ -46,6 +61,14 @@ class ServerTimeoutError(ServerError):
     """The server did not answer ``GET /system_stats`` within the timeout."""
 
 
+class ServerUnreachableError(ServerError):
+    """The server stopped answering during a run and did not come back before the deadline."""
+
+
+class PromptLostError(ServerError):
+    """Neither ``/history`` nor ``/queue`` knows the prompt any more: the server restarted under it."""
+
+
 class WorkflowError(LeanVideoError):
     """A workflow file is missing, malformed, or was rejected by the server's validation."""
 
@@ -56,3 +79,19 @@ class PromptFailedError(LeanVideoError):
     """The server accepted the prompt but its execution failed or was interrupted."""
 
     exit_code = 6
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class PromptTimeoutError(PromptFailedError):
+    """The prompt did not finish before the timeout; the client interrupted it on the server."""
+
+    exit_code = 7
+
+
+class PromptCancelledError(PromptFailedError):
+    """The user cancelled the run (Ctrl-C); the prompt was interrupted and removed from the queue."""
+
+    exit_code = 130

@@ -1,7 +1,19 @@
-"""Run records: one immutable, versioned JSON document per executed prompt.
+"""Run records: one immutable, versioned JSON document per executed prompt (also failed or cancelled).
 
-A record carries what ran (workflow hash), where (ComfyUI and torch versions, device, pack version),
-how long each node took, and which files came out, with their hashes.
+Schema ``leanvideo.run`` version 2 (top-level keys):
+
+- ``schema``, ``version``, ``partial`` (true when the run was cancelled, timed out or lost)
+- ``prompt_id``, ``status`` (success | error | interrupted | cancelled | timeout | lost | unreachable)
+- ``error``: ``{node_id, class_type, exception_type, message}`` or null
+- ``workflow``: ``{path, file_sha256, sha256}`` (the file as read; the canonical JSON actually submitted)
+- ``overrides``: ``[{spec, node_id, input_name, value, previous}]``; ``seeds``: ``{"11.noise_seed": 7}``
+- ``environment``: ComfyUI version and argv, torch, device, server python, node pack and runner versions
+- ``timing``: submitted/started/finished (ISO), ``wall_s`` (client end to end), ``queue_s``,
+  ``server_execution_s`` (the server's own execution window), ``overhead_s``, ``reconnects``,
+  ``phases`` (seconds per phase)
+- ``nodes``: ``[{node_id, class_type, seconds, cached, steps, step_seconds}]``
+- ``telemetry``: the node pack's per-prompt figures, or ``{available: false, reason}``
+- ``outputs``: ``[{node_id, kind, server_name, subfolder, type, path, bytes, sha256, video}]``
 
 Example::
 
@@ -16,21 +28,27 @@ import json
 import platform
 from dataclasses import asdict
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from runner.client import PromptResult
+from runner.outputs import OutputFile, sha256_file
+from runner.workflow import Override
 
 RECORD_SCHEMA = "leanvideo.run"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+__all__ = [
+    "RECORD_SCHEMA",
+    "RECORD_VERSION",
+    "build_run_record",
+    "collect_server_info",
+    "runner_version",
+    "sha256_file",
+    "workflow_digest",
+    "write_run_record",
+]
 
 
 def workflow_digest(workflow: dict[str, Any]) -> str:
@@ -39,10 +57,21 @@ def workflow_digest(workflow: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def runner_version() -> str | None:
+    try:
+        return metadata.version("leanvideo")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _iso(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).isoformat()
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def build_run_record(
@@ -50,35 +79,48 @@ def build_run_record(
     workflow: dict[str, Any],
     workflow_path: Path | None,
     server_info: dict[str, Any],
-    files: list[tuple[str, Path]],
+    files: list[OutputFile],
+    *,
+    overrides: list[Override] | None = None,
+    seeds: dict[str, Any] | None = None,
+    telemetry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the record of one prompt; ``files`` pairs each downloaded file with its node id."""
+    """Assemble the record of one prompt; see the module docstring for the schema."""
+    file_sha = sha256_file(workflow_path) if workflow_path and workflow_path.is_file() else None
     return {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
+        "partial": result.partial,
         "prompt_id": result.prompt_id,
         "status": result.status,
+        "error": result.error,
         "workflow": {
             "path": str(workflow_path) if workflow_path else None,
+            "file_sha256": file_sha,
             "sha256": workflow_digest(workflow),
         },
+        "overrides": [asdict(o) for o in overrides or []],
+        "seeds": seeds or {},
         "environment": {
             "host_python": platform.python_version(),
             "machine": platform.machine(),
+            "runner_version": runner_version(),
             **server_info,
         },
         "timing": {
             "submitted_at": _iso(result.submitted_at),
             "started_at": _iso(result.started_at),
             "finished_at": _iso(result.finished_at),
-            "wall_s": round(result.wall_seconds, 4),
-            "queue_s": round(result.queue_seconds, 4),
+            "wall_s": _round(result.wall_seconds),
+            "queue_s": _round(result.queue_seconds),
+            "server_execution_s": _round(result.server_seconds),
+            "overhead_s": _round(result.overhead_seconds),
+            "reconnects": result.reconnects,
+            "phases": result.phases,
         },
         "nodes": [asdict(node) for node in result.nodes],
-        "outputs": [
-            {"node_id": node_id, "path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-            for node_id, path in files
-        ],
+        "telemetry": telemetry or {"available": False, "reason": "not requested"},
+        "outputs": [f.to_json() for f in files],
     }
 
 
@@ -101,8 +143,13 @@ def collect_server_info(system_stats: dict[str, Any], pack_info: dict[str, Any] 
         "comfyui_commit": (pack.get("pinned_comfyui") or {}).get("commit")
         if pack.get("matches_pin")
         else None,
+        "comfyui_argv": system.get("argv"),
         "pytorch_version": system.get("pytorch_version"),
         "server_python": str(system.get("python_version", "")).split(" ")[0],
-        "device": {"name": devices[0].get("name"), "type": devices[0].get("type")},
+        "device": {
+            "name": devices[0].get("name"),
+            "type": devices[0].get("type"),
+            "vram_total": devices[0].get("vram_total"),
+        },
         "leanvideo_version": pack.get("version"),
     }

@@ -31,7 +31,7 @@ def test_demo_writes_a_playable_video_and_a_record(workspace: Workspace, tmp_pat
     assert outcome.video.suffix == ".mp4"
     assert _decode(outcome.video) == (latent["length"], latent["width"], latent["height"])
     record = json.loads(outcome.record_path.read_text())
-    assert record["schema"] == "leanvideo.run" and record["version"] == 1
+    assert record["schema"] == "leanvideo.run" and record["version"] == 2
     assert record["status"] == "success"
     assert record["environment"]["comfyui_version"] == "0.3.75"
     timed = {node["class_type"] for node in record["nodes"] if not node["cached"]}

@@ -1,0 +1,156 @@
+"""Runner overhead: 50 sequential tiny jobs, client end to end vs the server's own execution window.
+
+For each job the runner submits the tiny LTXV workflow (a new seed each time, so the sampler, decoder
+and encoder really run; the loaders stay cached as they would in any batch), follows it to its history
+entry and reports:
+
+- ``wall``: what the client sees, submit → history entry read (``PromptResult.wall_seconds``);
+- ``server``: the server's execution window, ``execution_start`` → ``execution_success`` from its own
+  millisecond timestamps;
+- ``overhead = wall − server``: HTTP, websocket, queue pick-up and history write/read — everything the
+  runner adds around the work (goal ≤ 30 ms per job, median);
+- ``runner cpu``: CPU time the runner process itself spent per job.
+
+Warm-up jobs are run first and kept apart from the measured ones. The spread is flagged when the
+standard deviation is ≥ 10 % of the mean.
+
+    .venv/bin/python benchmarks/runner_overhead.py                 # starts its own server on a free port
+    .venv/bin/python benchmarks/runner_overhead.py --server http://127.0.0.1:8188 --json result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runner.client import ComfyClient  # noqa: E402
+from runner.record import workflow_digest  # noqa: E402
+from runner.run import collect_environment  # noqa: E402
+from runner.workflow import load_workflow  # noqa: E402
+
+WORKFLOW = REPO / "workflows" / "ltxv_tiny_t2v.api.json"
+GOAL_MS = 30.0
+RESULT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    wall_ms: float
+    server_ms: float
+    overhead_ms: float
+    runner_cpu_ms: float
+    queue_ms: float
+
+
+def run_jobs(client: ComfyClient, workflow: dict[str, Any], count: int, first_seed: int) -> list[Job]:
+    jobs = []
+    for index in range(count):
+        workflow["11"]["inputs"]["noise_seed"] = first_seed + index
+        cpu = time.process_time()
+        result = client.run(workflow, timeout=300)
+        cpu_ms = (time.process_time() - cpu) * 1000
+        if result.server_seconds is None:
+            raise RuntimeError(f"prompt {result.prompt_id} has no server execution window")
+        wall_ms, server_ms = result.wall_seconds * 1000, result.server_seconds * 1000
+        jobs.append(Job(wall_ms, server_ms, wall_ms - server_ms, cpu_ms, result.queue_seconds * 1000))
+    return jobs
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {
+        "median": statistics.median(ordered),
+        "mean": statistics.fmean(ordered),
+        "stdev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
+        "p10": pick(0.10),
+        "p90": pick(0.90),
+        "max": ordered[-1],
+    }
+
+
+def report(jobs: list[Job]) -> dict[str, dict[str, float]]:
+    stats = {name: summarize([getattr(job, name) for job in jobs]) for name in Job.__dataclass_fields__}
+    print(f"{'ms per job':<14}{'median':>9}{'mean':>9}{'stdev':>9}{'p10':>9}{'p90':>9}{'max':>9}")
+    for name, row in stats.items():
+        print(
+            f"{name:<14}"
+            + "".join(f"{row[key]:>9.2f}" for key in ("median", "mean", "stdev", "p10", "p90", "max"))
+        )
+        if row["mean"] and row["stdev"] >= 0.1 * row["mean"]:
+            print(f"  warning: {name} is unstable (stdev {row['stdev']:.2f} ms ≥ 10 % of the mean)")
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--server", help="ComfyUI URL with the fixture nodes and tiny models (default: start one)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="port of the server this script starts (default: a free one)"
+    )
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="write the result record here")
+    args = parser.parse_args(argv)
+    if args.server:
+        return measure(args.server, args)
+    from runner.fixtures import write_fixtures
+    from runner.server import ComfyServer, ServerConfig, pick_free_port
+    from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+
+    ws = find_workspace()
+    write_fixtures(ws.models_dir, ws.comfyui_dir, python=ws.python)
+    config = ServerConfig(
+        comfyui_dir=ws.comfyui_dir,
+        state_dir=ws.servers_dir / f"bench-{int(time.time())}",
+        models_dir=ws.models_dir,
+        python=ws.python,
+        port=args.port or pick_free_port(),
+        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
+    )
+    with ComfyServer(config) as server:
+        return measure(server.url, args)
+
+
+def measure(url: str, args: argparse.Namespace) -> int:
+    workflow = load_workflow(WORKFLOW)
+    seed = int(time.time() * 1000)
+    with ComfyClient(url) as client:
+        environment = collect_environment(client)
+        run_jobs(client, workflow, args.warmup, seed)
+        jobs = run_jobs(client, workflow, args.jobs, seed + args.warmup)
+    print(f"{args.jobs} sequential tiny jobs on {url} (after {args.warmup} warm-up jobs)")
+    stats = report(jobs)
+    median = stats["overhead_ms"]["median"]
+    verdict = "meets" if median <= GOAL_MS else "MISSES"
+    print(f"runner overhead: median {median:.1f} ms per job ({verdict} the goal of ≤ {GOAL_MS:.0f} ms)")
+    if args.json:
+        record = {
+            "schema": "leanvideo.bench.runner_overhead",
+            "version": RESULT_VERSION,
+            "environment": environment,
+            "workflow": {"path": str(WORKFLOW), "sha256": workflow_digest(load_workflow(WORKFLOW))},
+            "jobs": [asdict(job) for job in jobs],
+            "stats": stats,
+            "goal_ms": GOAL_MS,
+        }
+        args.json.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return 0 if median <= GOAL_MS else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Convert an editor (UI) workflow to the API format, using the server's ``/object_info``.
+
+It follows what the v0.3.75 frontend's ``graphToPrompt`` does:
+
+- **widget values**: ``widgets_values`` are positional over the node's widget inputs in
+  ``input_order`` (required, then optional; inputs of a widget type that are not ``forceInput``). A
+  seed's ``control_after_generate`` value (``fixed``/``randomize``/…) and the value of an upload
+  button (``image_upload``/``video_upload``/``audio_upload``) follow their widget and are skipped. A
+  dict of ``widgets_values`` is read by name.
+- **links** become ``[origin id, origin slot]``; a linked widget input takes the link.
+- **Reroute** nodes are followed to their source; **PrimitiveNode** sources give their value.
+- **muted** nodes (mode 2) are left out, and so are the links from them; **bypassed** nodes (mode 4)
+  are left out and each link from one is followed through the bypassed node's input of the same slot
+  (when the type fits) or of the first input of the output's type.
+- Notes (``Note``, ``MarkdownNote``) are dropped. Group nodes and subgraphs are not supported yet: they
+  raise :class:`~runner.errors.WorkflowError` naming the node.
+
+Example::
+
+    api = convert_ui_workflow(json.loads(Path("ui.json").read_text()), client.get_json("/object_info"))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.errors import WorkflowError
+
+Workflow = dict[str, Any]
+ObjectInfo = dict[str, Any]
+
+MODE_MUTED = 2
+MODE_BYPASSED = 4
+NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
+SEED_NAMES = frozenset({"seed", "noise_seed"})
+UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload")
+
+
+def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow:
+    """The API-format workflow the editor would submit for ``ui``; see the module docstring.
+
+    Raises:
+        WorkflowError: not a UI workflow, an unknown node type, or a group node / subgraph.
+    """
+    if not isinstance(ui, dict) or not isinstance(ui.get("nodes"), list):
+        raise WorkflowError("not an editor (UI) workflow: it has no 'nodes' list")
+    nodes = {str(node["id"]): node for node in ui["nodes"]}
+    links = {int(link[0]): _link(link) for link in _link_rows(ui.get("links") or [])}
+    subgraphs = {s.get("id") for s in (ui.get("definitions") or {}).get("subgraphs") or []}
+    graph = _Graph(nodes, links, object_info)
+    api: Workflow = {}
+    for node_id, node in nodes.items():
+        kind = str(node.get("type"))
+        if (
+            kind in NOTE_TYPES
+            or kind in ("Reroute", "PrimitiveNode")
+            or node.get("mode") in (MODE_MUTED, MODE_BYPASSED)
+        ):
+            continue
+        if kind in subgraphs or kind.startswith("workflow>") or kind.startswith("workflow/"):
+            raise WorkflowError(
+                f"node {node_id} is a subgraph or group node ({kind}); convert does not expand these yet"
+            )
+        if kind not in object_info:
+            raise WorkflowError(
+                f"node {node_id}: unknown node type {kind!r} (not in the server's /object_info)"
+            )
+        inputs = widget_inputs(node, object_info[kind])
+        for slot in node.get("inputs") or []:
+            if slot.get("link") is None:
+                continue
+            source = graph.resolve(int(slot["link"]))
+            if source is not None:
+                inputs[str(slot["name"])] = source
+            elif not _is_widget_slot(slot):
+                inputs.pop(str(slot["name"]), None)
+        title = node.get("title") or object_info[kind].get("display_name") or kind
+        api[node_id] = {"inputs": inputs, "class_type": kind, "_meta": {"title": title}}
+    return api
+
+
+def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """The node's widget values by input name, read from its ``widgets_values``."""
+    values = node.get("widgets_values")
+    names = _widget_names(info)
+    if isinstance(values, dict):
+        return {name: values[name] for name, _ in names if name in values}
+    values = list(values or [])
+    found: dict[str, Any] = {}
+    index = 0
+    for name, options in names:
+        if index >= len(values):
+            break
+        found[name] = values[index]
+        index += 1
+        controlled = options.get("control_after_generate") or name in SEED_NAMES
+        if controlled and index < len(values) and values[index] in CONTROL_VALUES:
+            index += 1
+        if any(options.get(key) for key in UPLOAD_OPTIONS) and index < len(values):
+            index += 1
+    return found
+
+
+def _widget_names(info: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    inputs = info.get("input") or {}
+    order = info.get("input_order") or {}
+    names: list[tuple[str, dict[str, Any]]] = []
+    for section in ("required", "optional"):
+        specs = inputs.get(section) or {}
+        for name in order.get(section) or list(specs):
+            spec = specs.get(name)
+            if not isinstance(spec, (list, tuple)) or not spec:
+                continue
+            kind = spec[0]
+            options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+            if (isinstance(kind, list) or kind in WIDGET_TYPES) and not options.get("forceInput"):
+                names.append((name, options))
+    return names
+
+
+def _is_widget_slot(slot: dict[str, Any]) -> bool:
+    return isinstance(slot.get("widget"), dict)
+
+
+def _link_rows(rows: list[Any]) -> list[list[Any]]:
+    keys = ("id", "origin_id", "origin_slot", "target_id", "target_slot", "type")
+    return [[row[key] for key in keys] if isinstance(row, dict) else list(row) for row in rows]
+
+
+def _link(row: list[Any]) -> tuple[str, int, str]:
+    return str(row[1]), int(row[2]), str(row[5]) if len(row) > 5 else "*"
+
+
+class _Graph:
+    """Link resolution through reroutes, primitives, muted and bypassed nodes."""
+
+    def __init__(
+        self, nodes: dict[str, Any], links: dict[int, tuple[str, int, str]], object_info: ObjectInfo
+    ):
+        self.nodes, self.links, self.object_info = nodes, links, object_info
+
+    def resolve(self, link_id: int, depth: int = 0) -> Any:
+        """``[origin id, slot]``, a primitive's value, or ``None`` when the source is muted or missing."""
+        if depth > 64 or link_id not in self.links:
+            return None
+        origin_id, slot, _ = self.links[link_id]
+        origin = self.nodes.get(origin_id)
+        if origin is None or origin.get("mode") == MODE_MUTED:
+            return None
+        kind = origin.get("type")
+        if kind == "PrimitiveNode":
+            values = origin.get("widgets_values") or []
+            return values[0] if values else None
+        if kind == "Reroute":
+            upstream = (origin.get("inputs") or [{}])[0].get("link")
+            return None if upstream is None else self.resolve(int(upstream), depth + 1)
+        if origin.get("mode") == MODE_BYPASSED:
+            upstream = self._bypass_input(origin, slot)
+            return None if upstream is None else self.resolve(upstream, depth + 1)
+        return [origin_id, slot]
+
+    def _bypass_input(self, node: dict[str, Any], slot: int) -> int | None:
+        """The link feeding a bypassed node's output ``slot``: same slot if the type fits, else the first
+        input of that type."""
+        inputs = node.get("inputs") or []
+        outputs = node.get("outputs") or []
+        wanted = str(outputs[slot].get("type", "*")) if slot < len(outputs) else "*"
+        candidates = [inputs[slot]] if slot < len(inputs) else []
+        candidates += [i for i in inputs if str(i.get("type")) == wanted]
+        candidates += [i for i in inputs if _compatible(str(i.get("type", "*")), wanted)]
+        for candidate in candidates:
+            if _compatible(str(candidate.get("type", "*")), wanted) and candidate.get("link") is not None:
+                return int(candidate["link"])
+        return None
+
+
+def _compatible(a: str, b: str) -> bool:
+    return "*" in (a, b) or "" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))

@@ -1,0 +1,168 @@
+"""Follow one submitted prompt over the websocket until it is done, surviving drops and restarts.
+
+:func:`follow_prompt` reads messages into a :class:`~runner.events.PromptTracker` (the message → event
+table is in :mod:`runner.events`). On a drop it reconnects with exponential backoff (0.1 s doubling to
+2 s, for at most ``client.reconnect_timeout``) and reconciles: the ``/history/{id}`` entry when the
+prompt finished meanwhile, else ``/queue`` (still there: keep following), else
+:class:`~runner.errors.PromptLostError` (the server restarted and forgot it). A socket quiet for
+``client.idle_check`` seconds is reconciled the same way. After ``executing{node: null}`` the history
+entry is polled until it is written (the websocket/history race).
+
+Example::
+
+    entry = follow_prompt(client, sock, PromptTracker(prompt_id, workflow), deadline, print, [0])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import websocket
+
+from runner.errors import PromptLostError, ServerError, ServerUnreachableError
+from runner.events import ClientEvent, PromptTracker
+
+if TYPE_CHECKING:
+    from runner.client import ComfyClient
+
+logger = logging.getLogger(__name__)
+
+EventHandler = Callable[[ClientEvent], None]
+
+
+class FollowTimeout(Exception):
+    """The deadline passed while following (the caller cancels the prompt)."""
+
+
+def follow_prompt(
+    client: ComfyClient,
+    sock: websocket.WebSocket | None,
+    tracker: PromptTracker,
+    deadline: float,
+    emit: EventHandler,
+    reconnects: list[int],
+) -> dict[str, Any]:
+    """Read events until completion; returns the prompt's history entry."""
+    last_heard = time.monotonic()
+    trouble_since: float | None = None  # first failure of the current run of failures
+    try:
+        while not tracker.done:
+            if time.monotonic() > deadline:
+                raise FollowTimeout
+            if sock is None:
+                sock = _reconnect(client, deadline)
+                reconnects[0] += 1
+                last_heard = 0.0  # reconcile at once: events may have been lost in the gap
+            try:
+                if time.monotonic() - last_heard > client.idle_check:
+                    last_heard = time.monotonic()
+                    entry = _reconcile(client, tracker.prompt_id)
+                    if entry is not None:
+                        tracker.apply_history(entry)
+                        return entry
+                raw = sock.recv()
+            except websocket.WebSocketTimeoutException:
+                continue
+            except (websocket.WebSocketException, OSError, ServerUnreachableError) as exc:
+                logger.warning("lost the server while following %s: %s", tracker.prompt_id, exc)
+                close_socket(sock)
+                sock = None
+                trouble_since = trouble_since or time.monotonic()
+                if time.monotonic() - trouble_since > client.reconnect_timeout:
+                    raise ServerUnreachableError(
+                        f"ComfyUI at {client.base_url} has failed for {client.reconnect_timeout:g} s: {exc}"
+                    ) from exc
+                time.sleep(0.05)
+                continue
+            if not sock.connected:
+                logger.warning("websocket closed by the server while following %s", tracker.prompt_id)
+                close_socket(sock)
+                sock = None
+                continue
+            last_heard, trouble_since = time.monotonic(), None
+            if isinstance(raw, str) and raw:
+                for event in tracker.handle(decode_message(raw), last_heard):
+                    emit(event)
+    finally:
+        if sock is not None:
+            close_socket(sock)
+    entry = wait_history(client, tracker.prompt_id, deadline)
+    tracker.apply_history(entry)
+    return entry
+
+
+def _reconnect(client: ComfyClient, deadline: float) -> websocket.WebSocket:
+    give_up = min(deadline, time.monotonic() + client.reconnect_timeout)
+    delay = 0.1
+    while True:
+        try:
+            sock = client.connect_websocket()
+            logger.info("websocket reconnected to %s", client.base_url)
+            return sock
+        except ServerError as exc:
+            if time.monotonic() + delay > give_up:
+                if time.monotonic() + delay > deadline:
+                    raise FollowTimeout from exc
+                raise ServerUnreachableError(
+                    f"lost ComfyUI at {client.base_url} and could not reconnect within "
+                    f"{client.reconnect_timeout:g} s: {exc}"
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _reconcile(client: ComfyClient, prompt_id: str) -> dict[str, Any] | None:
+    """The history entry when the prompt is finished, ``None`` while the server still has it.
+
+    Raises:
+        PromptLostError: neither history nor queue knows the prompt.
+        ServerUnreachableError: the HTTP requests themselves failed.
+    """
+    try:
+        entry = client.history_entry(prompt_id)
+        if entry is not None or client.is_queued(prompt_id):
+            return entry
+    except ServerError as exc:
+        raise ServerUnreachableError(str(exc)) from exc
+    entry = client.history_entry(prompt_id)  # it may have finished between the two requests
+    if entry is not None:
+        return entry
+    raise PromptLostError(
+        f"the server at {client.base_url} no longer knows prompt {prompt_id}: neither /history nor "
+        "/queue lists it (the server was probably restarted); submit it again"
+    )
+
+
+def wait_history(client: ComfyClient, prompt_id: str, deadline: float) -> dict[str, Any]:
+    """Poll ``/history/{id}`` (5 ms doubling to 200 ms) until the entry is written."""
+    delay = 0.005
+    while True:
+        entry = client.history_entry(prompt_id)
+        if entry is not None:
+            return entry
+        if time.monotonic() > deadline:
+            raise FollowTimeout
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def close_socket(sock: websocket.WebSocket) -> None:
+    """Close ``sock``; also its OS socket when the server has already closed the websocket (then
+    ``close()`` alone does nothing)."""
+    with contextlib.suppress(websocket.WebSocketException, OSError):
+        sock.close(timeout=0.2)
+    sock.shutdown()  # type: ignore[no-untyped-call]
+
+
+def decode_message(raw: str) -> object:
+    """The decoded JSON of a text message, ``None`` for anything that is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        logger.debug("ignoring a websocket message that is not JSON: %.200r", raw)
+        return None

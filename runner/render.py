@@ -1,0 +1,166 @@
+"""Rich rendering for ``leanvideo run`` and ``leanvideo workflow``: live progress and summary tables.
+
+Only the CLI uses this module; the library itself never prints.
+
+Example::
+
+    with RunProgress(console, node_count=len(workflow)) as progress:
+        outcome = run_workflow(path, options, on_event=progress.update)
+    console.print(summary_table(outcome.record))
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from runner.events import ClientEvent, phase_of
+from runner.workflow import Problem
+
+# Figures of the node pack's per-prompt telemetry record shown in the summary.
+TELEMETRY_ROWS = (
+    ("peak RSS (server)", "peak_rss_bytes"),
+    ("peak VRAM allocated", "cuda_max_allocated_bytes"),
+    ("peak VRAM reserved", "cuda_max_reserved_bytes"),
+    ("energy (Wh)", "energy_wh"),
+)
+
+
+class RunProgress:
+    """Two bars fed by client events: nodes done (cached included) and the running sampler's steps."""
+
+    def __init__(self, console: Console, node_count: int) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._nodes: TaskID = self._progress.add_task("nodes: queued", total=node_count)
+        self._steps: TaskID = self._progress.add_task("steps", total=None, visible=False)
+        self._steps_node: str | None = None
+        self._started = False
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._started:
+            self._progress.stop()
+
+    def update(self, event: ClientEvent) -> None:
+        """Apply one :class:`~runner.events.ClientEvent` (pass this method as ``on_event``)."""
+        if not self._started:  # shown from the first event on: nothing while validating and submitting
+            self._started = True
+            self._progress.start()
+        if event.kind == "cached":
+            self._progress.advance(self._nodes)
+        elif event.kind == "node":
+            completed = self._progress.tasks[self._nodes].completed
+            if self._progress.tasks[self._nodes].description != "nodes: queued":
+                completed += 1
+            self._progress.update(
+                self._nodes,
+                completed=completed,
+                description=f"node {event.node_id} {event.class_type}",
+            )
+        elif event.kind == "step" and event.max:
+            if event.node_id != self._steps_node:
+                self._steps_node = event.node_id
+                self._progress.reset(self._steps, total=event.max, visible=True)
+            self._progress.update(
+                self._steps, completed=event.value or 0, description=f"steps of node {event.node_id}"
+            )
+        elif event.kind == "done":
+            total = self._progress.tasks[self._nodes].total
+            self._progress.update(self._nodes, completed=total, description="nodes: done")
+
+
+def summary_table(record: dict[str, Any]) -> Group:
+    """Per-node times (with per-step times of samplers), phases and totals of one run record."""
+    nodes = Table(title=f"prompt {record['prompt_id']}: {record['status']}")
+    for column in ("node", "class", "phase", "seconds", "steps", "s/step"):
+        nodes.add_column(column, justify="left" if column in {"node", "class", "phase"} else "right")
+    for node in record["nodes"]:
+        steps = node.get("step_seconds") or []
+        per_step = f"{sum(steps) / len(steps):.4f}" if steps else ""
+        seconds = "cached" if node["cached"] else f"{node['seconds']:.3f}"
+        phase = phase_of(node["class_type"])
+        nodes.add_row(node["node_id"], node["class_type"], phase, seconds, str(node["steps"] or ""), per_step)
+    parts: list[Any] = [nodes]
+    for node in record["nodes"]:
+        if node.get("step_seconds"):
+            times = " ".join(f"{s:.4f}" for s in node["step_seconds"])
+            parts.append(f"step times of node {node['node_id']} (s): {times}")
+    timing = record["timing"]
+    totals = Table(title="where the time went", show_header=False)
+    totals.add_column("what")
+    totals.add_column("seconds", justify="right")
+    for phase, seconds in timing["phases"].items():
+        if seconds:
+            totals.add_row(f"phase: {phase}", f"{seconds:.3f}")
+    totals.add_section()
+    for label, key in (
+        ("queue wait", "queue_s"),
+        ("server execution window", "server_execution_s"),
+        ("end to end (client)", "wall_s"),
+        ("outside the server window", "overhead_s"),
+    ):
+        value = timing.get(key)
+        totals.add_row(label, "—" if value is None else f"{value:.3f}")
+    telemetry = record.get("telemetry") or {}
+    totals.add_section()
+    if telemetry.get("available"):
+        for label, key in TELEMETRY_ROWS:
+            value = telemetry.get(key)
+            if value is None:
+                shown = "—"
+            elif key.endswith("_bytes"):
+                shown = f"{value / 2**20:.1f} MiB"
+            else:
+                shown = f"{value:.4g}"
+            totals.add_row(label, shown)
+        if telemetry.get("gpu_reason"):
+            totals.add_row("GPU figures", str(telemetry["gpu_reason"]))
+    else:
+        totals.add_row("telemetry", str(telemetry.get("reason", "not available")))
+    parts.append(totals)
+    if record["outputs"]:
+        files = Table(title="outputs")
+        for column in ("node", "file", "bytes", "video", "sha256"):
+            files.add_column(column)
+        for item in record["outputs"]:
+            video = item.get("video") or {}
+            described = (
+                f"{video['frames']} frames {video['width']}×{video['height']} @ {video['fps']}"
+                if video
+                else ""
+            )
+            files.add_row(item["node_id"], item["path"], str(item["bytes"]), described, item["sha256"][:16])
+        parts.append(files)
+    return Group(*parts)
+
+
+def problems_table(problems: list[Problem], title: str) -> Table:
+    """Validation findings, one row each, naming node id, class and input."""
+    table = Table(title=title)
+    for column in ("level", "node", "class", "input", "problem"):
+        table.add_column(column)
+    for problem in problems:
+        style = "red" if problem.kind == "error" else "yellow"
+        table.add_row(
+            f"[{style}]{problem.kind}[/]",
+            problem.node_id,
+            problem.class_type,
+            problem.input_name or "",
+            problem.message,
+        )
+    return table

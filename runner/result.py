@@ -1,0 +1,105 @@
+"""What happened to one prompt, and the readable messages for rejections and failures.
+
+Example::
+
+    result = client.run(workflow)
+    print(result.status, result.wall_seconds, result.server_seconds, result.phases)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.events import NodeTiming, PromptTracker, phase_seconds
+
+
+@dataclass
+class PromptResult:
+    """What happened to one submitted prompt (also when it failed, timed out or was cancelled)."""
+
+    prompt_id: str
+    status: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float
+    nodes: list[NodeTiming] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    server_seconds: float | None = None
+    reconnects: int = 0
+    partial: bool = False
+
+    @property
+    def wall_seconds(self) -> float:
+        """End to end, as the client sees it: submit → history entry read."""
+        return self.finished_at - self.submitted_at
+
+    @property
+    def queue_seconds(self) -> float:
+        return (self.started_at or self.submitted_at) - self.submitted_at
+
+    @property
+    def overhead_seconds(self) -> float | None:
+        """Client wall time not spent inside the server's execution window (HTTP, socket, polling)."""
+        return None if self.server_seconds is None else self.wall_seconds - self.server_seconds
+
+    @property
+    def phases(self) -> dict[str, float]:
+        return phase_seconds(self.nodes)
+
+
+def result_from_tracker(
+    tracker: PromptTracker, wall_start: float, submitted: float, entry: dict[str, Any] | None, reconnects: int
+) -> PromptResult:
+    """The result as known now; ``wall_start``/``submitted`` are the submit time (wall, monotonic)."""
+    finished = time.monotonic()
+    outputs = entry.get("outputs", {}) if entry is not None else tracker.ui_outputs
+    return PromptResult(
+        prompt_id=tracker.prompt_id,
+        status=tracker.status,
+        submitted_at=wall_start,
+        started_at=wall_start + (tracker.started_at - submitted) if tracker.started_at else None,
+        finished_at=wall_start + (finished - submitted),
+        nodes=list(tracker.timings),
+        outputs=dict(outputs or {}),
+        error=tracker.error,
+        server_seconds=tracker.server_seconds,
+        reconnects=reconnects,
+    )
+
+
+def output_files(outputs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every file entry in a history ``outputs`` mapping, as ``(node_id, entry)`` pairs."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for node_id, output in outputs.items():
+        for value in output.values():
+            if isinstance(value, list):
+                found += [(node_id, v) for v in value if isinstance(v, dict) and "filename" in v]
+    return found
+
+
+def describe_rejection(body: dict[str, Any]) -> str:
+    """One readable message from a 400 answer of ``POST /prompt``, naming nodes and inputs."""
+    error = body.get("error", {})
+    lines = [f"server rejected the workflow: {error.get('message', 'unknown error')}"]
+    if error.get("details"):
+        lines[0] += f" ({error['details']})"
+    for node_id, node in body.get("node_errors", {}).items():
+        for item in node.get("errors", []):
+            name = item.get("extra_info", {}).get("input_name", "")
+            where = f"node {node_id} ({node.get('class_type', '?')})" + (f" input {name!r}" if name else "")
+            lines.append(f"  {where}: {item.get('message', '')} {item.get('details', '')}".rstrip())
+    return "\n".join(lines)
+
+
+def describe_failure(result: PromptResult) -> str:
+    """One readable message for a failed or interrupted prompt."""
+    if result.status == "interrupted":
+        return f"prompt {result.prompt_id} was interrupted"
+    error = result.error or {}
+    return (
+        f"prompt {result.prompt_id} failed in node {error.get('node_id', '?')} "
+        f"({error.get('class_type', '?')}): {error.get('exception_type', '')}: {error.get('message', '')}"
+    )

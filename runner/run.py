@@ -1,0 +1,162 @@
+"""Run one workflow file on a ComfyUI server, end to end: what ``leanvideo run`` does.
+
+Load the API-format workflow, apply the ``--set`` overrides (type-checked against ``/object_info``),
+validate it, submit and follow it, download and hash every output into a folder of its own, read the
+node pack's telemetry when the server has it, and write the run record (``run.json``) beside the
+files. When the prompt fails, times out, is cancelled (Ctrl-C) or is lost, a partial record is still
+written and the raised error carries its path in ``record_path``.
+
+Example::
+
+    options = RunOptions(overrides=("11.noise_seed=7",))
+    outcome = run_workflow(Path("workflows/ltxv_tiny_t2v.api.json"), options)
+    print(outcome.record_path, outcome.result.server_seconds)
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from runner.client import DEFAULT_SERVER, ComfyClient, PromptResult
+from runner.errors import LeanVideoError, ServerError, WorkflowError
+from runner.follow import EventHandler
+from runner.outputs import OutputFile, download_outputs
+from runner.record import build_run_record, collect_server_info, write_run_record
+from runner.workflow import Override, apply_overrides, find_seeds, load_workflow, validate_workflow
+
+logger = logging.getLogger(__name__)
+
+RECORD_NAME = "run.json"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a workflow: which server, what to change, where the files go, how long to wait."""
+
+    server: str = DEFAULT_SERVER
+    out_dir: Path = Path("leanvideo-out")
+    overrides: tuple[str, ...] = ()
+    timeout: float = 1800.0
+    headers: tuple[tuple[str, str], ...] = ()
+    token: str | None = None
+    validate: bool = True
+    reconnect_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout}")
+        if not self.server.startswith(("http://", "https://")):
+            raise ValueError(f"server must be an http:// or https:// URL, got {self.server!r}")
+
+    def make_client(self) -> ComfyClient:
+        return ComfyClient(
+            self.server,
+            headers=dict(self.headers),
+            token=self.token,
+            reconnect_timeout=self.reconnect_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """The finished run: its record (as written), where it is, the prompt result and the files."""
+
+    record: dict[str, Any]
+    record_path: Path
+    result: PromptResult
+    files: list[OutputFile] = field(default_factory=list)
+
+
+def collect_environment(client: ComfyClient) -> dict[str, Any]:
+    """Environment fields from ``/system_stats`` and, when the pack is loaded, ``/leanvideo/info``."""
+    try:
+        pack_info = client.get_json("/leanvideo/info")
+    except ServerError:
+        pack_info = None
+    return collect_server_info(client.get_json("/system_stats"), pack_info)
+
+
+def prepare_workflow(
+    path: Path, client: ComfyClient, overrides: tuple[str, ...], *, validate: bool = True
+) -> tuple[dict[str, Any], list[Override]]:
+    """The workflow with overrides applied, validated against the server's ``/object_info``.
+
+    Raises:
+        WorkflowError: unreadable file, bad override, or validation errors (each naming its node).
+    """
+    workflow = load_workflow(path)
+    object_info = client.get_json("/object_info")
+    applied = apply_overrides(workflow, list(overrides), object_info)
+    if validate:
+        errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
+        if errors:
+            lines = "\n".join(f"  {problem}" for problem in errors)
+            raise WorkflowError(f"workflow {path} does not validate against {client.base_url}:\n{lines}")
+    return workflow, applied
+
+
+def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None = None) -> RunOutcome:
+    """Run ``path`` as the module docstring says; ``on_event`` sees every :class:`ClientEvent`.
+
+    Raises:
+        WorkflowError, ServerError, PromptFailedError (and subclasses): see :mod:`runner.errors`; when a
+        prompt was submitted, the error's ``record_path`` names the partial run record.
+    """
+    with options.make_client() as client:
+        workflow, applied = prepare_workflow(path, client, options.overrides, validate=options.validate)
+        environment = collect_environment(client)
+        prompt_id = str(uuid.uuid4())
+        # A folder per run (created when there is something to write): outputs never collide.
+        run_dir = options.out_dir / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{prompt_id[:8]}"
+        try:
+            result = client.run(workflow, timeout=options.timeout, on_event=on_event, prompt_id=prompt_id)
+        except LeanVideoError as exc:
+            if isinstance(exc.result, PromptResult):
+                if exc.result.error is None:
+                    exc.result.error = {
+                        "node_id": None,
+                        "class_type": None,
+                        "exception_type": type(exc).__name__,
+                        "message": str(exc),
+                    }
+                exc.record_path = _write(client, exc.result, workflow, path, environment, applied, run_dir)[0]
+            raise
+        record_path, record, files = _write(client, result, workflow, path, environment, applied, run_dir)
+    return RunOutcome(record=record, record_path=record_path, result=result, files=files)
+
+
+def _write(
+    client: ComfyClient,
+    result: PromptResult,
+    workflow: dict[str, Any],
+    path: Path,
+    environment: dict[str, Any],
+    applied: list[Override],
+    run_dir: Path,
+) -> tuple[Path, dict[str, Any], list[OutputFile]]:
+    """Download the outputs and write the record; on a failed prompt, whatever can be had."""
+    files: list[OutputFile] = []
+    telemetry: dict[str, Any] = {"available": False, "reason": f"prompt {result.status}"}
+    try:
+        telemetry = client.read_telemetry(result.prompt_id)
+        files = download_outputs(client, result.outputs, run_dir)
+    except ServerError as exc:
+        if result.status == "success":
+            raise
+        logger.warning("partial run %s: could not fetch outputs: %s", result.prompt_id, exc)
+    record = build_run_record(
+        result,
+        workflow,
+        path,
+        environment,
+        files,
+        overrides=applied,
+        seeds=find_seeds(workflow),
+        telemetry=telemetry,
+    )
+    return write_run_record(record, run_dir / RECORD_NAME), record, files

@@ -1,0 +1,339 @@
+"""API-format workflows: load them, apply ``--set`` overrides, and validate them against ``/object_info``.
+
+An override is ``TARGET.input=VALUE``. TARGET is a node id (``11``, ``406.0.0.428``, ``54:73``), a node
+title (``_meta.title``) or a class_type when only one node has it; VALUE is parsed as JSON when it can
+be (``8``, ``2.5``, ``true``, ``"text"``) and taken as a string otherwise, then checked against the
+input's type in ``/object_info`` (INT/FLOAT ranges, BOOLEAN, STRING, combo choices). Unknown targets
+and inputs are rejected with the closest matches.
+
+Example::
+
+    workflow = load_workflow(Path("workflows/ltxv_tiny_t2v.api.json"))
+    applied = apply_overrides(workflow, ["Sample.noise_seed=7", "9.steps=4"], object_info)
+    problems = validate_workflow(workflow, object_info)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import WorkflowError
+
+Workflow = dict[str, Any]
+ObjectInfo = dict[str, Any]
+
+SEED_INPUTS = ("seed", "noise_seed")
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+
+
+@dataclass(frozen=True)
+class Override:
+    """One applied ``--set``: where it landed, the new value and the one it replaced."""
+
+    spec: str
+    node_id: str
+    input_name: str
+    value: Any
+    previous: Any
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding; ``node_id`` and ``input_name`` say where."""
+
+    node_id: str
+    class_type: str
+    input_name: str | None
+    message: str
+    kind: str = "error"
+
+    def __str__(self) -> str:
+        where = f"node {self.node_id} ({self.class_type})"
+        return (
+            f"{where} input {self.input_name!r}: {self.message}"
+            if self.input_name
+            else f"{where}: {self.message}"
+        )
+
+
+def load_workflow(path: Path) -> Workflow:
+    """Read an API-format workflow, with an error that names the file when it is not one."""
+    try:
+        workflow = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise WorkflowError(f"workflow file {path} does not exist") from exc
+    except json.JSONDecodeError as exc:
+        raise WorkflowError(f"workflow file {path} is not valid JSON: {exc}") from exc
+    if isinstance(workflow, dict) and "nodes" in workflow and "links" in workflow:
+        raise WorkflowError(
+            f"workflow file {path} is not in API format: it is an editor (UI) workflow; export it with "
+            "'Export (API)' in ComfyUI"
+        )
+    if not isinstance(workflow, dict) or not all(
+        isinstance(node, dict) and "class_type" in node for node in workflow.values()
+    ):
+        raise WorkflowError(f"workflow file {path} is not in API format (node id -> {{class_type, inputs}})")
+    return workflow
+
+
+def node_title(node: dict[str, Any]) -> str | None:
+    meta = node.get("_meta")
+    title = meta.get("title") if isinstance(meta, dict) else None
+    return title if isinstance(title, str) else None
+
+
+def resolve_node(workflow: Workflow, target: str) -> str:
+    """The node id ``target`` names: an id, a unique title, or a unique class_type.
+
+    Raises:
+        WorkflowError: nothing or more than one node matches (with close matches / the candidates).
+    """
+    if target in workflow:
+        return target
+    for label, key in (("title", node_title), ("class_type", lambda n: n.get("class_type"))):
+        matches = [node_id for node_id, node in workflow.items() if key(node) == target]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise WorkflowError(
+                f"{target!r} is the {label} of several nodes ({', '.join(matches)}); address one by id"
+            )
+    names = set(workflow) | {str(n.get("class_type")) for n in workflow.values()}
+    names |= {t for t in map(node_title, workflow.values()) if t}
+    raise WorkflowError(f"no node {target!r} in the workflow{_close(target, names)}")
+
+
+def input_spec(object_info: ObjectInfo, class_type: str, input_name: str) -> list[Any] | None:
+    """``[type, options]`` of one input of a node class, or ``None`` when the class has no such input."""
+    inputs = (object_info.get(class_type) or {}).get("input") or {}
+    for section in ("required", "optional"):
+        spec = (inputs.get(section) or {}).get(input_name)
+        if spec is not None:
+            return list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    return None
+
+
+def input_names(object_info: ObjectInfo, class_type: str) -> list[str]:
+    inputs = (object_info.get(class_type) or {}).get("input") or {}
+    return [name for section in ("required", "optional") for name in (inputs.get(section) or {})]
+
+
+def parse_override(spec: str) -> tuple[str, str, Any]:
+    """Split ``TARGET.input=VALUE`` into its parts; VALUE is parsed as JSON when possible."""
+    left, equals, raw = spec.partition("=")
+    target, dot, name = left.rpartition(".")
+    if not equals or not dot or not target or not name:
+        raise WorkflowError(
+            f"--set {spec!r}: expected NODE.input=VALUE (e.g. KSampler.seed=42, 11.noise_seed=7)"
+        )
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return target.strip(), name.strip(), value
+
+
+def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInfo | None) -> list[Override]:
+    """Apply ``--set`` overrides to ``workflow`` in place, each type-checked; returns what changed.
+
+    Raises:
+        WorkflowError: an unknown node or input (with close matches), a linked input, or a bad value.
+    """
+    applied: list[Override] = []
+    for spec in specs:
+        target, name, value = parse_override(spec)
+        node_id = resolve_node(workflow, target)
+        node = workflow[node_id]
+        class_type = str(node.get("class_type"))
+        inputs = node.setdefault("inputs", {})
+        where = f"--set {spec!r}: node {node_id} ({class_type})"
+        if object_info is not None and class_type in object_info:
+            spec_list = input_spec(object_info, class_type, name)
+            if spec_list is None:
+                known = input_names(object_info, class_type)
+                raise WorkflowError(f"{where} has no input {name!r}{_close(name, known, 'inputs')}")
+            value = coerce_value(spec_list, value, where=f"{where} input {name!r}")
+        elif name not in inputs:
+            raise WorkflowError(f"{where} has no input {name!r}{_close(name, list(inputs), 'inputs')}")
+        if _is_link(inputs.get(name)):
+            raise WorkflowError(
+                f"{where} input {name!r} is linked to node {inputs[name][0]}; cannot set a value"
+            )
+        applied.append(Override(spec, node_id, name, value, inputs.get(name)))
+        inputs[name] = value
+    return applied
+
+
+def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
+    """``value`` converted to the input's type and checked against its range or choices."""
+    kind, options = spec[0], (spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {})
+    choices = _choices(kind, options)
+    if choices is not None:
+        if value not in choices and str(value) in choices:
+            value = str(value)
+        if value not in choices:
+            raise WorkflowError(f"{where}: {value!r} is not one of the choices{_close(str(value), choices)}")
+        return value
+    if kind == "INT":
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        ):
+            raise WorkflowError(f"{where} expects an integer, got {value!r}")
+        value = int(value)
+    elif kind == "FLOAT":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise WorkflowError(f"{where} expects a number, got {value!r}")
+        value = float(value)
+    elif kind == "BOOLEAN":
+        if not isinstance(value, bool):
+            raise WorkflowError(f"{where} expects true or false, got {value!r}")
+        return value
+    elif kind == "STRING":
+        return value if isinstance(value, str) else json.dumps(value)
+    else:
+        raise WorkflowError(f"{where} takes a {kind} from a link, not a value")
+    low, high = options.get("min"), options.get("max")
+    if low is not None and value < low:
+        raise WorkflowError(f"{where}: {value} is below the minimum {low}")
+    if high is not None and value > high:
+        raise WorkflowError(f"{where}: {value} is above the maximum {high}")
+    return value
+
+
+def find_seeds(workflow: Workflow) -> dict[str, Any]:
+    """Every seed input with a literal value, as ``{"11.noise_seed": 42}``."""
+    return {
+        f"{node_id}.{name}": node.get("inputs", {}).get(name)
+        for node_id, node in workflow.items()
+        for name in SEED_INPUTS
+        if name in node.get("inputs", {}) and not _is_link(node["inputs"][name])
+    }
+
+
+def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Problem]:
+    """Check a workflow before submitting: unknown nodes, missing or invalid inputs, bad links and
+    model files the server does not have (values missing from ``/object_info`` choice lists)."""
+    problems: list[Problem] = []
+    for node_id, node in workflow.items():
+        class_type = str(node.get("class_type"))
+        info = object_info.get(class_type)
+        if info is None:
+            known = list(object_info)
+            problems.append(
+                Problem(node_id, class_type, None, f"unknown node type{_close(class_type, known)}")
+            )
+            continue
+        inputs = node.get("inputs") or {}
+        required = ((info.get("input") or {}).get("required")) or {}
+        for name in required:
+            if name not in inputs:
+                problems.append(Problem(node_id, class_type, name, "required input is missing"))
+        for name, value in inputs.items():
+            spec = input_spec(object_info, class_type, name)
+            if spec is None:
+                problems.append(
+                    Problem(node_id, class_type, name, "not an input of this node; ignored", "warning")
+                )
+            elif _is_link(value):
+                problems += _check_link(workflow, object_info, node_id, class_type, name, spec, value)
+            else:
+                problems += _check_value(node_id, class_type, name, spec, value)
+    return problems
+
+
+def _check_link(
+    workflow: Workflow,
+    object_info: ObjectInfo,
+    node_id: str,
+    class_type: str,
+    name: str,
+    spec: list[Any],
+    link: list[Any],
+) -> list[Problem]:
+    source_id, index = str(link[0]), link[1]
+    source = workflow.get(source_id)
+    if source is None:
+        return [
+            Problem(node_id, class_type, name, f"is linked to node {source_id}, which is not in the workflow")
+        ]
+    outputs = (object_info.get(str(source.get("class_type"))) or {}).get("output")
+    if outputs is None:
+        return []  # the source's own problem is reported on the source
+    if not isinstance(index, int) or not 0 <= index < len(outputs):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"is linked to output {index} of node {source_id}, which has {len(outputs)}",
+            )
+        ]
+    produced, wanted = outputs[index], spec[0]
+    comparable = isinstance(wanted, str) and isinstance(produced, str) and "*" not in (wanted, produced)
+    if comparable and wanted != "COMBO" and not set(produced.split(",")) & set(wanted.split(",")):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"expects {wanted} but node {source_id} output {index} is {produced}",
+            )
+        ]
+    return []
+
+
+def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], value: Any) -> list[Problem]:
+    options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    choices = _choices(spec[0], options)
+    if (
+        choices is not None
+        and value not in choices
+        and isinstance(value, str)
+        and value.lower().endswith(MODEL_SUFFIXES)
+    ):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"model file {value!r} does not exist on the server{_close(value, choices)}",
+            )
+        ]
+    if choices is not None and not choices and options.get("image_upload"):
+        return [
+            Problem(node_id, class_type, name, f"file {value!r} does not exist in the server's input folder")
+        ]
+    try:
+        coerce_value(spec, value, where="value")
+    except WorkflowError as exc:
+        return [Problem(node_id, class_type, name, str(exc).removeprefix("value").lstrip(": "))]
+    return []
+
+
+def _choices(kind: Any, options: dict[str, Any]) -> list[Any] | None:
+    if isinstance(kind, list):
+        return kind
+    if kind == "COMBO":
+        return list(options.get("options") or [])
+    return None
+
+
+def _is_link(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    )
+
+
+def _close(word: str, candidates: Any, label: str = "matches") -> str:
+    names = sorted({str(c) for c in candidates})
+    close = difflib.get_close_matches(word, names, n=5, cutoff=0.5)
+    if close:
+        return f"; close {label}: {', '.join(close)}"
+    return f"; known {label}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""

@@ -1,0 +1,121 @@
+"""The message → event table of runner.events, on scripted message streams (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.events import PromptTracker, class_type_of, phase_of, phase_seconds
+
+WORKFLOW: dict[str, Any] = {
+    "1": {"class_type": "CheckpointLoaderSimple", "inputs": {}},
+    "3": {"class_type": "CLIPTextEncode", "inputs": {}},
+    "11": {"class_type": "SamplerCustom", "inputs": {}},
+    "12": {"class_type": "VAEDecode", "inputs": {}},
+    "14": {"class_type": "SaveVideo", "inputs": {}},
+    "54:73": {"class_type": "KSampler", "inputs": {}},
+}
+PID = "p-1"
+
+
+def feed(tracker: PromptTracker, script: list[tuple[float, str, dict[str, Any]]]) -> list[str]:
+    kinds: list[str] = []
+    for now, kind, data in script:
+        kinds += [event.kind for event in tracker.handle({"type": kind, "data": data}, now)]
+    return kinds
+
+
+def test_a_full_stream_gives_node_step_and_server_window_timings() -> None:
+    tracker = PromptTracker(PID, WORKFLOW)
+    kinds = feed(
+        tracker,
+        [
+            (0.0, "status", {"status": {}}),
+            (0.1, "execution_start", {"prompt_id": PID, "timestamp": 10_000}),
+            (0.1, "execution_cached", {"prompt_id": PID, "nodes": ["1", "3"]}),
+            (0.2, "executing", {"prompt_id": PID, "node": "11"}),
+            (0.5, "progress", {"prompt_id": PID, "node": "11", "value": 1, "max": 2}),
+            (0.6, "progress", {"prompt_id": PID, "node": "11", "value": 2, "max": 2}),
+            (0.7, "executing", {"prompt_id": PID, "node": "12"}),
+            (1.0, "executing", {"prompt_id": PID, "node": "14"}),
+            (1.2, "executed", {"prompt_id": PID, "node": "14", "output": {"images": []}}),
+            (1.2, "execution_success", {"prompt_id": PID, "timestamp": 11_100}),
+            (1.3, "executing", {"prompt_id": PID, "node": None}),
+        ],
+    )
+    assert kinds == [
+        "started",
+        "cached",
+        "cached",
+        "node",
+        "step",
+        "step",
+        "node",
+        "node",
+        "output",
+        "success",
+        "done",
+    ]
+    assert tracker.done and tracker.status == "success"
+    assert tracker.server_seconds == 1.1
+    by_id = {t.node_id: t for t in tracker.timings}
+    assert by_id["1"].cached and by_id["3"].cached and by_id["1"].seconds == 0.0
+    assert round(by_id["11"].seconds, 6) == 0.5 and by_id["11"].steps == 2
+    assert [round(s, 6) for s in by_id["11"].step_seconds] == [0.3, 0.1]
+    assert round(by_id["14"].seconds, 6) == 0.3
+    phases = phase_seconds(tracker.timings)
+    assert phases["sampling"] == 0.5 and phases["vae_decode"] == 0.3 and phases["model_load"] == 0.0
+
+
+def test_an_execution_error_keeps_node_id_class_and_message() -> None:
+    tracker = PromptTracker(PID, WORKFLOW)
+    error = {"prompt_id": PID, "node_id": "12", "node_type": "VAEDecode", "exception_type": "RuntimeError"}
+    feed(
+        tracker,
+        [
+            (0.0, "executing", {"prompt_id": PID, "node": "12"}),
+            (0.4, "execution_error", {**error, "exception_message": " out of memory\n", "timestamp": 5}),
+            (0.5, "executing", {"prompt_id": PID, "node": None}),
+        ],
+    )
+    assert tracker.status == "error"
+    assert tracker.error == {
+        "node_id": "12",
+        "class_type": "VAEDecode",
+        "exception_type": "RuntimeError",
+        "message": "out of memory",
+    }
+    assert [t.node_id for t in tracker.timings] == ["12"]
+
+
+def test_history_fills_what_the_socket_missed() -> None:
+    tracker = PromptTracker(PID, WORKFLOW)
+    tracker.handle({"type": "executing", "data": {"prompt_id": PID, "node": "11"}}, 1.0)
+    entry = {
+        "outputs": {},
+        "status": {
+            "status_str": "error",
+            "messages": [
+                ["execution_start", {"prompt_id": PID, "timestamp": 1000}],
+                ["execution_cached", {"prompt_id": PID, "nodes": ["1"], "timestamp": 1001}],
+                ["execution_interrupted", {"prompt_id": PID, "node_id": "11", "timestamp": 3000}],
+            ],
+        },
+    }
+    tracker.apply_history(entry)
+    assert tracker.done and tracker.status == "interrupted" and tracker.server_seconds == 2.0
+    assert [(t.node_id, t.cached) for t in tracker.timings] == [("1", True)]
+
+
+def test_node_ids_of_expansions_and_subgraphs_resolve_to_their_class() -> None:
+    assert class_type_of(WORKFLOW, "11.0.0.5") == "SamplerCustom"
+    assert class_type_of(WORKFLOW, "54:73") == "KSampler"
+    assert class_type_of(WORKFLOW, "99") == "?"
+    assert [
+        phase_of(c) for c in ("KSamplerSelect", "KSampler", "UNETLoader", "SaveWEBM", "CLIPTextEncode")
+    ] == [
+        "other",
+        "sampling",
+        "model_load",
+        "save",
+        "text_encode",
+    ]

@@ -1,0 +1,248 @@
+"""Fault injection with a fake server: socket drops, a vanishing or restarted server, the history race,
+garbage on the socket, timeouts, Ctrl-C and auth headers. Each run is submitted exactly once and each
+output file downloaded exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.client import ClientEvent, ComfyClient, PromptResult
+from runner.errors import (
+    PromptCancelledError,
+    PromptFailedError,
+    PromptLostError,
+    PromptTimeoutError,
+    ServerUnreachableError,
+)
+from runner.outputs import download_outputs
+from runner.run import RunOptions, run_workflow
+from tests.fake_server import OUTPUTS, VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
+
+
+def msg(kind: str, prompt_id: str | None, **data: Any) -> dict[str, Any]:
+    return {"type": kind, "data": {"prompt_id": prompt_id, **data} if prompt_id else data}
+
+
+async def start_and_enter_node_2(fake: FakeComfy, pid: str) -> None:
+    await fake.send(msg("execution_start", pid, timestamp=now_ms()))
+    await fake.send(msg("execution_cached", pid, nodes=["1"], timestamp=now_ms()))
+    await fake.send(msg("executing", pid, node="2", display_node="2"))
+    await fake.send(msg("progress", pid, node="2", value=1, max=3))
+
+
+async def finish_normally(fake: FakeComfy, pid: str) -> None:
+    await fake.send(msg("progress", pid, node="2", value=2, max=3))
+    await fake.send(msg("progress", pid, node="2", value=3, max=3))
+    await fake.send(msg("executing", pid, node="3", display_node="3"))
+    await fake.send(msg("executed", pid, node="3", output=OUTPUTS["3"]))
+    await fake.send(msg("execution_success", pid, timestamp=now_ms()))
+    fake.finish(pid)
+    await fake.send(msg("executing", pid, node=None))
+
+
+def client(fake: FakeComfy, **kwargs: Any) -> ComfyClient:
+    return ComfyClient(fake.url, reconnect_timeout=kwargs.pop("reconnect_timeout", 5.0), **kwargs)
+
+
+def assert_single_submission_and_download(fake: FakeComfy, result: PromptResult, tmp_path: Path) -> None:
+    assert [call for call in fake.calls if call[0] == "POST /prompt"] == [("POST /prompt", result.prompt_id)]
+    assert result.outputs == OUTPUTS
+    with client(fake) as again:
+        files = download_outputs(again, result.outputs, tmp_path / "run")
+    assert len(files) == 1 and files[0].path.read_bytes() == VIDEO_BYTES
+    assert files[0].sha256 == hashlib.sha256(VIDEO_BYTES).hexdigest()
+    assert sum(1 for call in fake.calls if call[0] == "GET /view") == 1
+    node_ids = [node.node_id for node in result.nodes]
+    assert len(node_ids) == len(set(node_ids)), f"duplicated node timings: {node_ids}"
+
+
+def test_socket_drop_while_the_prompt_finishes_is_reconciled_from_history(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.drop_sockets()
+        await asyncio.sleep(0.05)
+        fake.finish(pid)  # it finishes while the client is away: executing{node: null} is lost
+
+    with FakeComfy(script) as fake, client(fake) as comfy:
+        result = comfy.run(WORKFLOW, timeout=20)
+        assert result.status == "success" and result.reconnects == 1
+        assert result.server_seconds is not None and result.server_seconds > 0
+        assert_single_submission_and_download(fake, result, tmp_path)
+
+
+def test_socket_drop_mid_run_resumes_following_without_duplicates(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.drop_sockets()
+        await fake.wait_for_socket()
+        await asyncio.sleep(0.2)  # let the client reconcile first: the prompt is still running
+        await fake.send({"type": "executing", "data": {"node": "2"}})  # ComfyUI's repeat on reconnect
+        await finish_normally(fake, pid)
+
+    with FakeComfy(script) as fake, client(fake) as comfy:
+        result = comfy.run(WORKFLOW, timeout=20)
+        assert result.status == "success" and result.reconnects == 1
+        sampler = next(node for node in result.nodes if node.node_id == "2")
+        assert sampler.steps == 3 and len(sampler.step_seconds) == 3
+        assert [n.node_id for n in result.nodes] == ["1", "2", "3"]
+        assert_single_submission_and_download(fake, result, tmp_path)
+
+
+def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.vanish()
+
+    with (
+        FakeComfy(script) as fake,
+        client(fake, reconnect_timeout=0.8) as comfy,
+        pytest.raises(ServerUnreachableError, match="could not reconnect") as caught,
+    ):
+        comfy.run(WORKFLOW, timeout=20)
+    result = caught.value.result
+    assert isinstance(result, PromptResult) and result.partial and result.status == "unreachable"
+    assert caught.value.exit_code == 4
+
+
+def test_a_server_restart_is_reported_as_a_lost_prompt() -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.vanish()
+        await asyncio.sleep(0.3)
+        await fake.restart(forget=True)
+
+    with FakeComfy(script) as fake, client(fake) as comfy:
+        with pytest.raises(PromptLostError, match="restarted") as caught:
+            comfy.run(WORKFLOW, timeout=20)
+        assert sum(1 for call in fake.calls if call[0] == "POST /prompt") == 1
+    assert caught.value.result.status == "lost"
+
+
+def test_the_history_race_is_waited_out(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await finish_normally(fake, pid)
+
+    with FakeComfy(script, history_misses=3) as fake, client(fake) as comfy:
+        result = comfy.run(WORKFLOW, timeout=20)
+        assert sum(1 for call in fake.calls if call == ("GET /history", result.prompt_id)) >= 4
+        assert_single_submission_and_download(fake, result, tmp_path)
+
+
+def test_garbage_and_foreign_messages_are_ignored(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        for junk in (
+            b"\x00\x00\x00\x01\x89PNG preview bytes",
+            "not json at all",
+            "[1, 2, 3]",
+            '{"type": 5}',
+            '{"type": "progress", "data": "nope"}',
+            msg("progress", pid, node="2", value="a", max=None),
+            msg("crystools.monitor", None, cpu=3),
+            msg("executing", "someone-else", node=None),
+            msg("execution_error", "someone-else", node_id="9", exception_message="not ours"),
+        ):
+            await fake.send(junk)
+        await start_and_enter_node_2(fake, pid)
+        await fake.send(msg("executed", "someone-else", node="3", output={"images": [{"filename": "x"}]}))
+        await finish_normally(fake, pid)
+
+    with FakeComfy(script) as fake, client(fake) as comfy:
+        result = comfy.run(WORKFLOW, timeout=20)
+        assert result.status == "success" and result.error is None and result.reconnects == 0
+        assert_single_submission_and_download(fake, result, tmp_path)
+
+
+def test_timeout_cancels_the_prompt_on_the_server() -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)  # then nothing: the node never ends
+
+    with FakeComfy(script) as fake, client(fake) as comfy:
+        with pytest.raises(PromptTimeoutError) as caught:
+            comfy.run(WORKFLOW, timeout=0.5)
+        pid = caught.value.result.prompt_id
+        assert ("POST /queue", {"delete": [pid]}) in fake.calls
+        assert ("POST /interrupt", {"prompt_id": pid}) in fake.calls
+    assert caught.value.result.partial and caught.value.result.status == "timeout"
+    assert caught.value.exit_code == 7
+
+
+def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:
+    def press_ctrl_c_on_first_step(event: ClientEvent) -> None:
+        if event.kind == "step":
+            raise KeyboardInterrupt
+
+    with FakeComfy(start_and_enter_node_2) as fake, client(fake) as comfy:
+        with pytest.raises(PromptCancelledError) as caught:
+            comfy.run(WORKFLOW, timeout=20, on_event=press_ctrl_c_on_first_step)
+        result = caught.value.result
+        assert ("POST /interrupt", {"prompt_id": result.prompt_id}) in fake.calls
+        assert ("POST /queue", {"delete": [result.prompt_id]}) in fake.calls
+    assert caught.value.exit_code == 130
+    assert result.partial and result.status == "cancelled"
+    assert [n.node_id for n in result.nodes if n.cached] == ["1"]
+    assert result.error is not None and result.error["message"] == "cancelled while node 2 was running"
+
+
+def test_token_and_headers_reach_http_and_the_websocket() -> None:
+    with FakeComfy(lambda fake, pid: finish_normally(fake, pid)) as fake:
+        with client(fake, token="s3cret", headers={"X-Trace": "1"}) as comfy:
+            comfy.run(WORKFLOW, timeout=20)
+        assert ("auth /ws", "Bearer s3cret") in fake.calls
+        assert ("auth /prompt", "Bearer s3cret") in fake.calls
+
+
+def test_run_workflow_over_a_dropped_socket_keeps_one_file_and_reads_telemetry(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.drop_sockets()
+        await fake.wait_for_socket()
+        await finish_normally(fake, pid)
+
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    with FakeComfy(script) as fake:
+        run = RunOptions(server=fake.url, out_dir=tmp_path / "out", validate=False, overrides=("2.seed=5",))
+        outcome = run_workflow(path, run)
+        assert sum(1 for call in fake.calls if call[0] in ("POST /prompt", "GET /view")) == 2
+    files = sorted(p.name for p in outcome.record_path.parent.iterdir())
+    assert files == ["clip_00001_.mp4", "run.json"]
+    record = outcome.record
+    assert record["status"] == "success" and record["timing"]["reconnects"] == 1
+    assert record["seeds"] == {"2.seed": 5}
+    assert record["telemetry"] == {
+        "available": True,
+        "prompt_id": outcome.result.prompt_id,
+        "peak_rss_bytes": 123456,
+        "energy_j": None,
+    }
+
+
+def test_an_execution_error_writes_a_record_naming_the_node(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        error = {"node_id": "2", "node_type": "KSampler", "exception_type": "RuntimeError"}
+        await fake.send(msg("execution_error", pid, **error, exception_message="boom", timestamp=now_ms()))
+        fake.finish(pid, status="error", outputs={})
+        await fake.send(msg("executing", pid, node=None))
+
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    with FakeComfy(script) as fake, pytest.raises(PromptFailedError, match=r"node 2 \(KSampler\)") as caught:
+        run_workflow(path, RunOptions(server=fake.url, out_dir=tmp_path / "out", validate=False))
+    assert caught.value.exit_code == 6
+    record = json.loads(Path(caught.value.record_path).read_text())
+    assert record["status"] == "error" and record["outputs"] == []
+    assert record["error"] == {
+        "node_id": "2",
+        "class_type": "KSampler",
+        "exception_type": "RuntimeError",
+        "message": "boom",
+    }
+    assert record["telemetry"]["available"] is True

@@ -1,0 +1,192 @@
+"""UI → API conversion: widgets, links, reroutes, primitives, muted and bypassed nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.cli import main
+from runner.convert import convert_ui_workflow
+from runner.errors import WorkflowError
+from runner.server import ComfyServer
+from runner.workflow import validate_workflow
+
+OBJECT_INFO: dict[str, Any] = {
+    "CheckpointLoaderSimple": {
+        "input": {"required": {"ckpt_name": [["a.safetensors"], {}]}},
+        "input_order": {"required": ["ckpt_name"]},
+        "output": ["MODEL", "CLIP", "VAE"],
+        "display_name": "Load Checkpoint",
+    },
+    "LoadImage": {
+        "input": {"required": {"image": [["cat.png"], {"image_upload": True}]}},
+        "output": ["IMAGE", "MASK"],
+        "display_name": "Load Image",
+    },
+    "LoraLoaderModelOnly": {
+        "input": {
+            "required": {
+                "model": ["MODEL", {}],
+                "lora_name": [["l.safetensors"], {}],
+                "strength": ["FLOAT", {}],
+            }
+        },
+        "input_order": {"required": ["model", "lora_name", "strength"]},
+        "output": ["MODEL"],
+    },
+    "KSampler": {
+        "input": {
+            "required": {
+                "model": ["MODEL", {}],
+                "seed": ["INT", {"control_after_generate": True}],
+                "steps": ["INT", {}],
+                "cfg": ["FLOAT", {}],
+                "sampler_name": ["COMBO", {"options": ["euler"]}],
+                "latent_image": ["LATENT", {}],
+            },
+            "optional": {"denoise": ["FLOAT", {}], "extra": ["INT", {"forceInput": True}]},
+        },
+        "input_order": {
+            "required": ["model", "seed", "steps", "cfg", "sampler_name", "latent_image"],
+            "optional": ["denoise", "extra"],
+        },
+        "output": ["LATENT"],
+        "display_name": "KSampler",
+    },
+    "EmptyLatentImage": {
+        "input": {"required": {"width": ["INT", {}], "height": ["INT", {}]}},
+        "output": ["LATENT"],
+        "display_name": "Empty Latent Image",
+    },
+}
+
+
+def node(
+    node_id: int, kind: str, widgets: Any = None, inputs: Any = (), outputs: Any = (), **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "type": kind,
+        "mode": extra.pop("mode", 0),
+        "widgets_values": widgets if widgets is not None else [],
+        "inputs": [dict(i) for i in inputs],
+        "outputs": [dict(o) for o in outputs],
+        **extra,
+    }
+
+
+UI: dict[str, Any] = {
+    "nodes": [
+        node(
+            1,
+            "CheckpointLoaderSimple",
+            ["a.safetensors"],
+            outputs=[{"name": "MODEL", "type": "MODEL", "links": [1]}],
+        ),
+        node(
+            2,
+            "Reroute",
+            None,
+            inputs=[{"name": "", "type": "*", "link": 1}],
+            outputs=[{"type": "MODEL", "links": [2]}],
+        ),
+        node(
+            3,
+            "LoraLoaderModelOnly",
+            ["l.safetensors", 0.5],
+            inputs=[{"name": "model", "type": "MODEL", "link": 2}],
+            outputs=[{"name": "MODEL", "type": "MODEL", "links": [3]}],
+            mode=4,
+        ),
+        node(
+            4,
+            "KSampler",
+            [7, "randomize", 20, 3.5, "euler", 0.9],
+            inputs=[
+                {"name": "model", "type": "MODEL", "link": 3},
+                {"name": "latent_image", "type": "LATENT", "link": 4},
+                {"name": "steps", "type": "INT", "link": 5, "widget": {"name": "steps"}},
+                {"name": "extra", "type": "INT", "link": 7},
+            ],
+            title="My Sampler",
+        ),
+        node(5, "EmptyLatentImage", {"width": 64, "height": 32}, outputs=[{"type": "LATENT", "links": [4]}]),
+        node(
+            6,
+            "PrimitiveNode",
+            [8, "fixed"],
+            outputs=[{"type": "INT", "links": [5], "widget": {"name": "steps"}}],
+        ),
+        node(7, "LoadImage", ["cat.png", "image"], outputs=[{"type": "IMAGE", "links": []}], mode=2),
+        node(8, "EmptyLatentImage", [1, 1], outputs=[{"type": "INT", "links": [7]}], mode=2),
+        node(9, "Note", ["remember the milk"]),
+        node(10, "LoadImage", ["cat.png", "image"], outputs=[{"type": "IMAGE", "links": []}]),
+    ],
+    "links": [
+        [1, 1, 0, 2, 0, "MODEL"],
+        [2, 2, 0, 3, 0, "MODEL"],
+        [3, 3, 0, 4, 0, "MODEL"],
+        {"id": 4, "origin_id": 5, "origin_slot": 0, "target_id": 4, "target_slot": 1, "type": "LATENT"},
+        [5, 6, 0, 4, 2, "INT"],
+        [7, 8, 0, 4, 3, "INT"],
+    ],
+}
+
+
+def test_conversion_follows_reroutes_primitives_bypass_and_mute() -> None:
+    api = convert_ui_workflow(UI, OBJECT_INFO)
+    assert sorted(api, key=int) == ["1", "4", "5", "10"]  # reroute, primitive, bypassed, muted, note left out
+    assert api["4"] == {
+        "inputs": {
+            "seed": 7,  # the "randomize" control value is skipped
+            "steps": 8,  # from the primitive feeding the converted widget
+            "cfg": 3.5,
+            "sampler_name": "euler",
+            "denoise": 0.9,
+            "model": ["1", 0],  # through the reroute and the bypassed LoRA
+            "latent_image": ["5", 0],
+        },  # "extra" came from a muted node: left out
+        "class_type": "KSampler",
+        "_meta": {"title": "My Sampler"},
+    }
+    assert (
+        api["5"]["inputs"] == {"width": 64, "height": 32}
+        and api["5"]["_meta"]["title"] == "Empty Latent Image"
+    )
+    assert api["10"]["inputs"] == {"image": "cat.png"}  # the upload button's value is not an input
+    assert validate_workflow(api, OBJECT_INFO) == []
+
+
+def test_unknown_nodes_and_subgraphs_are_refused_by_node_id() -> None:
+    with pytest.raises(WorkflowError, match="node 1: unknown node type 'Nope'"):
+        convert_ui_workflow({"nodes": [node(1, "Nope")], "links": []}, OBJECT_INFO)
+    ui = {"nodes": [node(2, "0b8b-uuid")], "links": [], "definitions": {"subgraphs": [{"id": "0b8b-uuid"}]}}
+    with pytest.raises(WorkflowError, match="node 2 is a subgraph"):
+        convert_ui_workflow(ui, OBJECT_INFO)
+    with pytest.raises(WorkflowError, match="no 'nodes' list"):
+        convert_ui_workflow({"1": {"class_type": "X"}}, OBJECT_INFO)
+
+
+@pytest.mark.integration
+def test_cli_converts_the_shipped_ltxv_template(
+    comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import comfyui_workflow_templates_media_video as templates
+
+    source = Path(templates.__file__).parent / "templates" / "ltxv_text_to_video.json"
+    out = tmp_path / "api.json"
+    assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    api = json.loads(out.read_text())
+    sampler = next(n for n in api.values() if n["class_type"] == "SamplerCustom")
+    assert sampler["inputs"]["noise_seed"] == 497797676867141 and sampler["inputs"]["cfg"] == 3
+    assert sampler["inputs"]["model"] == ["44", 0] and sampler["inputs"]["negative"] == ["69", 1]
+    assert {n["class_type"] for n in api.values()} >= {"CLIPLoader", "LTXVScheduler", "SaveVideo"}
+    assert main(["workflow", "validate", str(out), "--server", comfy_server.url, "--json"]) == 5
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert {(p["node_id"], p["input"]) for p in problems} == {("38", "clip_name"), ("44", "ckpt_name")}
+    assert all("model file" in p["message"] for p in problems)
+    assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 5

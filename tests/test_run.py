@@ -1,0 +1,196 @@
+"""`leanvideo run` / `leanvideo workflow validate` against the real pinned server with the tiny models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from runner.cli import main
+from runner.client import ClientEvent
+from runner.demo import DEMO_WORKFLOW
+from runner.errors import PromptCancelledError, WorkflowError
+from runner.run import RunOptions, run_workflow
+from runner.server import ComfyServer
+
+pytestmark = pytest.mark.integration
+
+
+def fresh_seed() -> int:
+    """A seed no earlier run of the shared server used, so nothing is served from its cache."""
+    return random.SystemRandom().randrange(10**6, 10**12)
+
+
+def options(server: ComfyServer, out: Path, *sets: str, **kwargs: Any) -> RunOptions:
+    return RunOptions(server=server.url, out_dir=out, overrides=sets, timeout=120, **kwargs)
+
+
+def write_workflow(tmp_path: Path, workflow: dict[str, Any], name: str = "wf.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(workflow))
+    return path
+
+
+def test_run_with_overrides_writes_a_complete_record(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    seed = fresh_seed()
+    events: list[ClientEvent] = []
+    outcome = run_workflow(
+        DEMO_WORKFLOW,
+        options(comfy_server, tmp_path, f"Sample.noise_seed={seed}", "9.steps=4"),
+        events.append,
+    )
+    record = outcome.record
+    assert record["schema"] == "leanvideo.run" and record["version"] == 2 and not record["partial"]
+    assert record["status"] == "success" and record["error"] is None
+    assert record["prompt_id"] == outcome.result.prompt_id
+    assert record["seeds"] == {"11.noise_seed": seed}
+    assert [(o["node_id"], o["input_name"], o["value"]) for o in record["overrides"]] == [
+        ("11", "noise_seed", seed),
+        ("9", "steps", 4),
+    ]
+    assert record["workflow"]["file_sha256"] == hashlib.sha256(DEMO_WORKFLOW.read_bytes()).hexdigest()
+    environment = record["environment"]
+    assert environment["comfyui_version"] == "0.3.75" and "--cpu" in environment["comfyui_argv"]
+    assert environment["pytorch_version"] and environment["device"]["type"] == "cpu"
+    assert environment["leanvideo_version"] and environment["runner_version"]
+    timing = record["timing"]
+    assert 0 < timing["server_execution_s"] <= timing["wall_s"]
+    assert timing["phases"]["sampling"] > 0 and timing["phases"]["vae_decode"] > 0
+    sampler = next(node for node in record["nodes"] if node["node_id"] == "11")
+    assert sampler["steps"] == 4 and len(sampler["step_seconds"]) == 4 and not sampler["cached"]
+    assert sum(event.kind == "step" for event in events) == 4 and events[-1].kind == "done"
+    assert "available" in record["telemetry"]
+    (video,) = record["outputs"]
+    path = Path(video["path"])
+    assert path.parent == outcome.record_path.parent and path.name == video["server_name"]
+    assert (
+        video["bytes"] == path.stat().st_size
+        and video["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    )
+    assert (video["video"]["frames"], video["video"]["width"], video["video"]["fps"]) == (9, 64, 24.0)
+
+
+def test_an_identical_rerun_is_served_from_the_cache(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    run = options(comfy_server, tmp_path, f"11.noise_seed={fresh_seed()}", "9.steps=2")
+    first = run_workflow(DEMO_WORKFLOW, run)
+    second = run_workflow(DEMO_WORKFLOW, run)
+    assert not all(node["cached"] for node in first.record["nodes"])
+    assert second.record["status"] == "success"
+    assert all(node["cached"] for node in second.record["nodes"]) and len(second.record["nodes"]) == 14
+    assert second.record["timing"]["phases"]["sampling"] == 0.0
+    assert second.record_path.parent != first.record_path.parent  # a folder per run: nothing overwritten
+    assert second.files[0].sha256 == first.files[0].sha256  # the cached output is the same file
+
+
+def test_validation_errors_name_the_node_client_side_and_server_side(
+    comfy_server: ComfyServer, tiny_workflow: dict[str, Any], tmp_path: Path
+) -> None:
+    tiny_workflow["1"]["inputs"]["ckpt_name"] = "no-such-model.safetensors"
+    path = write_workflow(tmp_path, tiny_workflow)
+    with pytest.raises(
+        WorkflowError, match=r"node 1 \(CheckpointLoaderSimple\) input 'ckpt_name': model file"
+    ):
+        run_workflow(path, options(comfy_server, tmp_path / "a"))
+    with pytest.raises(WorkflowError, match=r"node 1 \(CheckpointLoaderSimple\) input 'ckpt_name'"):
+        run_workflow(path, options(comfy_server, tmp_path / "b", validate=False))
+    with pytest.raises(WorkflowError, match=r"close matches: .*Sample"):
+        run_workflow(DEMO_WORKFLOW, options(comfy_server, tmp_path / "c", "Sampel.noise_seed=1"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_ctrl_c_interrupts_the_prompt_on_the_server(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    def press_ctrl_c_on_first_step(event: ClientEvent) -> None:
+        if event.kind == "step":
+            raise KeyboardInterrupt
+
+    run = options(comfy_server, tmp_path, f"11.noise_seed={fresh_seed()}", "9.steps=400")
+    with pytest.raises(PromptCancelledError) as caught:
+        run_workflow(DEMO_WORKFLOW, run, press_ctrl_c_on_first_step)
+    prompt_id = caught.value.result.prompt_id
+    record = json.loads(Path(caught.value.record_path).read_text())
+    assert record["partial"] and record["status"] == "cancelled" and record["prompt_id"] == prompt_id
+    assert record["outputs"] == []
+    assert (record["error"]["node_id"], record["error"]["class_type"]) == ("11", "SamplerCustom")
+    entry = httpx.get(f"{comfy_server.url}/history/{prompt_id}").json()[prompt_id]
+    assert "execution_interrupted" in [kind for kind, _ in entry["status"]["messages"]]
+    queue = httpx.get(f"{comfy_server.url}/queue").json()
+    assert queue["queue_running"] == [] and queue["queue_pending"] == []
+
+
+def test_cli_run_prints_node_and_step_times(
+    comfy_server: ComfyServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "out"
+    code = main(
+        ["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--set", "9.steps=3", "--out", str(out)]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "SamplerCustom" in printed and "step times of node 11 (s):" in printed
+    assert "server execution window" in printed and "9 frames 64×64" in printed
+    (record_path,) = out.glob("*/run.json")
+    assert f"record: {record_path}" in printed
+
+    code = main(["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--json", "--out", str(out)])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0 and record["status"] == "success" and record["outputs"][0]["video"]["frames"] == 9
+
+
+def test_cli_workflow_validate(
+    comfy_server: ComfyServer,
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["workflow", "validate", str(DEMO_WORKFLOW), "--server", comfy_server.url]) == 0
+    assert "valid (0 error(s)" in capsys.readouterr().out
+    tiny_workflow["2"]["inputs"]["clip_name"] = "t5xxl.safetensors"
+    tiny_workflow["9"]["inputs"]["steps"] = 0
+    tiny_workflow["13"]["class_type"] = "CreateVide"
+    del tiny_workflow["14"]["inputs"]["format"]
+    path = write_workflow(tmp_path, tiny_workflow)
+    assert main(["workflow", "validate", str(path), "--server", comfy_server.url, "--json"]) == 5
+    found = json.loads(capsys.readouterr().out)
+    assert not found["valid"]
+    where = {(p["node_id"], p["input"]) for p in found["problems"]}
+    assert {("2", "clip_name"), ("9", "steps"), ("13", None), ("14", "format")} <= where
+
+
+def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "runner.cli", "run", str(DEMO_WORKFLOW), "--server", comfy_server.url]
+    command += ["--set", f"11.noise_seed={fresh_seed()}", "--set", "9.steps=3000", "--out", str(tmp_path)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not httpx.get(f"{comfy_server.url}/queue").json()["queue_running"]:
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert "cancelled" in err and "partial run record" in err
+    queue = httpx.get(f"{comfy_server.url}/queue").json()
+    assert queue["queue_running"] == [] and queue["queue_pending"] == []

@@ -1,0 +1,40 @@
+"""`leanvideo run` exit codes and partial records on faults, against the fake server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from tests.fake_server import WORKFLOW, FakeComfy, now_ms
+
+
+async def never_finishes(fake: FakeComfy, pid: str) -> None:
+    await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+    await fake.send({"type": "executing", "data": {"prompt_id": pid, "node": "2"}})
+
+
+def test_a_timeout_exits_7_and_prints_the_partial_record_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    with FakeComfy(never_finishes) as fake:
+        command = ["run", str(path), "--server", fake.url, "--no-validate", "--json", "--timeout", "0.5"]
+        code = main([*command, "--out", str(tmp_path / "out"), "--header", "X-Trace: 1"])
+    captured = capsys.readouterr()
+    assert code == 7
+    record = json.loads(captured.out)
+    assert record["status"] == "timeout" and record["partial"]
+    assert record["error"]["node_id"] == "2" and record["error"]["class_type"] == "KSampler"
+    assert "did not finish within 0.5 s" in captured.err and "partial run record" in captured.err
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in (["--header", "no-colon"], ["--server", "ftp://x"], ["--timeout", "0"]):
+        with pytest.raises(SystemExit) as caught:
+            main(["run", str(tmp_path / "wf.json"), *bad])
+        assert caught.value.code == 2
+    assert "expected 'NAME: VALUE'" in capsys.readouterr().err

@@ -1,0 +1,152 @@
+"""--set overrides and validation against an /object_info excerpt (no server)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.errors import WorkflowError
+from runner.workflow import apply_overrides, find_seeds, load_workflow, parse_override, validate_workflow
+
+OBJECT_INFO: dict[str, Any] = {
+    "CheckpointLoaderSimple": {
+        "input": {"required": {"ckpt_name": [["ltxv-tiny.safetensors"], {}]}},
+        "output": ["MODEL", "CLIP", "VAE"],
+    },
+    "CLIPTextEncode": {
+        "input": {"required": {"text": ["STRING", {"multiline": True}], "clip": ["CLIP", {}]}},
+        "output": ["CONDITIONING"],
+    },
+    "KSampler": {
+        "input": {
+            "required": {
+                "model": ["MODEL", {}],
+                "seed": ["INT", {"min": 0, "max": 2**64 - 1}],
+                "steps": ["INT", {"min": 1, "max": 10000}],
+                "cfg": ["FLOAT", {"min": 0.0, "max": 100.0}],
+                "positive": ["CONDITIONING", {}],
+                "sampler_name": ["COMBO", {"options": ["euler", "dpmpp_2m"]}],
+            },
+            "optional": {"add_noise": ["BOOLEAN", {}]},
+        },
+        "output": ["LATENT"],
+    },
+}
+WORKFLOW: dict[str, Any] = {
+    "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "ltxv-tiny.safetensors"}},
+    "3": {
+        "class_type": "CLIPTextEncode",
+        "inputs": {"text": "a fox", "clip": ["1", 1]},
+        "_meta": {"title": "Positive"},
+    },
+    "4": {
+        "class_type": "CLIPTextEncode",
+        "inputs": {"text": "blur", "clip": ["1", 1]},
+        "_meta": {"title": "Negative"},
+    },
+    "5": {
+        "class_type": "KSampler",
+        "inputs": {
+            "model": ["1", 0],
+            "seed": 1,
+            "steps": 8,
+            "cfg": 3.0,
+            "positive": ["3", 0],
+            "sampler_name": "euler",
+        },
+        "_meta": {"title": "Sample"},
+    },
+}
+
+
+@pytest.fixture
+def workflow() -> dict[str, Any]:
+    return copy.deepcopy(WORKFLOW)
+
+
+def test_overrides_by_id_title_and_unique_class_are_typed(workflow: dict[str, Any]) -> None:
+    applied = apply_overrides(
+        workflow,
+        [
+            "KSampler.seed=42",
+            "5.steps=4",
+            "Sample.cfg=2",
+            "Positive.text=123",
+            "Sample.add_noise=false",
+            "KSampler.sampler_name=dpmpp_2m",
+        ],
+        OBJECT_INFO,
+    )
+    inputs = workflow["5"]["inputs"]
+    assert (inputs["seed"], inputs["steps"], inputs["cfg"], inputs["add_noise"]) == (42, 4, 2.0, False)
+    assert isinstance(inputs["cfg"], float) and inputs["sampler_name"] == "dpmpp_2m"
+    assert workflow["3"]["inputs"]["text"] == "123"
+    assert [(o.node_id, o.input_name, o.previous) for o in applied[:2]] == [
+        ("5", "seed", 1),
+        ("5", "steps", 8),
+    ]
+    assert find_seeds(workflow) == {"5.seed": 42}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("CLIPTextEncode.text=x", r"several nodes \(3, 4\)"),
+        ("KSamplr.seed=1", "close matches: KSampler"),
+        ("Sample.sed=1", "has no input 'sed'; close inputs: seed"),
+        ("Sample.steps=0", "below the minimum 1"),
+        ("Sample.steps=2.5", "expects an integer"),
+        ("Sample.cfg=abc", "expects a number"),
+        ("Sample.add_noise=1", "expects true or false"),
+        ("Sample.sampler_name=eulr", "not one of the choices; close matches: euler"),
+        ("Sample.model=3", "takes a MODEL from a link"),
+        ("Sample.seed", "expected NODE.input=VALUE"),
+        ("seed=3", "expected NODE.input=VALUE"),
+    ],
+)
+def test_bad_overrides_are_rejected_with_what_is_wrong(
+    workflow: dict[str, Any], spec: str, message: str
+) -> None:
+    with pytest.raises(WorkflowError, match=message):
+        apply_overrides(workflow, [spec], OBJECT_INFO)
+
+
+def test_parse_override_keeps_dots_in_node_ids_and_equals_in_values() -> None:
+    assert parse_override("406.0.0.428.text=a=b") == ("406.0.0.428", "text", "a=b")
+    assert parse_override("Load Checkpoint (v1.5).ckpt_name=x.safetensors") == (
+        "Load Checkpoint (v1.5)",
+        "ckpt_name",
+        "x.safetensors",
+    )
+
+
+def test_validate_names_the_node_of_every_problem(workflow: dict[str, Any]) -> None:
+    workflow["1"]["inputs"]["ckpt_name"] = "missing-model.safetensors"
+    workflow["4"]["class_type"] = "CLIPTextEncod"
+    del workflow["5"]["inputs"]["steps"]
+    workflow["5"]["inputs"]["positive"] = ["1", 0]
+    workflow["5"]["inputs"]["model"] = ["9", 0]
+    workflow["5"]["inputs"]["cfg"] = 500.0
+    workflow["5"]["inputs"]["denoise"] = 1.0
+    problems = {
+        (p.node_id, p.input_name, p.kind): p.message for p in validate_workflow(workflow, OBJECT_INFO)
+    }
+    assert "model file 'missing-model.safetensors' does not exist" in problems[("1", "ckpt_name", "error")]
+    assert "unknown node type; close matches: CLIPTextEncode" in problems[("4", None, "error")]
+    assert problems[("5", "steps", "error")] == "required input is missing"
+    assert "expects CONDITIONING but node 1 output 0 is MODEL" in problems[("5", "positive", "error")]
+    assert "node 9, which is not in the workflow" in problems[("5", "model", "error")]
+    assert "above the maximum 100.0" in problems[("5", "cfg", "error")]
+    assert ("5", "denoise", "warning") in problems
+    assert validate_workflow(copy.deepcopy(WORKFLOW), OBJECT_INFO) == []
+
+
+def test_load_workflow_rejects_editor_format_with_a_hint(tmp_path: Path) -> None:
+    ui = tmp_path / "ui.json"
+    ui.write_text(json.dumps({"nodes": [], "links": [], "version": 0.4}))
+    with pytest.raises(WorkflowError, match=r"editor \(UI\) workflow"):
+        load_workflow(ui)
