@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.cli_quantize import add_quantize_parser, run_quantize
 from runner.client import DEFAULT_SERVER
 from runner.convert import convert_ui_workflow
 from runner.demo import run_demo
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--out", type=Path, help="write the API JSON here (never overwritten; default stdout)"
     )
+    add_quantize_parser(sub)
     return parser
 
 
@@ -181,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_fixtures(args, console)
         if args.command == "run":
             return cmd_run(args, console, err)
+        if args.command == "quantize":
+            return run_quantize(args, console)
         if args.command == "workflow" and args.workflow_command == "convert":
             return cmd_workflow_convert(args, console)
         if args.command == "workflow":
