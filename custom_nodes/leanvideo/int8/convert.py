@@ -150,6 +150,7 @@ def quantize_file(
                     writer.write(key, packed.qdata)
                     writer.write(layer + SCALE_SUFFIX, packed.scale)
                     writer.write(layer + CONFIG_SUFFIX, config_to_tensor(packed.config))
+                    del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
                 else:
                     writer.write(key, tensor)
                 del tensor
