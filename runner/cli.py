@@ -30,6 +30,7 @@ from runner.render import RunProgress, problems_table, summary_table
 from runner.run import RunOptions, collect_environment, run_workflow
 from runner.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
 from runner.workflow import apply_overrides, load_workflow, validate_workflow
+from runner.workflow_diff import diff_workflows, summarize
 from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 DEFAULT_PORT = 8188
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-validate", action="store_true", help="skip the client-side check against /object_info"
     )
 
-    workflow = sub.add_parser("workflow", help="validate or convert workflow files against a server")
+    workflow = sub.add_parser("workflow", help="validate, convert or compare workflow files")
     workflow_sub = workflow.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
     validate = workflow_sub.add_parser(
         "validate",
@@ -114,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_arguments(validate)
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.input=VALUE")
     validate.add_argument("--json", action="store_true", help="print the findings as JSON")
+    diff = workflow_sub.add_parser(
+        "diff",
+        help="semantic differences between two workflows: nodes, inputs, links (not a text diff)",
+        epilog="exit codes: 0 same, 1 different, 4 server unreachable (UI files only), 5 unreadable file. "
+        "Editor (UI) files are converted to API format with the server's /object_info first.",
+    )
+    diff.add_argument("a", type=Path, help="the old workflow (API or UI format)")
+    diff.add_argument("b", type=Path, help="the new workflow (API or UI format)")
+    _add_server_arguments(diff)
+    diff.add_argument("--json", action="store_true", help="print the changes as JSON")
     convert = workflow_sub.add_parser(
         "convert",
         help="convert an editor (UI) workflow to API format using the server's /object_info",
@@ -185,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args, console, err)
         if args.command == "quantize":
             return run_quantize(args, console)
+        if args.command == "workflow" and args.workflow_command == "diff":
+            return cmd_workflow_diff(args, console)
         if args.command == "workflow" and args.workflow_command == "convert":
             return cmd_workflow_convert(args, console)
         if args.command == "workflow":
@@ -339,6 +352,34 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
         verdict = f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
         console.print(f"{args.file}: {'invalid' if errors else 'valid'} ({verdict})", highlight=False)
     return 5 if errors else 0
+
+
+def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
+    a, b = (_load_any_workflow(path, args) for path in (args.a, args.b))
+    changes = diff_workflows(a, b)
+    if args.json:
+        found = [change.to_json() for change in changes]
+        console.print_json(json.dumps({"a": str(args.a), "b": str(args.b), "changes": found}))
+    elif changes:
+        for change in changes:
+            console.print(str(change), highlight=False, markup=False)
+        counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in summarize(changes).items())
+        console.print(f"{len(changes)} change(s): {counts}", highlight=False)
+    else:
+        console.print(f"{args.a} and {args.b} are the same workflow", highlight=False)
+    return 1 if changes else 0
+
+
+def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise WorkflowError(f"cannot read {path}: {exc}") from exc
+    if not (isinstance(data, dict) and "nodes" in data and "links" in data):
+        return load_workflow(path)
+    with _run_options(args).make_client() as client:
+        return convert_ui_workflow(data, client.get_json("/object_info"))
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:

@@ -159,7 +159,7 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
             value = coerce_value(spec_list, value, where=f"{where} input {name!r}")
         elif name not in inputs:
             raise WorkflowError(f"{where} has no input {name!r}{_close(name, list(inputs), 'inputs')}")
-        if _is_link(inputs.get(name)):
+        if is_link(inputs.get(name)):
             raise WorkflowError(
                 f"{where} input {name!r} is linked to node {inputs[name][0]}; cannot set a value"
             )
@@ -210,7 +210,7 @@ def find_seeds(workflow: Workflow) -> dict[str, Any]:
         f"{node_id}.{name}": node.get("inputs", {}).get(name)
         for node_id, node in workflow.items()
         for name in SEED_INPUTS
-        if name in node.get("inputs", {}) and not _is_link(node["inputs"][name])
+        if name in node.get("inputs", {}) and not is_link(node["inputs"][name])
     }
 
 
@@ -238,7 +238,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
                 problems.append(
                     Problem(node_id, class_type, name, "not an input of this node; ignored", "warning")
                 )
-            elif _is_link(value):
+            elif is_link(value):
                 problems += _check_link(workflow, object_info, node_id, class_type, name, spec, value)
             else:
                 problems += _check_value(node_id, class_type, name, spec, value)
@@ -322,7 +322,8 @@ def _choices(kind: Any, options: dict[str, Any]) -> list[Any] | None:
     return None
 
 
-def _is_link(value: Any) -> bool:
+def is_link(value: Any) -> bool:
+    """Whether an input value is a link ``[source node id, output index]`` rather than a literal."""
     return (
         isinstance(value, list)
         and len(value) == 2

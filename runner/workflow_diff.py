@@ -1,0 +1,116 @@
+"""Semantic differences between two API-format workflows: what a reviewer of a workflow change wants.
+
+Not a text diff: key order, whitespace and ``_meta`` layout do not matter. Each :class:`Change` says
+*what* changed on *which* node — a node added or removed, its class replaced, its title changed, an
+input added, removed or set to another value, or a link rewired to another node's output.
+
+Example::
+
+    changes = diff_workflows(load_workflow(old_path), load_workflow(new_path))
+    for change in changes:
+        print(change)            # node 11 (SamplerCustom) input 'noise_seed': 42 -> 7
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runner.workflow import Workflow, is_link, node_title
+
+
+@dataclass(frozen=True)
+class Change:
+    """One semantic difference between workflow A and workflow B."""
+
+    kind: str  # node_added | node_removed | class_changed | title_changed | input_added | input_removed
+    #          | value_changed | link_rewired | link_replaced
+    node_id: str
+    class_type: str
+    input_name: str | None = None
+    old: Any = None
+    new: Any = None
+
+    def __str__(self) -> str:
+        where = f"node {self.node_id} ({self.class_type})"
+        if self.input_name is not None:
+            where += f" input {self.input_name!r}"
+        words = {
+            "node_added": "added",
+            "node_removed": "removed",
+            "input_added": f"added = {_show(self.new)}",
+            "input_removed": f"removed (was {_show(self.old)})",
+            "title_changed": f"title {_show(self.old)} -> {_show(self.new)}",
+            "class_changed": f"class {_show(self.old)} -> {_show(self.new)}",
+        }
+        return f"{where}: {words.get(self.kind, f'{_show(self.old)} -> {_show(self.new)}')}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "node_id": self.node_id,
+            "class_type": self.class_type,
+            "input": self.input_name,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+def _show(value: Any) -> str:
+    if is_link(value):
+        return f"link from node {value[0]} output {value[1]}"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
+    parts = node_id.replace(":", ".").split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (float("inf"), node_id)
+
+
+def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
+    """Every semantic difference from ``a`` to ``b``, in node-id order."""
+    changes: list[Change] = []
+    for node_id in sorted(set(a) | set(b), key=_sort_key):
+        if node_id not in a:
+            changes.append(Change("node_added", node_id, str(b[node_id]["class_type"])))
+        elif node_id not in b:
+            changes.append(Change("node_removed", node_id, str(a[node_id]["class_type"])))
+        else:
+            changes.extend(_diff_node(node_id, a[node_id], b[node_id]))
+    return changes
+
+
+def _diff_node(node_id: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    class_type = str(new["class_type"])
+    changes: list[Change] = []
+    if old["class_type"] != new["class_type"]:
+        changes.append(Change("class_changed", node_id, class_type, old=old["class_type"], new=class_type))
+    if node_title(old) != node_title(new):
+        changes.append(Change("title_changed", node_id, class_type, old=node_title(old), new=node_title(new)))
+    old_inputs, new_inputs = old.get("inputs", {}), new.get("inputs", {})
+    for name in sorted(set(old_inputs) | set(new_inputs)):
+        if name not in new_inputs:
+            changes.append(Change("input_removed", node_id, class_type, name, old=old_inputs[name]))
+        elif name not in old_inputs:
+            changes.append(Change("input_added", node_id, class_type, name, new=new_inputs[name]))
+        elif old_inputs[name] != new_inputs[name]:
+            before, after = old_inputs[name], new_inputs[name]
+            kind = (
+                "link_rewired"
+                if is_link(before) and is_link(after)
+                else "link_replaced"
+                if is_link(before) or is_link(after)
+                else "value_changed"
+            )
+            changes.append(Change(kind, node_id, class_type, name, old=before, new=after))
+    return changes
+
+
+def summarize(changes: list[Change]) -> dict[str, int]:
+    """How many changes of each kind: ``{"value_changed": 2, "node_added": 1, ...}``."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        counts[change.kind] = counts.get(change.kind, 0) + 1
+    return counts

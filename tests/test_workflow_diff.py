@@ -1,0 +1,86 @@
+"""`leanvideo workflow diff`: semantic differences, not text differences."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from runner.workflow_diff import Change, diff_workflows, summarize
+
+
+def test_identical_workflows_have_no_changes_whatever_the_key_order(tiny_workflow: dict[str, Any]) -> None:
+    reordered = {node_id: tiny_workflow[node_id] for node_id in reversed(list(tiny_workflow))}
+    assert diff_workflows(tiny_workflow, reordered) == []
+
+
+def test_each_kind_of_change_is_named(tiny_workflow: dict[str, Any]) -> None:
+    new = copy.deepcopy(tiny_workflow)
+    new["11"]["inputs"]["noise_seed"] = 7
+    new["12"]["inputs"]["samples"] = ["8", 0]
+    new["11"]["inputs"]["sigmas"] = 0.5
+    del new["5"]
+    new["6"]["_meta"]["title"] = "renamed"
+    new["10"]["class_type"] = "KSamplerSelectCustom"
+    new["99"] = {"class_type": "LeanVideoFreeVRAM", "inputs": {"mode": "unload all"}}
+    del new["4"]["inputs"]["text"]
+    new["4"]["inputs"]["extra"] = 1
+    changes = diff_workflows(tiny_workflow, new)
+    found = {(c.kind, c.node_id, c.input_name) for c in changes}
+    assert found == {
+        ("node_removed", "5", None),
+        ("title_changed", "6", None),
+        ("class_changed", "10", None),
+        ("value_changed", "11", "noise_seed"),
+        ("link_replaced", "11", "sigmas"),
+        ("link_rewired", "12", "samples"),
+        ("node_added", "99", None),
+        ("input_removed", "4", "text"),
+        ("input_added", "4", "extra"),
+    }
+    assert [c.node_id for c in changes] == sorted((c.node_id for c in changes), key=int)
+    assert summarize(changes)["node_added"] == 1
+    rewired = next(c for c in changes if c.kind == "link_rewired")
+    assert str(rewired) == (
+        "node 12 (VAEDecode) input 'samples': link from node 11 output 0 -> link from node 8 output 0"
+    )
+
+
+def test_expansion_and_subgraph_ids_sort_and_compare() -> None:
+    a = {"54:73": {"class_type": "A", "inputs": {}}, "406.0.0.428": {"class_type": "B", "inputs": {"x": 1}}}
+    b = {"406.0.0.428": {"class_type": "B", "inputs": {"x": 2}}}
+    assert diff_workflows(a, b) == [
+        Change("node_removed", "54:73", "A"),
+        Change("value_changed", "406.0.0.428", "B", "x", old=1, new=2),
+    ]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "runner.cli", "workflow", "diff", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_exit_codes_and_json(tiny_workflow: dict[str, Any], tmp_path: Path) -> None:
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(tiny_workflow))
+    tiny_workflow["9"]["inputs"]["steps"] = 4
+    new.write_text(json.dumps(tiny_workflow, indent=1))
+    same = _cli(str(old), str(old))
+    assert same.returncode == 0 and "are the same workflow" in same.stdout
+    different = _cli(str(old), str(new), "--json")
+    assert different.returncode == 1, different.stderr
+    assert json.loads(different.stdout)["changes"] == [
+        {
+            "kind": "value_changed",
+            "node_id": "9",
+            "class_type": "LTXVScheduler",
+            "input": "steps",
+            "old": 8,
+            "new": 4,
+        }
+    ]
+    missing = _cli(str(old), str(tmp_path / "nope.json"))
+    assert missing.returncode == 5 and "nope.json" in missing.stderr
