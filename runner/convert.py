@@ -4,16 +4,24 @@ It follows what the v0.3.75 frontend's ``graphToPrompt`` does:
 
 - **widget values**: ``widgets_values`` are positional over the node's widget inputs in
   ``input_order`` (required, then optional; inputs of a widget type that are not ``forceInput``). A
-  seed's ``control_after_generate`` value (``fixed``/``randomize``/…) and the value of an upload
-  button (``image_upload``/``video_upload``/``audio_upload``) follow their widget and are skipped. A
-  dict of ``widgets_values`` is read by name.
+  control widget follows an input that asks for ``control_after_generate`` (or, when the input does
+  not say, one named ``seed``/``noise_seed``), and an upload button follows an ``*_upload`` input: each
+  takes a position and is skipped. Widgets with no value left in the file take their default (a
+  combo's first option). A dict of ``widgets_values`` is read by name. The widgets the frontend's
+  extensions add (``audioUI``, the 3D previews' ``image``, ``PreviewAny.preview``) submit ``""``.
 - **links** become ``[origin id, origin slot]``; a linked widget input takes the link.
 - **Reroute** nodes are followed to their source; **PrimitiveNode** sources give their value.
 - **muted** nodes (mode 2) are left out, and so are the links from them; **bypassed** nodes (mode 4)
   are left out and each link from one is followed through the bypassed node's input of the same slot
   (when the type fits) or of the first input of the output's type.
-- Notes (``Note``, ``MarkdownNote``) are dropped. Group nodes and subgraphs are not supported yet: they
-  raise :class:`~runner.errors.WorkflowError` naming the node.
+- **subgraphs** are expanded by :mod:`runner.convert_subgraph` (inner ids ``"<instance>:<inner>"``).
+- Notes (``Note``, ``MarkdownNote``) are dropped. Legacy group nodes (``workflow>…``) are not
+  supported: they raise :class:`~runner.errors.WorkflowError` naming the node.
+
+Checked against the frontend itself: ``tests/test_convert_oracle.py`` loads every installed template
+in headless Chromium and compares with ``app.graphToPrompt()``. The one known difference is
+``_meta.title`` for a few nodes, where the frontend shows its own bundled translation of the display
+name.
 
 Example::
 
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.convert_subgraph import flatten_subgraphs
 from runner.errors import WorkflowError
 
 Workflow = dict[str, Any]
@@ -32,23 +41,29 @@ ObjectInfo = dict[str, Any]
 MODE_MUTED = 2
 MODE_BYPASSED = 4
 NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
-WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "AUDIO_RECORD"})
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
 SEED_NAMES = frozenset({"seed", "noise_seed"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload")
+# Widgets the frontend's extensions add to some nodes; their DOM widgets always submit "".
+FRONTEND_WIDGETS = {
+    **dict.fromkeys(("LoadAudio", "SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus"), "audioUI"),
+    **dict.fromkeys(("Preview3D", "SaveGLB"), "image"),
+    "PreviewAny": "preview",
+}
 
 
 def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow:
     """The API-format workflow the editor would submit for ``ui``; see the module docstring.
 
     Raises:
-        WorkflowError: not a UI workflow, an unknown node type, or a group node / subgraph.
+        WorkflowError: not a UI workflow, an unknown node type, or a legacy group node.
     """
     if not isinstance(ui, dict) or not isinstance(ui.get("nodes"), list):
         raise WorkflowError("not an editor (UI) workflow: it has no 'nodes' list")
-    nodes = {str(node["id"]): node for node in ui["nodes"]}
-    links = {int(link[0]): _link(link) for link in _link_rows(ui.get("links") or [])}
-    subgraphs = {s.get("id") for s in (ui.get("definitions") or {}).get("subgraphs") or []}
+    flat_nodes, rows = flatten_subgraphs(ui)
+    nodes = {str(node["id"]): node for node in flat_nodes}
+    links = {int(row[0]): _link(row) for row in rows}
     graph = _Graph(nodes, links, object_info)
     api: Workflow = {}
     for node_id, node in nodes.items():
@@ -59,15 +74,15 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
             or node.get("mode") in (MODE_MUTED, MODE_BYPASSED)
         ):
             continue
-        if kind in subgraphs or kind.startswith("workflow>") or kind.startswith("workflow/"):
-            raise WorkflowError(
-                f"node {node_id} is a subgraph or group node ({kind}); convert does not expand these yet"
-            )
+        if kind.startswith("workflow>") or kind.startswith("workflow/"):
+            raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")
         if kind not in object_info:
             raise WorkflowError(
                 f"node {node_id}: unknown node type {kind!r} (not in the server's /object_info)"
             )
         inputs = widget_inputs(node, object_info[kind])
+        if kind in FRONTEND_WIDGETS:
+            inputs[FRONTEND_WIDGETS[kind]] = ""
         for slot in node.get("inputs") or []:
             if slot.get("link") is None:
                 continue
@@ -86,27 +101,35 @@ def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
     values = node.get("widgets_values")
     names = _widget_names(info)
     if isinstance(values, dict):
-        return {name: values[name] for name, _ in names if name in values}
+        return {name: values[name] for name, _, _ in names if name in values}
     values = list(values or [])
     found: dict[str, Any] = {}
     index = 0
-    for name, options in names:
-        if index >= len(values):
-            break
-        found[name] = values[index]
+    for name, spec, options in names:
+        found[name] = values[index] if index < len(values) else _default(spec, options)
         index += 1
-        controlled = options.get("control_after_generate") or name in SEED_NAMES
-        if controlled and index < len(values) and values[index] in CONTROL_VALUES:
+        # The frontend adds a control widget when asked, or by name when the input says nothing.
+        if options.get("control_after_generate", name in SEED_NAMES):
             index += 1
-        if any(options.get(key) for key in UPLOAD_OPTIONS) and index < len(values):
+        if any(options.get(key) for key in UPLOAD_OPTIONS):
             index += 1
     return found
 
 
-def _widget_names(info: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _default(spec: Any, options: dict[str, Any]) -> Any:
+    """The value a fresh widget starts with (as the frontend makes it) when the file has none."""
+    if "default" in options:
+        return options["default"]
+    choices = spec if isinstance(spec, list) else options.get("options") or []
+    if choices:
+        return choices[0]
+    return {"INT": 0, "FLOAT": 0, "BOOLEAN": False}.get(str(spec), "")
+
+
+def _widget_names(info: dict[str, Any]) -> list[tuple[str, Any, dict[str, Any]]]:
     inputs = info.get("input") or {}
     order = info.get("input_order") or {}
-    names: list[tuple[str, dict[str, Any]]] = []
+    names: list[tuple[str, Any, dict[str, Any]]] = []
     for section in ("required", "optional"):
         specs = inputs.get(section) or {}
         for name in order.get(section) or list(specs):
@@ -116,17 +139,12 @@ def _widget_names(info: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             kind = spec[0]
             options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
             if (isinstance(kind, list) or kind in WIDGET_TYPES) and not options.get("forceInput"):
-                names.append((name, options))
+                names.append((name, kind, options))
     return names
 
 
 def _is_widget_slot(slot: dict[str, Any]) -> bool:
     return isinstance(slot.get("widget"), dict)
-
-
-def _link_rows(rows: list[Any]) -> list[list[Any]]:
-    keys = ("id", "origin_id", "origin_slot", "target_id", "target_slot", "type")
-    return [[row[key] for key in keys] if isinstance(row, dict) else list(row) for row in rows]
 
 
 def _link(row: list[Any]) -> tuple[str, int, str]:

@@ -1,4 +1,4 @@
-"""UI → API conversion: widgets, links, reroutes, primitives, muted and bypassed nodes."""
+"""UI → API conversion: widgets, links, reroutes, primitives, muted and bypassed nodes, subgraphs."""
 
 from __future__ import annotations
 
@@ -160,14 +160,86 @@ def test_conversion_follows_reroutes_primitives_bypass_and_mute() -> None:
     assert validate_workflow(api, OBJECT_INFO) == []
 
 
-def test_unknown_nodes_and_subgraphs_are_refused_by_node_id() -> None:
+def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
     with pytest.raises(WorkflowError, match="node 1: unknown node type 'Nope'"):
         convert_ui_workflow({"nodes": [node(1, "Nope")], "links": []}, OBJECT_INFO)
-    ui = {"nodes": [node(2, "0b8b-uuid")], "links": [], "definitions": {"subgraphs": [{"id": "0b8b-uuid"}]}}
-    with pytest.raises(WorkflowError, match="node 2 is a subgraph"):
-        convert_ui_workflow(ui, OBJECT_INFO)
+    with pytest.raises(WorkflowError, match="node 2 is a group node"):
+        convert_ui_workflow({"nodes": [node(2, "workflow>My group")], "links": []}, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="no 'nodes' list"):
         convert_ui_workflow({"1": {"class_type": "X"}}, OBJECT_INFO)
+
+
+def test_widget_positions_follow_the_frontend() -> None:
+    info = {
+        "input": {
+            "required": {
+                "seed": ["INT", {"control_after_generate": False}],
+                "steps": ["INT", {"default": 33}],
+            },
+            "optional": {"mode": ["COMBO", {"options": ["a", "b"]}], "scale": ["FLOAT", {}]},
+        },
+        "input_order": {"required": ["seed", "steps"], "optional": ["mode", "scale"]},
+    }
+    # No control widget here, so the saved "randomize" lands on steps, as the editor would submit it;
+    # widgets the file has no value for take their default (a combo's first option).
+    assert convert_ui_workflow({"nodes": [node(1, "Odd", [5, "randomize"])]}, {"Odd": info})["1"][
+        "inputs"
+    ] == {
+        "seed": 5,
+        "steps": "randomize",
+        "mode": "a",
+        "scale": 0,
+    }
+    preview = {"input": {"required": {"source": ["*", {}]}}, "display_name": "Preview Any"}
+    api = convert_ui_workflow({"nodes": [node(2, "PreviewAny")]}, {"PreviewAny": preview})
+    assert api["2"]["inputs"] == {"preview": ""}  # the widget the frontend's extension adds
+
+
+SUBGRAPH: dict[str, Any] = {
+    "id": "sub-1",
+    "inputs": [{"name": "model", "type": "MODEL"}, {"name": "strength", "type": "FLOAT"}],
+    "outputs": [{"name": "MODEL", "type": "MODEL"}],
+    "nodes": [
+        node(
+            7,
+            "LoraLoaderModelOnly",
+            ["l.safetensors", 1.0],
+            inputs=[
+                {"name": "model", "type": "MODEL", "link": 1},
+                {"name": "strength", "type": "FLOAT", "link": 2, "widget": {"name": "strength"}},
+            ],
+        ),
+        node(8, "Note", ["inside"]),
+    ],
+    "links": [
+        {"id": 1, "origin_id": -10, "origin_slot": 0, "target_id": 7, "target_slot": 0, "type": "MODEL"},
+        {"id": 2, "origin_id": -10, "origin_slot": 1, "target_id": 7, "target_slot": 1, "type": "FLOAT"},
+        {"id": 3, "origin_id": 7, "origin_slot": 0, "target_id": -20, "target_slot": 0, "type": "MODEL"},
+    ],
+}
+
+
+def test_subgraphs_are_expanded_with_path_ids() -> None:
+    instance = {"inputs": [{"name": "model", "type": "MODEL", "link": 1}], "outputs": [{"type": "MODEL"}]}
+    ui = {
+        "nodes": [
+            node(1, "CheckpointLoaderSimple", ["a.safetensors"]),
+            node(5, "sub-1", [0.25], **instance),
+            node(6, "sub-1", [0.5], mode=2, **instance),  # muted: none of it is submitted
+            node(
+                4,
+                "KSampler",
+                [7, "fixed", 20, 3.5, "euler"],
+                inputs=[{"name": "model", "type": "MODEL", "link": 2}],
+            ),
+        ],
+        "links": [[1, 1, 0, 5, 0, "MODEL"], [2, 5, 0, 4, 0, "MODEL"]],
+        "definitions": {"subgraphs": [SUBGRAPH]},
+    }
+    api = convert_ui_workflow(ui, OBJECT_INFO)
+    assert sorted(api) == ["1", "4", "5:7"]
+    assert api["5:7"]["inputs"] == {"lora_name": "l.safetensors", "strength": 0.25, "model": ["1", 0]}
+    assert api["4"]["inputs"]["model"] == ["5:7", 0]  # the instance's output is the inner node's
 
 
 @pytest.mark.integration

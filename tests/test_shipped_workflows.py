@@ -53,4 +53,3 @@ def test_shipped_workflow_validates_on_the_real_server(name: str, object_info: d
         unexpected = [p for p in problems if "does not exist on the server" not in p.message]
         assert unexpected == [], "\n".join(map(str, unexpected))
         assert problems, "the full-size workflow should name model files that are absent here"
-

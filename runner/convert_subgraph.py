@@ -1,0 +1,133 @@
+"""Flatten subgraphs into one graph, the way the v0.3.75 frontend executes them.
+
+A subgraph instance (a node whose ``type`` is the id of one of ``definitions.subgraphs``) is replaced
+by its inner nodes, each under the id ``"<instance id>:<inner id>"`` (nested ones get a longer path,
+``"75:12:3"``). Its boundaries become plain reroutes, so :mod:`runner.convert` can follow links across
+them as it follows any other:
+
+- subgraph input ``k`` becomes a ``Reroute`` fed by the link into the instance's input ``k``; when that
+  input is not linked, a ``PrimitiveNode`` holding the instance's promoted widget value (its
+  ``widgets_values`` are positional over the subgraph inputs of a widget type);
+- subgraph output ``k`` becomes a ``Reroute`` fed by the inner link into the output node, and links from
+  the instance's output ``k`` start there.
+
+Muted and bypassed instances are left as they are: the converter drops or bypasses them like any node.
+
+Example::
+
+    nodes, links = flatten_subgraphs(ui)
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+SUBGRAPH_INPUT_NODE = -10
+SUBGRAPH_OUTPUT_NODE = -20
+MODE_MUTED = 2
+MODE_BYPASSED = 4
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+MAX_DEPTH = 16
+
+Node = dict[str, Any]
+LinkRow = list[Any]
+
+
+def link_rows(rows: list[Any]) -> list[LinkRow]:
+    """Links as ``[id, origin id, origin slot, target id, target slot, type]`` (dict rows too)."""
+    keys = ("id", "origin_id", "origin_slot", "target_id", "target_slot", "type")
+    return [[row.get(key) for key in keys] if isinstance(row, dict) else list(row) for row in rows]
+
+
+def flatten_subgraphs(ui: dict[str, Any]) -> tuple[list[Node], list[LinkRow]]:
+    """The nodes and links of ``ui`` with every active subgraph instance expanded; see the module
+    docstring. Without subgraphs the graph comes back as it is."""
+    definitions = {str(sub.get("id")): sub for sub in (ui.get("definitions") or {}).get("subgraphs") or []}
+    rows = link_rows(ui.get("links") or [])
+    if not definitions:
+        return list(ui["nodes"]), rows
+    flattener = _Flattener(definitions, start=max((int(r[0]) for r in rows), default=0) + 1)
+    flattener.add_scope(ui["nodes"], rows, prefix="", boundary=None, depth=0)
+    return flattener.nodes, flattener.links
+
+
+class _Flattener:
+    def __init__(self, definitions: dict[str, Any], start: int):
+        self.definitions = definitions
+        self.ids = itertools.count(start)
+        self.nodes: list[Node] = []
+        self.links: list[LinkRow] = []
+
+    def add_scope(
+        self,
+        nodes: list[Node],
+        rows: list[LinkRow],
+        prefix: str,
+        boundary: tuple[list[str], list[int | None]] | None,
+        depth: int,
+    ) -> None:
+        """Add one graph's nodes under ``prefix``. ``boundary`` gives, for an inner graph, the ids of
+        the reroutes standing for its inputs and the new ids of the links into its outputs (filled in)."""
+        renamed = {int(row[0]): next(self.ids) for row in rows}
+        by_id = {str(node["id"]): node for node in nodes}
+        expanded = {
+            node_id: f"{prefix}{node_id}"
+            for node_id, node in by_id.items()
+            if str(node.get("type")) in self.definitions
+            and node.get("mode") not in (MODE_MUTED, MODE_BYPASSED)
+            and depth < MAX_DEPTH
+        }
+        for row in rows:
+            origin, slot = str(row[1]), int(row[2])
+            if boundary is not None and int(row[1]) == SUBGRAPH_INPUT_NODE:
+                origin, slot = boundary[0][slot], 0
+            elif origin in expanded:
+                origin, slot = f"{expanded[origin]}:out{slot}", 0
+            else:
+                origin = f"{prefix}{origin}"
+            self.links.append([renamed[int(row[0])], origin, slot, None, None, row[5]])
+            if boundary is not None and int(row[3]) == SUBGRAPH_OUTPUT_NODE:
+                outputs = boundary[1]
+                if int(row[4]) < len(outputs):
+                    outputs[int(row[4])] = renamed[int(row[0])]
+        for node_id, node in by_id.items():
+            node = copy.deepcopy(node)
+            node["id"] = f"{prefix}{node_id}"
+            for slot_info in node.get("inputs") or []:
+                if slot_info.get("link") is not None:
+                    slot_info["link"] = renamed.get(int(slot_info["link"]))
+            if node_id in expanded:
+                self._expand(node, expanded[node_id], depth)
+            else:
+                self.nodes.append(node)
+
+    def _expand(self, instance: Node, path: str, depth: int) -> None:
+        definition = self.definitions[str(instance["type"])]
+        inputs = definition.get("inputs") or []
+        linked = {str(i.get("name")): i.get("link") for i in instance.get("inputs") or []}
+        widgets = _promoted_values(instance, inputs)
+        input_ids: list[str] = []
+        for index, spec in enumerate(inputs):
+            name = str(spec.get("name"))
+            node_id = f"{path}:in{index}"
+            input_ids.append(node_id)
+            if linked.get(name) is None and name in widgets:
+                self.nodes.append({"id": node_id, "type": "PrimitiveNode", "widgets_values": [widgets[name]]})
+            else:
+                link = linked.get(name)
+                self.nodes.append({"id": node_id, "type": "Reroute", "inputs": [{"link": link}]})
+        outputs: list[int | None] = [None] * len(definition.get("outputs") or [])
+        inner_rows = link_rows(definition.get("links") or [])
+        self.add_scope(definition.get("nodes") or [], inner_rows, f"{path}:", (input_ids, outputs), depth + 1)
+        for index, link in enumerate(outputs):
+            self.nodes.append({"id": f"{path}:out{index}", "type": "Reroute", "inputs": [{"link": link}]})
+
+
+def _promoted_values(instance: Node, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    values = instance.get("widgets_values")
+    if isinstance(values, dict):
+        return dict(values)
+    names = [str(spec.get("name")) for spec in inputs if str(spec.get("type")) in WIDGET_TYPES]
+    return dict(zip(names, list(values or []), strict=False))
