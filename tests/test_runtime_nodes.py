@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ import torch
 from safetensors.torch import load_file
 
 from runner.client import ComfyClient, output_files
-from runner.server import ComfyServer
-from runner.workspace import REPO_ROOT
+from runner.fixtures import FixtureSet
+from runner.server import ComfyServer, ServerConfig
+from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -89,12 +91,20 @@ def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient
     assert "diffusion_model" in after and "text_encoder" not in after
 
 
-def test_free_ram_drops_comfyui_cache_so_rss_falls_after_the_prompt(
-    client: ComfyClient, comfy_server: ComfyServer
-) -> None:
+@pytest.fixture
+def fresh_server(server_config: ServerConfig, tiny_models: FixtureSet) -> Iterator[ComfyServer]:
+    """A server of its own: how far RSS falls must not depend on what earlier tests left cached."""
+    config = replace(server_config, custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR))
+    with ComfyServer(config) as server:
+        yield server
+
+
+def test_free_ram_drops_comfyui_cache_so_rss_falls_after_the_prompt(fresh_server: ComfyServer) -> None:
+    comfy_server = fresh_server
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["free_ram"] = True
-    result = client.run(_fresh(workflow), timeout=300)
+    with ComfyClient(comfy_server.url) as client:
+        result = client.run(_fresh(workflow), timeout=300)
     report = _free_vram_report(result.outputs, FREE)
     assert "node cache dropped after this prompt" in report["steps"]
     record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{result.prompt_id}").json()
