@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.cli_bench import add_bench_parser, run_bench
 from runner.cli_quantize import add_quantize_parser, run_quantize
 from runner.client import DEFAULT_SERVER
 from runner.convert import convert_ui_workflow
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="write the API JSON here (never overwritten; default stdout)"
     )
     add_quantize_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
@@ -196,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args, console, err)
         if args.command == "quantize":
             return run_quantize(args, console)
+        if args.command == "bench":
+            return run_bench(args, console)
         if args.command == "workflow" and args.workflow_command == "diff":
             return cmd_workflow_diff(args, console)
         if args.command == "workflow" and args.workflow_command == "convert":

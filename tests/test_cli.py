@@ -32,7 +32,7 @@ def test_console_script_is_installed() -> None:
     script = Path(sys.executable).parent / "leanvideo"
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    for command in ("serve", "stop", "fixtures", "demo", "run", "workflow", "quantize"):
+    for command in ("serve", "stop", "fixtures", "demo", "run", "workflow", "quantize", "bench"):
         assert command in done.stdout
 
 

@@ -1,0 +1,267 @@
+"""Run a whole matrix: servers per launch-flag set, the protocol per variant, modes, then the reports.
+
+Variants with the same ``server_args`` share one server and run in file order; each other set of
+flags gets a server of its own, started after the previous one stopped, through
+:class:`runner.server.ComfyServer` (each with its own state folder under ``OUT/servers``). The report
+keeps the file order. With ``BenchSettings.servers`` set, the harness uses those
+running servers instead and skips variants that need launch flags, saying so in the table.
+
+Output folder layout::
+
+    OUT/bench.json  report.md  report.csv  total_time.png  phases.png
+    OUT/workflows/<variant>.api.json       the exact workflow each variant ran (overrides on top)
+    OUT/runs/<variant>/<time-id>/run.json  one immutable run record per run, with its video
+
+Example::
+
+    outcome = run_matrix(load_matrix(Path("benchmarks/seed_table_tiny.toml")), BenchSettings(Path("out")))
+    print(outcome.markdown_path.read_text())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import modes
+from benchmarks.matrix import Matrix, Variant
+from benchmarks.protocol import RunMeasure, run_variant
+from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
+from benchmarks.results import VariantResult, build_variant_result, skipped_result
+from benchmarks.store import build_document, write_document
+from runner.client import ComfyClient
+from runner.fixtures import write_fixtures
+from runner.run import collect_environment
+from runner.server import ComfyServer, ServerConfig, pick_free_port
+from runner.workflow import load_workflow
+from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How to run a matrix (the CLI's options)."""
+
+    out_dir: Path
+    servers: tuple[str, ...] = ()
+    warmups: int | None = None
+    repeats: int | None = None
+    plots: bool = True
+    consistency: bool = False
+    soak: int = 0
+    load: bool = False
+    concurrency: int = 2
+    jobs: int = 8
+
+    def __post_init__(self) -> None:
+        if self.soak and self.soak < 10:
+            raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
+        if self.concurrency < 1 or self.jobs < 1:
+            raise ValueError(f"--concurrency and --jobs must be ≥ 1, got {self.concurrency}, {self.jobs}")
+
+
+@dataclass
+class BenchOutcome:
+    """What a matrix run produced."""
+
+    results: list[VariantResult]
+    document_path: Path
+    markdown_path: Path
+    csv_path: Path
+    plot_paths: list[Path] = field(default_factory=list)
+    plot_error: str | None = None
+    modes: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a variant name (``"+ graph compile"`` → ``graph-compile``)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
+
+
+def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
+    """Run every variant of ``matrix`` and write the reports; see the module docstring."""
+    say = progress or (lambda message: logger.info("%s", message))
+    started = time.perf_counter()
+    out = settings.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    base = load_workflow(matrix.workflow)
+    runs: dict[str, list[RunMeasure]] = {}
+    skipped: dict[str, str] = {}
+    environment: dict[str, Any] = {}
+    modes_out: dict[str, Any] = {}
+    for server_args, group in _group_by_server_args(matrix.variants):
+        with open_server(matrix, settings, server_args, out, say) as (url, why_not):
+            if url is None:
+                skipped.update({variant.name: why_not for variant in group})
+                continue
+            with ComfyClient(url) as client:
+                environment = environment or collect_environment(client)
+            on_cpu = (environment.get("device") or {}).get("type") == "cpu"
+            for variant in group:
+                if on_cpu and variant.skip_on_cpu:
+                    skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
+                    say(f"{variant.name}: skipped ({skipped[variant.name]})")
+                    continue
+                path = _write_variant_workflow(variant, base, out)
+                say(f"{variant.name}: running on {url}")
+                runs[variant.name] = run_variant(
+                    matrix,
+                    variant,
+                    path,
+                    url,
+                    out / "runs" / slug(variant.name),
+                    warmups=settings.warmups,
+                    repeats=settings.repeats,
+                )
+                if variant.name == matrix.baseline:
+                    modes_out.update(_run_modes(matrix, settings, variant, path, url, out, say))
+    results = _fold(matrix, runs, skipped)
+    if settings.consistency:
+        modes_out["consistency"] = {name: modes.check_consistency(r) for name, r in runs.items()}
+    document = build_document(
+        matrix,
+        results,
+        environment,
+        modes=modes_out,
+        warmups=settings.warmups,
+        repeats=settings.repeats,
+    )
+    document_path = write_document(document, out / "bench.json")
+    context = _context(matrix, settings, environment)
+    markdown_path = out / "report.md"
+    markdown_path.write_text(render_markdown(results, title=matrix.path.stem, context=context), "utf-8")
+    csv_path = out / "report.csv"
+    csv_path.write_text(render_csv(results), encoding="utf-8")
+    outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=modes_out)
+    if settings.plots:
+        try:
+            outcome.plot_paths = write_plots(results, out)
+        except PlotError as exc:
+            outcome.plot_error = str(exc)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _group_by_server_args(variants: tuple[Variant, ...]) -> Iterator[tuple[tuple[str, ...], list[Variant]]]:
+    """Variants per launch-flag set, sets in order of first appearance: one server start per set."""
+    groups: dict[tuple[str, ...], list[Variant]] = {}
+    for variant in variants:
+        groups.setdefault(variant.server_args, []).append(variant)
+    yield from groups.items()
+
+
+@contextlib.contextmanager
+def open_server(
+    matrix: Matrix, settings: BenchSettings, server_args: tuple[str, ...], out: Path, say: Progress
+) -> Iterator[tuple[str | None, str]]:
+    """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none."""
+    if settings.servers:
+        if server_args:
+            yield None, f"needs server flags {' '.join(server_args)} (not with --server)"
+        else:
+            yield settings.servers[0], ""
+        return
+    workspace = find_workspace()
+    node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if matrix.fixtures else (NODE_PACK_DIR,)
+    if matrix.fixtures:
+        write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
+    config = ServerConfig(
+        comfyui_dir=workspace.comfyui_dir,
+        state_dir=out / "servers" / (slug(" ".join(server_args)) if server_args else "default"),
+        models_dir=workspace.models_dir,
+        python=workspace.python,
+        port=pick_free_port(),
+        custom_node_dirs=node_dirs,
+        extra_args=server_args,
+    )
+    say(f"starting ComfyUI{' with ' + ' '.join(server_args) if server_args else ''} on port {config.port}")
+    with ComfyServer(config) as server:
+        yield server.url, ""
+
+
+def _write_variant_workflow(variant: Variant, base: dict[str, Any], out: Path) -> Path:
+    path = out / "workflows" / f"{slug(variant.name)}.api.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(variant.build_workflow(base), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _run_modes(
+    matrix: Matrix,
+    settings: BenchSettings,
+    variant: Variant,
+    path: Path,
+    url: str,
+    out: Path,
+    say: Progress,
+) -> dict[str, Any]:
+    """Soak and load run on the baseline variant's server, right after its measured runs."""
+    found: dict[str, Any] = {}
+    if settings.soak:
+        say(f"soak: {settings.soak} rounds of {variant.name}")
+        rounds = run_variant(matrix, variant, path, url, out / "soak", warmups=1, repeats=settings.soak)
+        found["soak"] = {"variant": variant.name, **modes.soak_verdict(rounds)}
+    if settings.load:
+        say(f"load: {settings.jobs} jobs, concurrency {settings.concurrency}")
+        servers = settings.servers or (url,)
+        found["load"] = {
+            "variant": variant.name,
+            **modes.run_load(
+                path,
+                variant.overrides,
+                servers,
+                out / "load",
+                concurrency=settings.concurrency,
+                jobs=settings.jobs,
+                timeout=matrix.timeout_s,
+            ),
+        }
+    return found
+
+
+def _fold(matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, str]) -> list[VariantResult]:
+    baseline_runs = runs.get(matrix.baseline)
+    baseline = [r.total_s for r in baseline_runs if not r.warmup] if baseline_runs else None
+    reference = _first_output(runs.get(matrix.reference, []))
+    results = []
+    for variant in matrix.variants:
+        if variant.name in skipped:
+            results.append(skipped_result(variant.name, skipped[variant.name]))
+            continue
+        result = build_variant_result(variant.name, runs[variant.name], baseline)
+        output = _first_output(runs[variant.name])
+        if reference and output:
+            quality = modes.compare_videos(output, reference)
+            result = replace(result, quality=quality)
+        results.append(result)
+    return results
+
+
+def _first_output(runs: list[RunMeasure]) -> Path | None:
+    for run in runs:
+        if not run.warmup and run.output_path:
+            return Path(run.output_path)
+    return None
+
+
+def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any]) -> list[str]:
+    device = environment.get("device") or {}
+    warmups = matrix.warmups if settings.warmups is None else settings.warmups
+    repeats = matrix.repeats if settings.repeats is None else settings.repeats
+    return [
+        f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
+        f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
+        f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
+        f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
+    ]

@@ -1,0 +1,279 @@
+"""The benchmark matrix file: a base workflow plus named variants, parsed into validated dataclasses.
+
+Format (TOML; paths are relative to the matrix file)::
+
+    [bench]
+    workflow = "../workflows/ltxv_tiny_t2v.api.json"
+    warmups = 1                # runs kept out of the statistics
+    repeats = 5                # measured runs per variant
+    mode = "warm"              # "warm" (models stay loaded) or "cold" (models unloaded before each run)
+    baseline = "20-step baseline"    # speed-up is measured against this variant (default: the first)
+    reference = "20-step baseline"   # quality (PSNR/SSIM) is measured against this one (default: baseline)
+    memory_tolerance_mb = 256  # memory must return to within this of the first measured run's start
+    fixtures = false           # true: write the tiny fixture models and load the fixture nodes
+    timeout_s = 1800
+
+    [[variant]]
+    name = "8-step distill"
+    extends = "20-step baseline"       # inherit set/insert/server_args of an earlier variant
+    set = ["9.steps=8"]                # `leanvideo run --set` overrides
+    server_args = ["--async-offload"]  # ComfyUI launch flags (the server is restarted for them)
+    skip_on_cpu = "why this variant means nothing on CPU"   # listed with the reason, not run
+
+    [[variant.insert]]                 # a node spliced into a link, in order
+    id = "lv_lora"
+    class_type = "LoraLoaderModelOnly"
+    inputs = { lora_name = "distill.safetensors", strength_model = 1.0 }
+    link_input = "model"               # the new node's input that takes the link target.input had
+    target = "11.model"                # the input re-pointed at the new node's output 0
+
+Example::
+
+    matrix = load_matrix(Path("benchmarks/seed_table_tiny.toml"))
+    print([v.name for v in matrix.variants], matrix.baseline)
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import WorkflowError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MODES = ("warm", "cold")
+_BENCH_KEYS = {
+    "workflow",
+    "warmups",
+    "repeats",
+    "mode",
+    "baseline",
+    "reference",
+    "memory_tolerance_mb",
+    "fixtures",
+    "timeout_s",
+}
+_VARIANT_KEYS = {"name", "extends", "set", "insert", "server_args", "skip_on_cpu"}
+_INSERT_KEYS = {"id", "class_type", "inputs", "link_input", "target"}
+
+
+class MatrixError(WorkflowError):
+    """A matrix file that cannot be read or does not validate; the message names file, variant, key."""
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """One node spliced into the link that feeds ``target`` (``"NODE.input"``)."""
+
+    node_id: str
+    class_type: str
+    inputs: tuple[tuple[str, Any], ...]
+    link_input: str
+    target: str
+
+    def apply(self, workflow: dict[str, Any]) -> None:
+        """Add the node to ``workflow`` (in place) and re-point ``target`` at its output 0."""
+        node_id, _, input_name = self.target.partition(".")
+        consumer = workflow.get(node_id)
+        if not isinstance(consumer, dict) or input_name not in consumer.get("inputs", {}):
+            raise WorkflowError(f"insert {self.node_id!r}: target {self.target!r} is not an input")
+        if self.node_id in workflow:
+            raise WorkflowError(f"insert {self.node_id!r}: the workflow already has a node with that id")
+        inputs = dict(self.inputs)
+        inputs[self.link_input] = consumer["inputs"][input_name]
+        workflow[self.node_id] = {
+            "class_type": self.class_type,
+            "inputs": inputs,
+            "_meta": {"title": f"{self.class_type} (bench)"},
+        }
+        consumer["inputs"][input_name] = [self.node_id, 0]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named configuration: overrides, inserted nodes and server flags (inherited ones included)."""
+
+    name: str
+    overrides: tuple[str, ...] = ()
+    inserts: tuple[Insertion, ...] = ()
+    server_args: tuple[str, ...] = ()
+    skip_on_cpu: str | None = None
+
+    def build_workflow(self, base: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``base`` with this variant's nodes inserted (overrides are applied by the runner)."""
+        workflow = copy.deepcopy(base)
+        for insertion in self.inserts:
+            insertion.apply(workflow)
+        return workflow
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A parsed matrix file."""
+
+    path: Path
+    workflow: Path
+    variants: tuple[Variant, ...]
+    warmups: int = 1
+    repeats: int = 5
+    mode: str = "warm"
+    baseline: str = ""
+    reference: str = ""
+    memory_tolerance_mb: float = 256.0
+    fixtures: bool = False
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.warmups < 0:
+            raise MatrixError(f"{self.path}: [bench] warmups must be ≥ 0, got {self.warmups}")
+        if self.repeats < 1:
+            raise MatrixError(f"{self.path}: [bench] repeats must be ≥ 1, got {self.repeats}")
+        if self.mode not in MODES:
+            raise MatrixError(f"{self.path}: [bench] mode must be one of {MODES}, got {self.mode!r}")
+        names = [v.name for v in self.variants]
+        for key in ("baseline", "reference"):
+            if getattr(self, key) not in names:
+                raise MatrixError(f"{self.path}: [bench] {key} {getattr(self, key)!r} is not a variant")
+
+    def variant(self, name: str) -> Variant:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise MatrixError(f"{self.path}: no variant named {name!r}")
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and validate a matrix file.
+
+    Raises:
+        MatrixError: unreadable TOML, unknown keys, wrong types, bad references; the message names the
+            file, the variant and the key.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read matrix {path}: {exc}") from exc
+    return parse_matrix(data, path)
+
+
+def parse_matrix(data: dict[str, Any], path: Path) -> Matrix:
+    """Validate the decoded TOML ``data`` of the matrix at ``path``; see :func:`load_matrix`."""
+    bench = data.get("bench")
+    if not isinstance(bench, dict):
+        raise MatrixError(f"{path}: missing [bench] table")
+    _check_keys(bench, _BENCH_KEYS, f"{path}: [bench]")
+    unknown_top = set(data) - {"bench", "variant"}
+    if unknown_top:
+        raise MatrixError(f"{path}: unknown top-level key(s) {sorted(unknown_top)}")
+    workflow_value = _typed(bench, "workflow", str, f"{path}: [bench]", required=True)
+    workflow = (path.parent / workflow_value).resolve()
+    if not workflow.is_file():
+        raise MatrixError(f"{path}: [bench] workflow {workflow_value!r}: no such file {workflow}")
+    raw_variants = data.get("variant")
+    if not isinstance(raw_variants, list) or not raw_variants:
+        raise MatrixError(f"{path}: no [[variant]] tables")
+    variants: list[Variant] = []
+    for index, raw in enumerate(raw_variants):
+        variants.append(_parse_variant(raw, index, variants, path))
+    first = variants[0].name
+    baseline = _typed(bench, "baseline", str, f"{path}: [bench]") or first
+    where = f"{path}: [bench]"
+    return Matrix(
+        path=path,
+        workflow=workflow,
+        variants=tuple(variants),
+        warmups=_typed(bench, "warmups", int, where) if "warmups" in bench else 1,
+        repeats=_typed(bench, "repeats", int, where) if "repeats" in bench else 5,
+        mode=_typed(bench, "mode", str, where) or "warm",
+        baseline=baseline,
+        reference=_typed(bench, "reference", str, where) or baseline,
+        memory_tolerance_mb=float(_typed(bench, "memory_tolerance_mb", (int, float), where) or 256.0),
+        fixtures=bool(_typed(bench, "fixtures", bool, where)),
+        timeout_s=float(_typed(bench, "timeout_s", (int, float), where) or 1800.0),
+    )
+
+
+def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> Variant:
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{path}: variant #{index + 1} is not a table")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise MatrixError(f"{path}: variant #{index + 1}: key 'name' must be a non-empty string")
+    where = f"{path}: variant {name!r}:"
+    _check_keys(raw, _VARIANT_KEYS, where)
+    if any(v.name == name for v in earlier):
+        raise MatrixError(f"{where} duplicate name")
+    parent = Variant(name="")
+    extends = _typed(raw, "extends", str, where)
+    if extends:
+        found = [v for v in earlier if v.name == extends]
+        if not found:
+            raise MatrixError(f"{where} key 'extends': {extends!r} is not an earlier variant")
+        parent = found[0]
+    overrides = _string_list(raw, "set", where)
+    for spec in overrides:
+        if "=" not in spec or "." not in spec.split("=", 1)[0]:
+            raise MatrixError(f"{where} key 'set': {spec!r} is not NODE.input=VALUE")
+    server_args = _string_list(raw, "server_args", where)
+    inserts_raw = raw.get("insert", [])
+    if not isinstance(inserts_raw, list):
+        raise MatrixError(f"{where} key 'insert' must be an array of tables ([[variant.insert]])")
+    inserts = tuple(_parse_insert(item, f"{where} insert #{i + 1}") for i, item in enumerate(inserts_raw))
+    return Variant(
+        name=name,
+        overrides=parent.overrides + overrides,
+        inserts=parent.inserts + inserts,
+        server_args=parent.server_args + tuple(a for a in server_args if a not in parent.server_args),
+        skip_on_cpu=_typed(raw, "skip_on_cpu", str, where) or None,
+    )
+
+
+def _parse_insert(raw: Any, where: str) -> Insertion:
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where} is not a table")
+    _check_keys(raw, _INSERT_KEYS, where)
+    inputs = raw.get("inputs", {})
+    if not isinstance(inputs, dict):
+        raise MatrixError(f"{where} key 'inputs' must be a table")
+    target = _typed(raw, "target", str, where, required=True)
+    if target.count(".") != 1:
+        raise MatrixError(f"{where} key 'target': {target!r} is not NODE.input")
+    return Insertion(
+        node_id=_typed(raw, "id", str, where, required=True),
+        class_type=_typed(raw, "class_type", str, where, required=True),
+        inputs=tuple(sorted(inputs.items())),
+        link_input=_typed(raw, "link_input", str, where, required=True),
+        target=target,
+    )
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise MatrixError(f"{where} unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _typed(table: dict[str, Any], key: str, kind: Any, where: str, *, required: bool = False) -> Any:
+    if key not in table:
+        if required:
+            raise MatrixError(f"{where} missing key {key!r}")
+        return None
+    value = table[key]
+    # bool is an int subclass: never accept true for a count.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise MatrixError(f"{where} key {key!r} has the wrong type: {value!r}")
+    return value
+
+
+def _string_list(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise MatrixError(f"{where} key {key!r} must be a list of strings")
+    return tuple(value)

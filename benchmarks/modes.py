@@ -1,0 +1,167 @@
+"""Extra benchmark modes: consistency, quality delta (PSNR/SSIM), soak drift, load (latency percentiles).
+
+- consistency: every measured run of a variant uses the same seed; their *decoded* frames must hash the
+  same (MP4 bytes are not deterministic), or at least reach ``CONSISTENCY_PSNR_DB``;
+- quality: each variant's first measured video against the reference variant's, PSNR and SSIM per
+  frame (SSIM on luma with 8×8 windows, the usual constants), reported as the mean over frames;
+- soak: N rounds of one variant; per-round peak VRAM, peak RSS, start memory and time; a drift verdict
+  per series (:func:`benchmarks.stats.drift_verdict`);
+- load: J jobs (each with its own seed) over C concurrent clients against one or several servers:
+  throughput, queue wait against execution time, P50/P95/P99 of the end-to-end latency.
+
+Example::
+
+    print(compare_videos(Path("a.mp4"), Path("b.mp4")))   # {"psnr_db": 41.2, "ssim": 0.98, "frames": 9}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.protocol import RunMeasure
+from benchmarks.stats import drift_verdict, percentile, summarize
+from runner.run import RunOptions, run_workflow
+from runner.workflow import find_seeds, load_workflow
+
+CONSISTENCY_PSNR_DB = 40.0
+_C1 = (0.01 * 255) ** 2
+_C2 = (0.03 * 255) ** 2
+
+
+def decode_frames(path: Path) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """All frames of a video as ``(T, H, W, 3)`` uint8 RGB (PyAV)."""
+    import av
+
+    with av.open(str(path)) as container:
+        frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    if not frames:
+        raise ValueError(f"{path} has no video frames")
+    return np.stack(frames)
+
+
+def frames_digest(path: Path) -> str:
+    """sha256 of the decoded frames (shape included): equal for equal pictures, whatever the encoder."""
+    frames = decode_frames(path)
+    digest = hashlib.sha256(str(frames.shape).encode())
+    digest.update(frames.tobytes())
+    return digest.hexdigest()
+
+
+def psnr(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
+    """Peak signal-to-noise ratio in dB of two uint8 images (``inf`` when equal)."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def ssim(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], window: int = 8) -> float:
+    """Mean SSIM over non-overlapping ``window``² blocks of the luma of two ``(H, W, 3)`` uint8 images."""
+    weights = np.array([0.299, 0.587, 0.114])
+    ya, yb = (np.asarray(img, dtype=np.float64) @ weights for img in (a, b))
+    h, w = (ya.shape[0] // window) * window, (ya.shape[1] // window) * window
+    if h == 0 or w == 0:
+        raise ValueError(f"images of {ya.shape} are smaller than the {window}×{window} window")
+
+    def blocks(y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return y[:h, :w].reshape(h // window, window, w // window, window).swapaxes(1, 2)
+
+    xa, xb = blocks(ya), blocks(yb)
+    mu_a, mu_b = xa.mean(axis=(2, 3)), xb.mean(axis=(2, 3))
+    var_a, var_b = xa.var(axis=(2, 3)), xb.var(axis=(2, 3))
+    cov = ((xa - mu_a[..., None, None]) * (xb - mu_b[..., None, None])).mean(axis=(2, 3))
+    numerator = (2 * mu_a * mu_b + _C1) * (2 * cov + _C2)
+    denominator = (mu_a**2 + mu_b**2 + _C1) * (var_a + var_b + _C2)
+    return float(np.mean(numerator / denominator))
+
+
+def compare_videos(path: Path, reference: Path) -> dict[str, float]:
+    """Mean per-frame PSNR (dB, capped at 100 for identical frames) and SSIM of two videos."""
+    frames, ref = decode_frames(path), decode_frames(reference)
+    if frames.shape != ref.shape:
+        raise ValueError(f"{path} has frames {frames.shape}, reference {reference} has {ref.shape}")
+    psnrs = [min(psnr(f, r), 100.0) for f, r in zip(frames, ref, strict=True)]
+    ssims = [ssim(f, r) for f, r in zip(frames, ref, strict=True)]
+    return {"psnr_db": float(np.mean(psnrs)), "ssim": float(np.mean(ssims)), "frames": float(len(frames))}
+
+
+def check_consistency(runs: Sequence[RunMeasure]) -> dict[str, Any]:
+    """Same seed, same output? Decoded-frame hashes of the measured runs, PSNR as the fallback verdict."""
+    paths = [Path(r.output_path) for r in runs if not r.warmup and r.output_path]
+    if len(paths) < 2:
+        return {"verdict": "not enough runs", "runs": len(paths)}
+    digests = [frames_digest(p) for p in paths]
+    if len(set(digests)) == 1:
+        return {"verdict": "identical", "runs": len(paths), "digest": digests[0]}
+    worst = min(compare_videos(p, paths[0])["psnr_db"] for p in paths[1:])
+    verdict = "close" if worst >= CONSISTENCY_PSNR_DB else "different"
+    return {"verdict": verdict, "runs": len(paths), "min_psnr_db": worst, "digests": digests}
+
+
+def soak_verdict(runs: Sequence[RunMeasure], *, tolerance: float = 0.05) -> dict[str, Any]:
+    """Per-round series and a drift verdict for each (warmups excluded)."""
+    measured = [r for r in runs if not r.warmup]
+    series: dict[str, list[float]] = {
+        "total_s": [r.total_s for r in measured],
+        "memory_start_bytes": [float(r.memory_start_bytes or 0) for r in measured],
+        "peak_rss_bytes": [float(r.peak_rss_bytes or 0) for r in measured],
+    }
+    if all(r.peak_vram_bytes is not None for r in measured):
+        series["peak_vram_bytes"] = [float(r.peak_vram_bytes or 0) for r in measured]
+    verdicts = {}
+    for name, values in series.items():
+        verdict, change = drift_verdict(values, tolerance=tolerance)
+        verdicts[name] = {"verdict": verdict, "relative_change": change, "rounds": values}
+    # Time is noisy; memory growth is what a soak is for.
+    memory = [v["verdict"] for k, v in verdicts.items() if k != "total_s"]
+    overall = "drifting" if "drifting" in memory else "stable"
+    return {"verdict": overall, "rounds": len(measured), "series": verdicts}
+
+
+def run_load(
+    workflow_path: Path,
+    overrides: tuple[str, ...],
+    servers: Sequence[str],
+    out_dir: Path,
+    *,
+    concurrency: int,
+    jobs: int,
+    timeout: float = 1800.0,
+) -> dict[str, Any]:
+    """Submit ``jobs`` runs from ``concurrency`` threads, round-robin over ``servers``."""
+    if concurrency < 1 or jobs < 1:
+        raise ValueError(f"concurrency and jobs must be ≥ 1, got {concurrency} and {jobs}")
+
+    # Each job gets its own seed, as distinct requests would: identical prompts would be served from
+    # ComfyUI's cache and measure nothing.
+    seeds = find_seeds(load_workflow(workflow_path))
+
+    def one(index: int) -> dict[str, Any]:
+        server = servers[index % len(servers)]
+        reseed = tuple(f"{key}={int(value) + index + 1}" for key, value in seeds.items())
+        options = RunOptions(server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout)
+        timing = run_workflow(workflow_path, options).record["timing"]
+        return {"server": server, **{k: timing[k] for k in ("wall_s", "queue_s", "server_execution_s")}}
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        rows = list(pool.map(one, range(jobs)))
+    elapsed = time.perf_counter() - started
+    latency = [float(r["wall_s"]) for r in rows]
+    return {
+        "servers": list(servers),
+        "concurrency": concurrency,
+        "jobs": jobs,
+        "elapsed_s": elapsed,
+        "throughput_jobs_per_min": jobs / elapsed * 60,
+        "latency_s": {f"p{q}": percentile(latency, q) for q in (50, 95, 99)},
+        "queue_wait_s": summarize([float(r["queue_s"] or 0) for r in rows]).median,
+        "execution_s": summarize([float(r["server_execution_s"] or 0) for r in rows]).median,
+        "runs": rows,
+    }

@@ -1,0 +1,195 @@
+"""Render a benchmark result: a Markdown table with the seed's columns, a CSV, and PNG plots.
+
+Markdown columns: Config | Total time | Speed-up | Energy | Peak VRAM (the seed's), then Peak RSS,
+Spread and Notes. Total time is the median with [p10–p90]; speed-up is the ratio of medians against the
+baseline with its 95 % bootstrap interval. Figures that cannot be measured say why (``n/a``, see the
+notes line under the table) instead of showing a zero.
+
+PNG plots need matplotlib; :func:`write_plots` raises :class:`PlotError` naming the package when it is
+missing, so the Markdown and CSV are still written.
+
+Example::
+
+    (out / "report.md").write_text(render_markdown(results, title="seed table"))
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.results import VariantResult
+from benchmarks.stats import SPREAD_WARNING_RATIO, Summary
+
+IDENTICAL_PSNR_DB = 100.0  # compare_videos caps identical frames here
+GB = 1e9
+MB = 1e6
+CSV_COLUMNS = (
+    "config",
+    "skipped",
+    "n",
+    "total_median_s",
+    "total_p10_s",
+    "total_p90_s",
+    "total_stdev_s",
+    "spread_warning",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "energy_wh",
+    "peak_vram_bytes",
+    "peak_rss_bytes",
+    "step_s",
+    "phases",
+    "flags",
+    "psnr_db",
+    "ssim",
+)
+
+
+class PlotError(RuntimeError):
+    """The PNG plots could not be made (matplotlib missing)."""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
+
+
+def _bytes(summary: Summary | None) -> str:
+    if summary is None:
+        return "n/a"
+    value = summary.maximum
+    return f"{value / GB:.2f} GB" if value >= GB else f"{value / MB:.0f} MB"
+
+
+def format_row(result: VariantResult) -> list[str]:
+    """The Markdown cells of one variant."""
+    if result.skipped is not None or result.total is None:
+        return [result.name, "skipped", "–", "–", "–", "–", "–", f"skipped: {result.skipped}"]
+    total = result.total
+    time_cell = f"{_seconds(total.median)} [{_seconds(total.p10)}–{_seconds(total.p90)}]"
+    speed = result.speedup
+    speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" if speed else "–"
+    energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
+    spread = f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
+    notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
+    if result.quality and result.quality["psnr_db"] >= IDENTICAL_PSNR_DB:
+        notes.append("frames identical to the quality reference")
+    elif result.quality:
+        notes.append(f"PSNR {result.quality['psnr_db']:.1f} dB, SSIM {result.quality['ssim']:.3f}")
+    return [
+        result.name,
+        time_cell,
+        speed_cell,
+        energy,
+        _bytes(result.peak_vram_bytes),
+        _bytes(result.peak_rss_bytes),
+        spread,
+        "; ".join(notes),
+    ]
+
+
+def render_markdown(results: Sequence[VariantResult], *, title: str, context: Sequence[str] = ()) -> str:
+    """The report: a title, context lines, the table, the per-phase table and the footnotes."""
+    header = ["Config", "Total time", "Speed-up", "Energy", "Peak VRAM", "Peak RSS", "Spread", "Notes"]
+    lines = [f"# {title}", ""]
+    lines += [f"- {line}" for line in context]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(format_row(r)) + " |" for r in results]
+    phases = sorted({phase for r in results for phase, seconds in r.phases.items() if seconds > 0})
+    if phases:
+        lines += ["", "Per-phase median seconds:", ""]
+        lines += ["| Config | " + " | ".join(phases) + " | s/step |", "|" + "---|" * (len(phases) + 2)]
+        for r in results:
+            if r.skipped is None:
+                cells = [f"{r.phases.get(p, 0.0):.3f}" for p in phases]
+                step = f"{r.step_s:.3f}" if r.step_s is not None else "–"
+                lines.append(f"| {r.name} | " + " | ".join(cells) + f" | {step} |")
+    lines += [
+        "",
+        "Total time: median over the measured runs (client end to end, execution start → history "
+        "read: the queue wait is left out), "
+        "[p10–p90]. Speed-up: baseline median / variant median, [95 % bootstrap interval]. "
+        f"Spread: stdev / mean; ⚠ when ≥ {SPREAD_WARNING_RATIO * 100:.0f} %. Energy and Peak VRAM "
+        "need CUDA/NVML (n/a without); Peak RSS is the ComfyUI process's peak resident memory.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_csv(results: Sequence[VariantResult]) -> str:
+    """One CSV row per variant, raw numbers (seconds, bytes, Wh)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in results:
+        t, s = r.total, r.speedup
+        q = r.quality or {}
+        writer.writerow(
+            [
+                r.name,
+                r.skipped or "",
+                t.n if t else 0,
+                *((t.median, t.p10, t.p90, t.stdev, t.spread_warning) if t else ("",) * 5),
+                *((s.ratio, s.low, s.high) if s else ("",) * 3),
+                r.energy_wh.median if r.energy_wh else "",
+                r.peak_vram_bytes.maximum if r.peak_vram_bytes else "",
+                r.peak_rss_bytes.maximum if r.peak_rss_bytes else "",
+                r.step_s if r.step_s is not None else "",
+                ";".join(f"{k}={v:.6f}" for k, v in sorted(r.phases.items())),
+                ";".join(f"{k}={v}" for k, v in sorted(r.flags.items())),
+                q.get("psnr_db", ""),
+                q.get("ssim", ""),
+            ]
+        )
+    return buffer.getvalue()
+
+
+def write_plots(results: Sequence[VariantResult], out_dir: Path) -> list[Path]:
+    """``total_time.png`` (median bars, p10–p90 error bars) and ``phases.png`` (stacked per phase).
+
+    Raises:
+        PlotError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotError(
+            "PNG plots need matplotlib: `pip install matplotlib` (the Markdown and CSV were written)"
+        ) from exc
+    measured = [r for r in results if r.total is not None]
+    names = [r.name for r in measured]
+    medians = [r.total.median for r in measured if r.total]
+    low = [r.total.median - r.total.p10 for r in measured if r.total]
+    high = [r.total.p90 - r.total.median for r in measured if r.total]
+    paths = []
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names)), 4.0))
+    ax.bar(names, medians, yerr=[low, high], capsize=4, color="#4c72b0")
+    ax.set_ylabel("total time, s (median, p10–p90)")
+    ax.set_title("Total time per configuration")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    paths.append(out_dir / "total_time.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    phases = sorted({phase for r in measured for phase, seconds in r.phases.items() if seconds > 0})
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(names)), 4.0))
+    bottoms = [0.0] * len(measured)
+    for phase in phases:
+        values = [r.phases.get(phase, 0.0) for r in measured]
+        ax.bar(names, values, bottom=bottoms, label=phase)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    ax.set_ylabel("seconds (median per phase)")
+    ax.set_title("Where the time goes")
+    ax.legend(fontsize="small")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    paths.append(out_dir / "phases.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,89 @@
+"""Per-variant results: the measured runs of a variant folded into the figures the report shows.
+
+Example::
+
+    result = build_variant_result("8-step distill", runs, baseline_times=[68.9, 69.3])
+    print(result.total.median, result.speedup.ratio if result.speedup else None)
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchmarks.protocol import RunMeasure
+from benchmarks.stats import Speedup, Summary, bootstrap_speedup, summarize
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One row of the table: a variant's runs and summaries, or the reason it was not run."""
+
+    name: str
+    runs: tuple[RunMeasure, ...] = ()
+    skipped: str | None = None
+    total: Summary | None = None
+    speedup: Speedup | None = None
+    energy_wh: Summary | None = None
+    peak_vram_bytes: Summary | None = None
+    peak_rss_bytes: Summary | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    step_s: float | None = None
+    flags: dict[str, int] = field(default_factory=dict)
+    quality: dict[str, float] | None = None
+
+    @property
+    def measured(self) -> list[RunMeasure]:
+        return [run for run in self.runs if not run.warmup]
+
+    def total_times(self) -> list[float]:
+        return [run.total_s for run in self.measured]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["runs"] = [run.to_json() for run in self.runs]
+        if self.total is not None:
+            data["total"]["spread_warning"] = self.total.spread_warning
+        if self.speedup is not None:
+            data["speedup"]["significant"] = self.speedup.significant
+        return data
+
+
+def skipped_result(name: str, reason: str) -> VariantResult:
+    return VariantResult(name=name, skipped=reason)
+
+
+def build_variant_result(
+    name: str, runs: list[RunMeasure], baseline_times: list[float] | None
+) -> VariantResult:
+    """Summaries of the measured (non-warmup) runs; speed-up against ``baseline_times`` when given."""
+    measured = [run for run in runs if not run.warmup]
+    if not measured:
+        raise ValueError(f"variant {name!r} has no measured runs")
+    times = [run.total_s for run in measured]
+    phase_names = sorted({phase for run in measured for phase in run.phases})
+    steps = [run.step_s for run in measured if run.step_s is not None]
+    flags: dict[str, int] = {}
+    for run in measured:
+        for flag in run.flags:
+            flags[flag] = flags.get(flag, 0) + 1
+    return VariantResult(
+        name=name,
+        runs=tuple(runs),
+        total=summarize(times),
+        speedup=bootstrap_speedup(baseline_times, times) if baseline_times else None,
+        energy_wh=_maybe_summary([run.energy_wh for run in measured]),
+        peak_vram_bytes=_maybe_summary([run.peak_vram_bytes for run in measured]),
+        peak_rss_bytes=_maybe_summary([run.peak_rss_bytes for run in measured]),
+        phases={
+            phase: statistics.median(run.phases.get(phase, 0.0) for run in measured) for phase in phase_names
+        },
+        step_s=statistics.median(steps) if steps else None,
+        flags=flags,
+    )
+
+
+def _maybe_summary(values: list[float | int | None]) -> Summary | None:
+    present = [float(v) for v in values if v is not None]
+    return summarize(present) if present else None

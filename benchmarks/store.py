@@ -1,0 +1,67 @@
+"""The versioned benchmark result document (``bench.json``), written once and never overwritten.
+
+Schema ``leanvideo.bench`` version 1: ``schema``, ``version``, ``created`` (ISO, UTC), ``matrix``
+(``path``, ``sha256`` of the file, ``workflow``, ``mode``, ``warmups``, ``repeats``, ``baseline``,
+``reference``), ``environment`` (the first run record's: ComfyUI version/commit/argv, torch, device,
+pack and runner versions, host), ``modes`` (soak/load/consistency verdicts when run) and ``variants``
+(each :meth:`VariantResult.to_json`: runs, summaries, flags; each run points at its own immutable
+``run.json``, schema ``leanvideo.run`` v2).
+
+Example::
+
+    path = write_document(build_document(matrix, results, environment), out_dir / "bench.json")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks.matrix import Matrix
+from benchmarks.results import VariantResult
+
+BENCH_SCHEMA = "leanvideo.bench"
+BENCH_VERSION = 1
+
+
+def build_document(
+    matrix: Matrix,
+    results: list[VariantResult],
+    environment: dict[str, Any],
+    *,
+    modes: dict[str, Any] | None = None,
+    warmups: int | None = None,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """The result document; see the module docstring."""
+    return {
+        "schema": BENCH_SCHEMA,
+        "version": BENCH_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(),
+        "matrix": {
+            "path": str(matrix.path),
+            "sha256": hashlib.sha256(matrix.path.read_bytes()).hexdigest(),
+            "workflow": str(matrix.workflow),
+            "mode": matrix.mode,
+            "warmups": matrix.warmups if warmups is None else warmups,
+            "repeats": matrix.repeats if repeats is None else repeats,
+            "baseline": matrix.baseline,
+            "reference": matrix.reference,
+            "memory_tolerance_mb": matrix.memory_tolerance_mb,
+        },
+        "environment": environment,
+        "modes": modes or {},
+        "variants": [result.to_json() for result in results],
+    }
+
+
+def write_document(document: dict[str, Any], path: Path) -> Path:
+    """Write ``document`` as JSON; refuses to overwrite (results are immutable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
+    return path

@@ -1,0 +1,145 @@
+"""``leanvideo bench MATRIX.toml``: the benchmark harness's command line (parse, call, render).
+
+The harness itself lives in the repository's ``benchmarks/`` package, beside the matrices it runs; it is
+not part of the installed wheel (the matrices and the GPU script are source-checkout material). This
+module puts the checkout root on ``sys.path`` when ``benchmarks`` is not importable yet, and says so
+plainly when there is no checkout.
+
+Example::
+
+    leanvideo bench benchmarks/seed_table_tiny.toml --out bench-out
+    leanvideo bench benchmarks/seed_table_tiny.toml --soak 10 --load --concurrency 2 --jobs 8
+    python -m runner.cli_bench benchmarks/seed_table_tiny.toml      # the same, without the main CLI
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from runner.errors import LeanVideoError, WorkspaceError
+from runner.workspace import REPO_ROOT
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    """Add the ``bench`` sub-command to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        help="benchmark a matrix of workflow variants (time, speed-up, energy, peak memory)",
+        description=(
+            "Run every variant of MATRIX.toml by the benchmark protocol (warmups, repeats, cache "
+            "defeat, memory check) and write bench.json, report.md, report.csv, plots and run records."
+        ),
+    )
+    parser.add_argument("matrix", type=Path, help="matrix file (see docs/benchmarks.md)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: bench-out/<matrix>)")
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        help="use this running server instead of starting ours (repeat for --load over several); "
+        "variants that need server flags are then skipped",
+    )
+    parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
+    parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (matplotlib)")
+    parser.add_argument("--soak", type=int, default=0, metavar="N", help="soak the baseline N (≥ 10) rounds")
+    parser.add_argument("--load", action="store_true", help="load-test the baseline variant")
+    parser.add_argument("--concurrency", type=int, default=2, help="concurrent clients for --load")
+    parser.add_argument("--jobs", type=int, default=8, help="jobs submitted by --load")
+    parser.add_argument(
+        "--consistency", action="store_true", help="check that the same seed gives the same frames"
+    )
+    parser.add_argument("--json", action="store_true", help="print bench.json instead of the table")
+
+
+def _ensure_benchmarks_importable() -> None:
+    ours = REPO_ROOT / "benchmarks"
+    spec = importlib.util.find_spec("benchmarks")
+    if spec is not None:
+        if spec.origin and Path(spec.origin).resolve().parent == ours:
+            return
+        raise WorkspaceError(f"another `benchmarks` package ({spec.origin}) shadows LeanVideo's {ours}")
+    if not (ours / "harness.py").is_file():
+        raise WorkspaceError(
+            f"`leanvideo bench` needs a LeanVideo source checkout (no benchmarks/ under {REPO_ROOT})"
+        )
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def run_bench(args: argparse.Namespace, console: Console) -> int:
+    """Run ``leanvideo bench``; returns the exit code (errors propagate as :mod:`runner.errors`)."""
+    _ensure_benchmarks_importable()
+    from benchmarks.harness import BenchSettings, run_matrix
+    from benchmarks.matrix import load_matrix
+
+    matrix = load_matrix(args.matrix.resolve())
+    out = (args.out or Path("bench-out") / args.matrix.stem).resolve()
+    try:
+        settings = BenchSettings(
+            out_dir=out,
+            servers=tuple(args.server),
+            warmups=args.warmups,
+            repeats=args.repeats,
+            plots=not args.no_plots,
+            consistency=args.consistency,
+            soak=args.soak,
+            load=args.load,
+            concurrency=args.concurrency,
+            jobs=args.jobs,
+        )
+    except ValueError as exc:
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    if (out / "bench.json").exists():
+        console.print(f"[bold red]error:[/] {out} already holds a result (results are immutable)")
+        return 2
+    err = Console(stderr=True, soft_wrap=True)
+    outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
+    if args.json:
+        console.print_json(outcome.document_path.read_text(encoding="utf-8"))
+        return 0
+    console.print(outcome.markdown_path.read_text(encoding="utf-8"), markup=False, highlight=False)
+    for name, verdict in outcome.modes.items():
+        console.print(f"{name}: {escape(json.dumps(_headline(name, verdict)))}", highlight=False)
+    if outcome.plot_error:
+        err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}")
+    console.print(f"results: {outcome.document_path.parent} ({outcome.seconds:.0f} s)", highlight=False)
+    return 0
+
+
+def _headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The few figures of a mode worth a line on the terminal (the rest is in bench.json)."""
+    if mode == "soak":
+        return {k: verdict[k] for k in ("variant", "verdict", "rounds")}
+    if mode == "load":
+        keys = ("throughput_jobs_per_min", "latency_s", "queue_wait_s", "execution_s")
+        return {k: verdict[k] for k in keys}
+    return {name: item.get("verdict") for name, item in verdict.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m runner.cli_bench MATRIX.toml …``: the ``bench`` command on its own."""
+    parser = argparse.ArgumentParser(prog="leanvideo")
+    add_bench_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    console = Console(soft_wrap=True)
+    try:
+        return run_bench(args, console)
+    except LeanVideoError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""``leanvideo bench`` argument handling that needs no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.harness import BenchSettings, open_server
+from benchmarks.matrix import load_matrix
+from runner.cli_bench import main
+from runner.workspace import REPO_ROOT
+
+TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
+
+
+def test_bad_soak_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(TINY), "--out", str(tmp_path), "--soak", "3"]) == 2
+    assert "at least 10 rounds" in capsys.readouterr().out
+
+
+def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bench.json").write_text("{}", encoding="utf-8")
+    assert main([str(TINY), "--out", str(tmp_path)]) == 2
+    assert "results are immutable" in capsys.readouterr().out
+
+
+def test_bad_matrix_exits_with_the_workflow_error_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tmp_path / "missing.toml")]) == 5
+    assert "cannot read matrix" in capsys.readouterr().err
+
+
+def test_running_servers_skip_variants_that_need_launch_flags(tmp_path: Path) -> None:
+    matrix = load_matrix(TINY)
+    settings = BenchSettings(out_dir=tmp_path, servers=("http://127.0.0.1:8460",))
+    with open_server(matrix, settings, ("--async-offload",), tmp_path, print) as (url, reason):
+        assert url is None
+        assert reason == "needs server flags --async-offload (not with --server)"
+    with open_server(matrix, settings, (), tmp_path, print) as (url, reason):
+        assert (url, reason) == ("http://127.0.0.1:8460", "")

@@ -1,0 +1,105 @@
+"""``leanvideo bench`` end to end on real pinned servers it starts itself (CPU): the tiny seed table,
+consistency, soak and load. The shared ``comfy_server`` is left alone: the bench's /free calls and
+soak rounds would change the memory history other tests measure RSS against."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from runner.cli_bench import add_bench_parser, run_bench
+from runner.fixtures import FixtureSet
+from runner.workspace import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
+
+
+def _bench(*argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="leanvideo")
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    buffer = io.StringIO()
+    code = run_bench(parser.parse_args(["bench", *argv]), Console(file=buffer, width=200))
+    return code, buffer.getvalue()
+
+
+def _document(out: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((out / "bench.json").read_text(encoding="utf-8"))
+    assert (document["schema"], document["version"]) == ("leanvideo.bench", 1)
+    return document
+
+
+def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet) -> None:
+    out = tmp_path / "bench"
+    # Kept short: no warmups (their exclusion is unit-tested), two measured runs, the shortest soak.
+    code, text = _bench(
+        str(TINY),
+        *("--out", str(out), "--warmups", "0", "--repeats", "2", "--consistency"),
+        *("--soak", "10", "--load", "--concurrency", "2", "--jobs", "2"),
+    )
+    print(text)
+    assert code == 0
+    document = _document(out)
+    variants = {v["name"]: v for v in document["variants"]}
+    assert list(variants) == [
+        "20-step baseline",
+        "8-step distill",
+        "8-step + non-blocking transfer",
+        "8-step + graph compile",
+        "8-step + attention acceleration",
+    ]
+    assert variants["8-step + graph compile"]["skipped"].startswith("on CPU: torch.compile")
+    for name in (
+        "20-step baseline",
+        "8-step distill",
+        "8-step + non-blocking transfer",
+        "8-step + attention acceleration",
+    ):
+        runs = variants[name]["runs"]
+        assert [r["warmup"] for r in runs] == [False, False]
+        assert variants[name]["total"]["n"] == 2
+        for run in runs:
+            record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))
+            assert (record["schema"], record["version"], record["status"]) == ("leanvideo.run", 2, "success")
+            assert "cache_not_defeated" not in run["flags"]  # /free made every node run again
+
+    # The transfer variant ran on a restarted server with its flag; the first two did not.
+    def argv(name: str) -> list[str]:
+        record_path = Path(variants[name]["runs"][0]["record_path"])
+        return list(json.loads(record_path.read_text(encoding="utf-8"))["environment"]["comfyui_argv"])
+
+    assert "--async-offload" in argv("8-step + non-blocking transfer")
+    assert "--async-offload" not in argv("8-step distill")
+    assert "--async-offload" not in argv("8-step + attention acceleration")
+    # Fewer steps really ran: the sampler did 20 then 8 steps.
+    assert variants["20-step baseline"]["speedup"]["ratio"] == 1.0
+    assert variants["8-step distill"]["quality"]["psnr_db"] < 100  # the LoRA + 8 steps change the frames
+    assert variants["20-step baseline"]["quality"]["ssim"] == pytest.approx(1.0)
+    consistency = document["modes"]["consistency"]
+    assert {item["verdict"] for item in consistency.values()} <= {"identical", "close"}
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "| Config | Total time | Speed-up | Energy | Peak VRAM |" in markdown
+    assert "| 8-step + graph compile | skipped |" in markdown
+    assert markdown in text.replace("\r", "") or "| 20-step baseline |" in text
+    assert (out / "report.csv").read_text(encoding="utf-8").count("\n") == 6
+    assert (out / "workflows" / "8-step-attention-acceleration.api.json").is_file()
+    pytest.importorskip("matplotlib")
+    assert (out / "total_time.png").is_file() and (out / "phases.png").is_file()
+
+    soak = document["modes"]["soak"]
+    assert soak["rounds"] == 10 and soak["verdict"] in ("stable", "drifting")
+    assert len(soak["series"]["peak_rss_bytes"]["rounds"]) == 10
+    load = document["modes"]["load"]
+    print({k: load[k] for k in ("throughput_jobs_per_min", "latency_s", "queue_wait_s", "execution_s")})
+    assert load["jobs"] == 2 and load["concurrency"] == 2 and len(load["runs"]) == 2
+    assert load["latency_s"]["p50"] <= load["latency_s"]["p95"] <= load["latency_s"]["p99"]
+    assert load["throughput_jobs_per_min"] > 0
+    assert load["execution_s"] > 0.05  # distinct seeds: the sampler really ran, nothing came from the cache
+    assert "soak: " in text and "load: " in text

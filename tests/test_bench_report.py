@@ -1,0 +1,144 @@
+"""Result folding, the memory/cache flags, report rendering (Markdown, CSV, PNG) and PSNR/SSIM."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from benchmarks.modes import psnr, soak_verdict, ssim
+from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
+from benchmarks.report import render_csv, render_markdown, write_plots
+from benchmarks.results import build_variant_result, skipped_result
+
+MB = 1024 * 1024
+
+
+def _run(
+    variant: str, index: int, total: float, *, warmup: bool = False, memory: int = 500 * MB
+) -> RunMeasure:
+    return RunMeasure(
+        variant=variant,
+        index=index,
+        warmup=warmup,
+        total_s=total,
+        server_s=total - 0.01,
+        phases={"model_load": 0.2 * total, "sampling": 0.7 * total, "vae_decode": 0.1 * total},
+        step_s=0.05,
+        peak_vram_bytes=None,
+        peak_rss_bytes=2 * 10**9,
+        energy_wh=None,
+        memory_start_bytes=memory,
+        memory_kind="rss",
+        record_path=f"/runs/{variant}/{index}/run.json",
+        output_path=None,
+    )
+
+
+def _results() -> list[Any]:
+    base_runs = [
+        _run("base", 0, 99.0, warmup=True),
+        *(_run("base", i, t) for i, t in enumerate([10, 10.2, 9.8], 1)),
+    ]
+    fast_runs = [_run("fast", i, t) for i, t in enumerate([5.0, 7.0, 4.0])]
+    baseline = [r.total_s for r in base_runs if not r.warmup]
+    return [
+        build_variant_result("base", base_runs, baseline),
+        build_variant_result("fast", fast_runs, baseline),
+        skipped_result("+ graph compile", "on CPU: too slow"),
+    ]
+
+
+def test_warmups_stay_out_of_the_statistics() -> None:
+    base = _results()[0]
+    assert base.total.n == 3
+    assert base.total.median == 10.0
+    assert base.speedup.ratio == 1.0
+
+
+def test_markdown_has_the_seed_columns_spread_and_skip_reason() -> None:
+    text = render_markdown(_results(), title="t", context=["cpu"])
+    print(text)
+    assert "| Config | Total time | Speed-up | Energy | Peak VRAM |" in text
+    assert "| base | 10.00 s [9.84 s–10.16 s] | 1.00× [" in text
+    fast = next(line for line in text.splitlines() if line.startswith("| fast |"))
+    assert "2.00×" in fast and "⚠" in fast  # stdev 1.53 over mean 5.33: flagged
+    assert "n/a" in fast  # no energy on CPU, said so rather than 0
+    assert "skipped: on CPU: too slow" in text
+    assert "| Config | model_load | sampling | vae_decode | s/step |" in text
+
+
+def test_csv_round_trips_raw_numbers() -> None:
+    rows = list(csv.DictReader(io.StringIO(render_csv(_results()))))
+    assert [r["config"] for r in rows] == ["base", "fast", "+ graph compile"]
+    assert float(rows[1]["speedup"]) == pytest.approx(2.0)
+    assert rows[1]["spread_warning"] == "True"
+    assert rows[2]["skipped"] == "on CPU: too slow" and rows[2]["n"] == "0"
+
+
+def test_plots_are_written(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    paths = write_plots(_results(), tmp_path)
+    assert [p.name for p in paths] == ["total_time.png", "phases.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_memory_that_does_not_return_is_flagged() -> None:
+    runs = [
+        _run("v", 0, 1.0, warmup=True, memory=100 * MB),
+        _run("v", 1, 1.0, memory=500 * MB),
+        _run("v", 2, 1.0, memory=600 * MB),
+        _run("v", 3, 1.0, memory=900 * MB),
+    ]
+    flagged = flag_memory_not_returned(runs, tolerance_mb=256)
+    assert [r.flags for r in flagged] == [(), (), (), ("memory_not_returned",)]
+
+
+def test_measure_from_record_reads_run_record_v2(tmp_path: Path) -> None:
+    record = {
+        "timing": {"wall_s": 1.6, "queue_s": 0.1, "server_execution_s": 1.4, "phases": {"sampling": 1.0}},
+        "nodes": [
+            {"node_id": "1", "cached": True, "step_seconds": None},
+            {"node_id": "11", "cached": False, "step_seconds": [0.1, 0.3, 0.2]},
+        ],
+        "telemetry": {
+            "available": True,
+            "rss_start_bytes": 7,
+            "peak_rss_bytes": 9,
+            "cuda_max_reserved_bytes": None,
+            "nvml_used_start_bytes": None,
+            "energy_wh": None,
+        },
+        "outputs": [{"path": str(tmp_path / "a.mp4")}],
+    }
+    run = measure_from_record(record, tmp_path / "run.json", "v", 0, False)
+    assert (run.total_s, run.step_s, run.memory_start_bytes, run.memory_kind) == (1.5, 0.2, 7, "rss")
+    assert run.flags == ("cache_not_defeated",)
+    assert run.output_path == str(tmp_path / "a.mp4")
+
+
+def test_soak_verdict_sees_memory_growth() -> None:
+    steady = [_run("v", i, 1.0, memory=500 * MB) for i in range(10)]
+    leaking = [_run("v", i, 1.0, memory=(500 + 20 * i) * MB) for i in range(10)]
+    assert soak_verdict(steady)["verdict"] == "stable"
+    verdict = soak_verdict(leaking)
+    assert verdict["verdict"] == "drifting"
+    assert verdict["series"]["memory_start_bytes"]["verdict"] == "drifting"
+
+
+def test_psnr_and_ssim_on_known_images() -> None:
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
+    assert psnr(image, image) == float("inf")
+    assert ssim(image, image) == pytest.approx(1.0)
+    shifted = np.clip(image.astype(int) + 5, 0, 255).astype(np.uint8)
+    mse = np.mean((image.astype(float) - shifted.astype(float)) ** 2)
+    assert psnr(image, shifted) == pytest.approx(10 * np.log10(255**2 / mse))
+    noisy = np.clip(image + rng.normal(0, 40, image.shape), 0, 255).astype(np.uint8)
+    measured = ssim(image, noisy)
+    print(f"SSIM of a noisy copy: {measured:.3f}")
+    assert 0.0 < measured < ssim(image, shifted) <= 1.0
