@@ -15,13 +15,13 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from benchmarks.matrix import Matrix
 from benchmarks.results import VariantResult
+from runner.record import write_run_record
 
 BENCH_SCHEMA = "leanvideo.bench"
 BENCH_VERSION = 1
@@ -60,8 +60,4 @@ def build_document(
 
 def write_document(document: dict[str, Any], path: Path) -> Path:
     """Write ``document`` as JSON; refuses to overwrite (results are immutable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("x", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=2)
-        handle.write("\n")
-    return path
+    return write_run_record(document, path)
