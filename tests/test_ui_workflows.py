@@ -1,0 +1,99 @@
+"""The shipped editor (UI) workflows in the real pinned frontend: they load with every node known, the
+editor turns each back into exactly its API twin, and the tiny one queued from the page makes a video.
+
+Screenshots land in ``test-artifacts/`` (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from runner.server import ComfyServer
+from runner.workspace import REPO_ROOT, WORKFLOWS_DIR
+from tests.browser import open_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+UI_FILES = sorted(WORKFLOWS_DIR.glob("*.ui.json"))
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+LOAD_JS = """async (ui) => {
+  const missing = ui.nodes.map((n) => n.type).filter((t) => !LiteGraph.registered_node_types[t]);
+  const warned = [];
+  const original = window.app.showMissingNodesError;
+  window.app.showMissingNodesError = (types) => { warned.push(types); };
+  try {
+    await window.app.loadGraphData(ui, true, false, null,
+      {showMissingNodesDialog: true, showMissingModelsDialog: false});
+  } finally {
+    window.app.showMissingNodesError = original;
+  }
+  const output = (await window.app.graphToPrompt()).output;
+  return {missing, warned, output};
+}"""
+
+
+@pytest.fixture(scope="module")
+def editor_url(comfy_server: ComfyServer) -> str:
+    """The server's editor, told the first-run tutorial is done so no templates dialog covers the graph."""
+    response = httpx.post(f"{comfy_server.url}/settings/Comfy.TutorialCompleted", json=True, timeout=30)
+    assert response.status_code == 200
+    return comfy_server.url
+
+
+def _api_twin(ui_path: Path) -> dict[str, Any]:
+    return dict(json.loads(ui_path.with_name(ui_path.name.replace(".ui.json", ".api.json")).read_text()))
+
+
+def _semantic(workflow: dict[str, Any]) -> dict[str, Any]:
+    return {
+        node_id: (node["class_type"], node["inputs"], (node.get("_meta") or {}).get("title"))
+        for node_id, node in workflow.items()
+    }
+
+
+def test_every_ui_workflow_has_an_api_twin() -> None:
+    assert len(UI_FILES) >= 3
+    for path in UI_FILES:
+        assert _api_twin(path)
+
+
+def test_ui_workflows_load_in_the_editor_and_match_their_api_twin(editor_url: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    with open_app(editor_url) as page:
+        for path in UI_FILES:
+            loaded = page.evaluate(LOAD_JS, json.loads(path.read_text()))
+            page.screenshot(path=str(ARTIFACTS / f"{path.stem}.png"))
+            assert loaded["missing"] == [], f"{path.name}: node types missing in the editor"
+            assert loaded["warned"] == [], f"{path.name}: the editor warned of missing nodes"
+            invalid = page.get_by_text("Invalid workflow").count()
+            assert invalid == 0, f"{path.name}: the editor rejected the file's schema"
+            assert _semantic(loaded["output"]) == _semantic(_api_twin(path)), path.name
+
+
+def test_tiny_workflow_queued_from_the_page_makes_a_video(comfy_server: ComfyServer, editor_url: str) -> None:
+    ui = json.loads((WORKFLOWS_DIR / "ltxv_tiny_t2v.ui.json").read_text())
+    for node in ui["nodes"]:  # a new prompt text, so the run is not served from ComfyUI's cache
+        if node["type"] == "CLIPTextEncode":
+            node["widgets_values"][0] += f" ({time.time_ns()})"
+    before = set(httpx.get(f"{comfy_server.url}/history").json())
+    with open_app(editor_url) as page:
+        page.evaluate(LOAD_JS, ui)
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        deadline, outputs = time.monotonic() + 240, None
+        while time.monotonic() < deadline and outputs is None:
+            history = httpx.get(f"{comfy_server.url}/history").json()
+            for prompt_id in set(history) - before:
+                if history[prompt_id].get("status", {}).get("completed"):
+                    outputs = history[prompt_id]["outputs"]
+            time.sleep(0.5)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ltxv_tiny_t2v.queued.png"))
+    assert outputs is not None, "the prompt queued from the page did not finish"
+    files = [item["filename"] for out in outputs.values() for item in out.get("images", [])]
+    assert any(name.endswith(".mp4") for name in files), outputs
