@@ -97,3 +97,24 @@ def test_tiny_workflow_queued_from_the_page_makes_a_video(comfy_server: ComfySer
     assert outputs is not None, "the prompt queued from the page did not finish"
     files = [item["filename"] for out in outputs.values() for item in out.get("images", [])]
     assert any(name.endswith(".mp4") for name in files), outputs
+
+
+PACK_NODES = {
+    "LeanVideoDiffusionModelLoaderINT8": ("Load Diffusion Model (INT8)", "advanced/loaders"),
+    "LeanVideoTextEncoderLoaderINT8": ("Load Text Encoder (INT8)", "advanced/loaders"),
+    "LeanVideoFreeVRAM": ("Free VRAM", "utils"),
+    "LeanVideoPatchAttention": ("Patch Attention", "advanced/model_patches"),
+}
+
+
+def test_pack_nodes_are_registered_in_the_editor_under_their_names(editor_url: str) -> None:
+    """The editor's node search matches display names; each node must be there under its own."""
+    with open_app(editor_url) as page:
+        found = page.evaluate(
+            """(ids) => Object.fromEntries(ids.map((id) => {
+                 const type = LiteGraph.registered_node_types[id];
+                 return [id, type ? [type.title, type.category] : null];
+               }))""",
+            list(PACK_NODES),
+        )
+    assert found == {node_id: list(expected) for node_id, expected in PACK_NODES.items()}
