@@ -20,7 +20,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from runner.pin import (
+    PIN_FILE,
+    InstallError,
+    load_pin,
+    read_version,
+    record_pin,
+    sha256_file,
+    tree_digest,
+    verify_tree,
+)
+
 REPO = Path(__file__).resolve().parent
-PIN_FILE = REPO / "runner" / "comfy_pin.json"
 PACK_NAME = "leanvideo"
 WORKSPACE_ENV = "LEANVIDEO_WORKSPACE"
 TORCH_SPECS = ("torch==2.14.1", "torchvision==0.29.1", "torchaudio==2.11.1")
@@ -63,10 +72,6 @@ except md.PackageNotFoundError:
     pass
 print(json.dumps(r))
 """
-
-
-class InstallError(Exception):
-    """A failure the user can fix; the message says how. main() prints it and exits 1."""
 
 
 @dataclass(frozen=True)
@@ -129,94 +134,6 @@ def install_for_manager(pack_dir: Path) -> None:
     req = pack_dir / "custom_nodes" / "requirements.txt"
     say(f"run by ComfyUI-Manager: installing {req} into {sys.executable}")
     pip_install(Path(sys.executable), "-r", str(req))
-
-
-# --- the pin: a manifest of relative path -> sha256 and a digest over it -------------------------------
-
-
-def hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_digest(manifest: Mapping[str, str]) -> str:
-    """sha256 over the sorted "path\\0filesha\\n" lines: one value naming the whole tree."""
-    h = hashlib.sha256()
-    for rel in sorted(manifest):
-        h.update(f"{rel}\0{manifest[rel]}\n".encode())
-    return h.hexdigest()
-
-
-def list_files(root: Path, skip_top: Sequence[str] = (".git",)) -> list[str]:
-    """Relative posix paths of the regular files under root (symlinks not followed)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root:
-            dirnames[:] = [d for d in dirnames if d not in skip_top]
-        out += [Path(dirpath, f).relative_to(root).as_posix() for f in filenames]
-    return sorted(out)
-
-
-def load_pin(path: Path = PIN_FILE) -> dict[str, Any]:
-    try:
-        pin: dict[str, Any] = json.loads(path.read_text())
-        consistent = tree_digest(pin["files"]) == pin["tree_digest"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise InstallError(f"cannot read the ComfyUI pin {path}: {exc!r}; restore it from git") from exc
-    if not consistent:
-        raise InstallError(f"{path} is inconsistent (its manifest does not give its tree_digest)")
-    return pin
-
-
-def record_pin(tree: Path, path: Path = PIN_FILE) -> dict[str, Any]:
-    """Rewrite the manifest in `path` from `tree`; the metadata already there is kept, version is re-read."""
-    pin: dict[str, Any] = json.loads(path.read_text())
-    excluded = set(pin["carrier"]["exclude"])
-    files = {rel: hash_file(tree / rel) for rel in list_files(tree) if rel not in excluded}
-    pin.update(version=read_version(tree), files=files, tree_digest=tree_digest(files))
-    path.write_text(json.dumps(pin, indent=1, sort_keys=True) + "\n")
-    return pin
-
-
-def compare_tree(root: Path, manifest: Mapping[str, str], exact: bool) -> list[str]:
-    """Problems ("changed: x", "missing: y", "extra: z") of `root` against the manifest, in path order.
-
-    Files outside the manifest count as problems only when `exact` (a wheel must carry exactly the tree).
-    """
-    problems = []
-    for rel in sorted(manifest):
-        p = root / rel
-        if not p.is_file():
-            problems.append(f"missing: {rel}")
-        elif hash_file(p) != manifest[rel]:
-            problems.append(f"changed: {rel}")
-    if exact:
-        problems += [f"extra: {rel}" for rel in list_files(root) if rel not in manifest]
-    return problems
-
-
-def verify_tree(root: Path, pin: Mapping[str, Any], exact: bool) -> None:
-    """Raise InstallError naming the first differing files unless `root` matches the pin."""
-    problems = compare_tree(root, pin["files"], exact)
-    if problems:
-        first = "; ".join(problems[:5])
-        raise InstallError(
-            f"ComfyUI at {root} does not match pin v{pin['version']}: {len(problems)} "
-            f"differences, first: {first}"
-        )
-    extras = [rel for rel in list_files(root) if rel not in pin["files"]]
-    if extras:
-        say(f"{len(extras)} files outside the pin manifest allowed (e.g. {extras[0]})")
-
-
-def read_version(comfy: Path) -> str:
-    m = re.search(r"""__version__\s*=\s*["']([^"']+)""", (comfy / "comfyui_version.py").read_text())
-    if not m:
-        raise InstallError(f"no __version__ in {comfy / 'comfyui_version.py'}")
-    return m.group(1)
 
 
 # --- placing ComfyUI ----------------------------------------------------------------------------------
@@ -304,7 +221,7 @@ def build_tree(tmp: Path, pin: Mapping[str, Any], source: str, python: Path) -> 
                 raise InstallError(f"{pin['upstream']} unreachable")
             say(f"placing ComfyUI v{pin['version']} from git ({pin['commit'][:12]})…")
             fetch_git(tmp, pin)
-            verify_tree(tmp, pin, exact=False)
+            _say_extras(verify_tree(tmp, pin, exact=False))
             return "git"
         except InstallError as exc:
             if source == "git":
@@ -329,6 +246,11 @@ def build_tree(tmp: Path, pin: Mapping[str, Any], source: str, python: Path) -> 
     return "wheel"
 
 
+def _say_extras(extras: Sequence[str]) -> None:
+    if extras:
+        say(f"{len(extras)} files outside the pin manifest allowed (e.g. {extras[0]})")
+
+
 def ensure_workspace_comfyui(
     target: Path, pin: Mapping[str, Any], source: str, python: Path, old: Mapping[str, Any]
 ) -> str:
@@ -341,7 +263,7 @@ def ensure_workspace_comfyui(
         return str(old["source"])
     say(f"verifying the ComfyUI already at {target}…")
     try:
-        verify_tree(target, pin, exact=False)
+        _say_extras(verify_tree(target, pin, exact=False))
     except InstallError as exc:
         raise InstallError(
             f"{exc}. Move {target} away and run again, or keep it: --comfyui {target}"
@@ -360,7 +282,7 @@ def validate_comfyui(path: Path) -> Path:
 def check_existing_comfyui(comfy: Path, pin: Mapping[str, Any]) -> tuple[str, str, bool]:
     """Warn when a user's ComfyUI differs from the pin; return (version, digest of pinned files, verified)."""
     version = read_version(comfy)
-    files = {rel: hash_file(comfy / rel) if (comfy / rel).is_file() else "missing" for rel in pin["files"]}
+    files = {rel: sha256_file(comfy / rel) if (comfy / rel).is_file() else "missing" for rel in pin["files"]}
     digest = tree_digest(files)
     if version != pin["version"]:
         warn(

@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -25,6 +24,7 @@ import httpx
 
 from runner.client import ComfyClient
 from runner.errors import ServerError
+from runner.pin import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +62,6 @@ class OutputFile:
         data = asdict(self)
         data["path"] = str(self.path)
         return data
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def list_output_items(outputs: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

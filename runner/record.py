@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.client import PromptResult
-from runner.outputs import OutputFile, sha256_file
+from runner.outputs import OutputFile
+from runner.pin import sha256_file
 from runner.workflow import Override
 
 RECORD_SCHEMA = "leanvideo.run"
@@ -45,7 +46,6 @@ __all__ = [
     "build_run_record",
     "collect_server_info",
     "runner_version",
-    "sha256_file",
     "workflow_digest",
     "write_run_record",
 ]

