@@ -9,13 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,15 +21,14 @@ from rich.table import Table
 
 from runner.cli_bench import add_bench_parser, run_bench
 from runner.cli_quantize import add_quantize_parser, run_quantize
-from runner.client import DEFAULT_SERVER
-from runner.convert import convert_ui_workflow
+from runner.cli_server import add_server_arguments, run_options
+from runner.cli_workflow import add_workflow_parser, run_workflow_command
 from runner.demo import run_demo
-from runner.errors import LeanVideoError, WorkflowError
-from runner.render import RunProgress, problems_table, summary_table
-from runner.run import RunOptions, collect_environment, run_workflow
+from runner.errors import LeanVideoError
+from runner.render import RunProgress, summary_table
+from runner.run import run_workflow
 from runner.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
-from runner.workflow import apply_overrides, load_workflow, validate_workflow
-from runner.workflow_diff import diff_workflows, summarize
+from runner.workflow import load_workflow
 from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 DEFAULT_PORT = 8188
@@ -89,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
     )
     run.add_argument("workflow", type=Path, help="API-format workflow JSON")
-    _add_server_arguments(run)
+    add_server_arguments(run)
     run.add_argument(
         "--set",
         dest="overrides",
@@ -105,74 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-validate", action="store_true", help="skip the client-side check against /object_info"
     )
 
-    workflow = sub.add_parser("workflow", help="validate, convert or compare workflow files")
-    workflow_sub = workflow.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
-    validate = workflow_sub.add_parser(
-        "validate",
-        help="check a workflow against /object_info: unknown nodes, bad or missing inputs, missing models",
-        epilog="exit codes: 0 valid (warnings allowed), 4 server unreachable, 5 invalid",
-    )
-    validate.add_argument("file", type=Path, help="API-format workflow JSON")
-    _add_server_arguments(validate)
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.input=VALUE")
-    validate.add_argument("--json", action="store_true", help="print the findings as JSON")
-    diff = workflow_sub.add_parser(
-        "diff",
-        help="semantic differences between two workflows: nodes, inputs, links (not a text diff)",
-        epilog="exit codes: 0 same, 1 different, 4 server unreachable (UI files only), 5 unreadable file. "
-        "Editor (UI) files are converted to API format with the server's /object_info first.",
-    )
-    diff.add_argument("a", type=Path, help="the old workflow (API or UI format)")
-    diff.add_argument("b", type=Path, help="the new workflow (API or UI format)")
-    _add_server_arguments(diff)
-    diff.add_argument("--json", action="store_true", help="print the changes as JSON")
-    convert = workflow_sub.add_parser(
-        "convert",
-        help="convert an editor (UI) workflow to API format using the server's /object_info",
-        epilog="exit codes: 0 converted, 4 server unreachable, 5 not convertible (subgraphs, unknown nodes)",
-    )
-    convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
-    _add_server_arguments(convert)
-    convert.add_argument(
-        "--out", type=Path, help="write the API JSON here (never overwritten; default stdout)"
-    )
+    add_workflow_parser(sub)
     add_quantize_parser(sub)
     add_bench_parser(sub)
     return parser
-
-
-def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
-        help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
-    )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("LEANVIDEO_TOKEN"),
-        help="bearer token for a proxy ($LEANVIDEO_TOKEN)",
-    )
-    parser.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra HTTP header (repeatable)",
-    )
-
-
-def _run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
-    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
-    headers = []
-    for value in args.header:
-        name, colon, content = value.partition(":")
-        if not colon or not name.strip():
-            build_parser().exit(2, f"leanvideo: error: --header {value!r}: expected 'NAME: VALUE'\n")
-        headers.append((name.strip(), content.strip()))
-    try:
-        return RunOptions(server=args.server, headers=tuple(headers), token=args.token, **settings)
-    except ValueError as exc:
-        build_parser().exit(2, f"leanvideo: error: {exc}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,12 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_quantize(args, console)
         if args.command == "bench":
             return run_bench(args, console)
-        if args.command == "workflow" and args.workflow_command == "diff":
-            return cmd_workflow_diff(args, console)
-        if args.command == "workflow" and args.workflow_command == "convert":
-            return cmd_workflow_convert(args, console)
         if args.command == "workflow":
-            return cmd_workflow_validate(args, console)
+            return run_workflow_command(args, console)
         return cmd_demo(args, tuple(passthrough), console)
     except LeanVideoError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
@@ -302,7 +231,7 @@ def cmd_demo(args: argparse.Namespace, passthrough: tuple[str, ...], console: Co
 
 
 def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
-    options = _run_options(
+    options = run_options(
         args,
         out_dir=args.out.resolve(),
         overrides=tuple(args.overrides),
@@ -324,86 +253,6 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
     console.print(f"record: {outcome.record_path}", highlight=False)
-    return 0
-
-
-def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
-    options = _run_options(args)
-    workflow = load_workflow(args.file)
-    with options.make_client() as client:
-        object_info = client.get_json("/object_info")
-        environment = collect_environment(client)
-    apply_overrides(workflow, list(args.overrides), object_info)
-    problems = validate_workflow(workflow, object_info)
-    errors = [p for p in problems if p.kind == "error"]
-    if args.json:
-        found = [
-            {
-                "kind": p.kind,
-                "node_id": p.node_id,
-                "class_type": p.class_type,
-                "input": p.input_name,
-                "message": p.message,
-            }
-            for p in problems
-        ]
-        console.print_json(json.dumps({"file": str(args.file), "valid": not errors, "problems": found}))
-    elif problems:
-        console.print(
-            problems_table(problems, f"{args.file} against ComfyUI {environment['comfyui_version']}")
-        )
-    if not args.json:
-        verdict = f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s)"
-        console.print(f"{args.file}: {'invalid' if errors else 'valid'} ({verdict})", highlight=False)
-    return 5 if errors else 0
-
-
-def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
-    a, b = (_load_any_workflow(path, args) for path in (args.a, args.b))
-    changes = diff_workflows(a, b)
-    if args.json:
-        found = [change.to_json() for change in changes]
-        console.print_json(json.dumps({"a": str(args.a), "b": str(args.b), "changes": found}))
-    elif changes:
-        for change in changes:
-            console.print(str(change), highlight=False, markup=False)
-        counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in summarize(changes).items())
-        console.print(f"{len(changes)} change(s): {counts}", highlight=False)
-    else:
-        console.print(f"{args.a} and {args.b} are the same workflow", highlight=False)
-    return 1 if changes else 0
-
-
-def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WorkflowError(f"cannot read {path}: {exc}") from exc
-    if not (isinstance(data, dict) and "nodes" in data and "links" in data):
-        return load_workflow(path)
-    with _run_options(args).make_client() as client:
-        return convert_ui_workflow(data, client.get_json("/object_info"))
-
-
-def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
-    try:
-        ui = json.loads(args.file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WorkflowError(f"cannot read {args.file}: {exc}") from exc
-    options = _run_options(args)
-    with options.make_client() as client:
-        api = convert_ui_workflow(ui, client.get_json("/object_info"))
-    text = json.dumps(api, indent=2) + "\n"
-    if args.out is None:
-        sys.stdout.write(text)
-        return 0
-    try:
-        with args.out.open("x", encoding="utf-8") as handle:
-            handle.write(text)
-    except FileExistsError as exc:
-        raise WorkflowError(f"{args.out} already exists; refusing to overwrite it") from exc
-    console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
     return 0
 
 

@@ -1,0 +1,51 @@
+"""Command-line options shared by the commands that talk to a running server (``run``, ``workflow``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, NoReturn
+
+from runner.client import DEFAULT_SERVER
+from runner.run import RunOptions
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Exit 2 the way argparse does for a bad argument."""
+    sys.stderr.write(f"leanvideo: error: {message}\n")
+    raise SystemExit(2)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
+        help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("LEANVIDEO_TOKEN"),
+        help="bearer token for a proxy ($LEANVIDEO_TOKEN)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="extra HTTP header (repeatable)",
+    )
+
+
+def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
+    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+    headers = []
+    for value in args.header:
+        name, colon, content = value.partition(":")
+        if not colon or not name.strip():
+            _usage_error(f"--header {value!r}: expected 'NAME: VALUE'")
+        headers.append((name.strip(), content.strip()))
+    try:
+        return RunOptions(server=args.server, headers=tuple(headers), token=args.token, **settings)
+    except ValueError as exc:
+        _usage_error(str(exc))
