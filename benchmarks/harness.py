@@ -1,10 +1,12 @@
 """Run a whole matrix: servers per launch-flag set, the protocol per variant, modes, then the reports.
 
-Variants with the same ``server_args`` share one server and run in file order; each other set of
-flags gets a server of its own, started after the previous one stopped, through
-:class:`runner.server.ComfyServer` (each with its own state folder under ``OUT/servers``). The report
-keeps the file order. With ``BenchSettings.servers`` set, the harness uses those
-running servers instead and skips variants that need launch flags, saying so in the table.
+Variants with the same ``server_args`` share one server; their runs are made in the run order
+(``BenchSettings.order``, else the matrix's ``order``: ``interleaved`` by default, see
+:mod:`benchmarks.protocol`). Each other set of flags gets a server of its own, started after the
+previous one stopped, through :class:`runner.server.ComfyServer` (each with its own state folder under
+``OUT/servers``). The report keeps the file order. With ``BenchSettings.servers`` set, the harness uses
+the first of those running servers instead (``--load`` spreads over all of them) and skips variants
+that need launch flags, saying so in the table.
 
 Output folder layout::
 
@@ -31,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
-from benchmarks.matrix import Matrix, Variant
-from benchmarks.protocol import RunMeasure, run_variant
+from benchmarks.matrix import ORDERS, Matrix, Variant
+from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variants
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, skipped_result
 from benchmarks.store import build_document, write_document
@@ -46,6 +48,11 @@ from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+ORDER_NOTES = {
+    "interleaved": "after their warmups, the measured runs went round-robin over the variants sharing a "
+    "server, so machine drift spreads over all of them",
+    "sequential": "each variant's runs back to back, in file order: machine drift can bias one variant",
+}
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class BenchSettings:
     servers: tuple[str, ...] = ()
     warmups: int | None = None
     repeats: int | None = None
+    order: str | None = None  # None: the matrix's
     plots: bool = True
     consistency: bool = False
     soak: int = 0
@@ -68,6 +76,8 @@ class BenchSettings:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
         if self.concurrency < 1 or self.jobs < 1:
             raise ValueError(f"--concurrency and --jobs must be ≥ 1, got {self.concurrency}, {self.jobs}")
+        if self.order is not None and self.order not in ORDERS:
+            raise ValueError(f"--order must be one of {ORDERS}, got {self.order!r}")
 
 
 @dataclass
@@ -100,6 +110,8 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     skipped: dict[str, str] = {}
     environment: dict[str, Any] = {}
     modes_out: dict[str, Any] = {}
+    order = settings.order or matrix.order
+    sequence = 0  # the next run's place in the whole matrix's run order
     for server_args, group in _group_by_server_args(matrix.variants):
         with open_server(matrix, settings, server_args, out, say) as (url, why_not):
             if url is None:
@@ -108,24 +120,26 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
             with ComfyClient(url) as client:
                 environment = environment or collect_environment(client)
             on_cpu = (environment.get("device") or {}).get("type") == "cpu"
-            for variant in group:
-                if on_cpu and variant.skip_on_cpu:
-                    skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
-                    say(f"{variant.name}: skipped ({skipped[variant.name]})")
-                    continue
-                path = _write_variant_workflow(variant, base, out)
-                say(f"{variant.name}: running on {url}")
-                runs[variant.name] = run_variant(
-                    matrix,
-                    variant,
-                    path,
-                    url,
-                    out / "runs" / slug(variant.name),
-                    warmups=settings.warmups,
-                    repeats=settings.repeats,
-                )
-                if variant.name == matrix.baseline:
-                    modes_out.update(_run_modes(matrix, settings, variant, path, url, out, say))
+            jobs = _prepare_jobs(group, base, out, on_cpu, skipped, say)
+            if not jobs:
+                continue
+            say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
+            group_runs = run_variants(
+                matrix,
+                jobs,
+                url,
+                order=order,
+                warmups=settings.warmups,
+                repeats=settings.repeats,
+                first_sequence=sequence,
+            )
+            sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
+            runs.update(group_runs)
+            for job in jobs:
+                if job.variant.name == matrix.baseline:
+                    modes_out.update(
+                        _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
+                    )
     results = _fold(matrix, runs, skipped)
     if settings.consistency:
         modes_out["consistency"] = {name: modes.check_consistency(r) for name, r in runs.items()}
@@ -137,6 +151,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
         warmups=settings.warmups,
         repeats=settings.repeats,
     )
+    document["matrix"]["order"] = order
     document_path = write_document(document, out / "bench.json")
     context = _context(matrix, settings, environment)
     markdown_path = out / "report.md"
@@ -190,6 +205,26 @@ def open_server(
         yield server.url, ""
 
 
+def _prepare_jobs(
+    group: list[Variant],
+    base: dict[str, Any],
+    out: Path,
+    on_cpu: bool,
+    skipped: dict[str, str],
+    say: Progress,
+) -> list[VariantRun]:
+    """The variants of ``group`` to run, workflows written; CPU-skipped ones go to ``skipped``."""
+    jobs: list[VariantRun] = []
+    for variant in group:
+        if on_cpu and variant.skip_on_cpu:
+            skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
+            say(f"{variant.name}: skipped ({skipped[variant.name]})")
+            continue
+        path = _write_variant_workflow(variant, base, out)
+        jobs.append(VariantRun(variant, path, out / "runs" / slug(variant.name)))
+    return jobs
+
+
 def _write_variant_workflow(variant: Variant, base: dict[str, Any], out: Path) -> Path:
     path = out / "workflows" / f"{slug(variant.name)}.api.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +241,7 @@ def _run_modes(
     out: Path,
     say: Progress,
 ) -> dict[str, Any]:
-    """Soak and load run on the baseline variant's server, right after its measured runs."""
+    """Soak and load run on the baseline variant's server, after the measured runs of its group."""
     found: dict[str, Any] = {}
     if settings.soak:
         say(f"soak: {settings.soak} rounds of {variant.name}")
@@ -239,7 +274,8 @@ def _fold(matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, 
         if variant.name in skipped:
             results.append(skipped_result(variant.name, skipped[variant.name]))
             continue
-        result = build_variant_result(variant.name, runs[variant.name], baseline)
+        is_baseline = variant.name == matrix.baseline
+        result = build_variant_result(variant.name, runs[variant.name], baseline, is_baseline=is_baseline)
         output = _first_output(runs[variant.name])
         if reference and output:
             quality = modes.compare_videos(output, reference)
@@ -259,9 +295,12 @@ def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any
     device = environment.get("device") or {}
     warmups = matrix.warmups if settings.warmups is None else settings.warmups
     repeats = matrix.repeats if settings.repeats is None else settings.repeats
+    order = settings.order or matrix.order
+    how = ORDER_NOTES[order]
     return [
         f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
         f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
+        f"run order: {order} ({how})",
         f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
         f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
     ]

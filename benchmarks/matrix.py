@@ -7,6 +7,7 @@ Format (TOML; paths are relative to the matrix file)::
     warmups = 1                # runs kept out of the statistics
     repeats = 5                # measured runs per variant
     mode = "warm"              # "warm" (models stay loaded) or "cold" (models unloaded before each run)
+    order = "interleaved"      # measured runs round-robin over the variants of a server, or "sequential"
     baseline = "20-step baseline"    # speed-up is measured against this variant (default: the first)
     reference = "20-step baseline"   # quality (PSNR/SSIM) is measured against this one (default: baseline)
     memory_tolerance_mb = 256  # memory must return to within this of the first measured run's start
@@ -49,11 +50,13 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MODES = ("warm", "cold")
+ORDERS = ("interleaved", "sequential")
 _BENCH_KEYS = {
     "workflow",
     "warmups",
     "repeats",
     "mode",
+    "order",
     "baseline",
     "reference",
     "memory_tolerance_mb",
@@ -124,6 +127,7 @@ class Matrix:
     warmups: int = 1
     repeats: int = 5
     mode: str = "warm"
+    order: str = "interleaved"
     baseline: str = ""
     reference: str = ""
     memory_tolerance_mb: float = 256.0
@@ -137,6 +141,8 @@ class Matrix:
             raise MatrixError(f"{self.path}: [bench] repeats must be ≥ 1, got {self.repeats}")
         if self.mode not in MODES:
             raise MatrixError(f"{self.path}: [bench] mode must be one of {MODES}, got {self.mode!r}")
+        if self.order not in ORDERS:
+            raise MatrixError(f"{self.path}: [bench] order must be one of {ORDERS}, got {self.order!r}")
         names = [v.name for v in self.variants]
         for key in ("baseline", "reference"):
             if getattr(self, key) not in names:
@@ -192,6 +198,7 @@ def parse_matrix(data: dict[str, Any], path: Path) -> Matrix:
         warmups=_typed(bench, "warmups", int, where) if "warmups" in bench else 1,
         repeats=_typed(bench, "repeats", int, where) if "repeats" in bench else 5,
         mode=_typed(bench, "mode", str, where) or "warm",
+        order=_typed(bench, "order", str, where) or "interleaved",
         baseline=baseline,
         reference=_typed(bench, "reference", str, where) or baseline,
         memory_tolerance_mb=float(_typed(bench, "memory_tolerance_mb", (int, float), where) or 256.0),

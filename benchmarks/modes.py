@@ -6,8 +6,10 @@
   frame (SSIM on luma with 8×8 windows, the usual constants), reported as the mean over frames;
 - soak: N rounds of one variant; per-round peak VRAM, peak RSS, start memory and time; a drift verdict
   per series (:func:`benchmarks.stats.drift_verdict`);
-- load: J jobs (each with its own seed) over C concurrent clients against one or several servers:
-  throughput, queue wait against execution time, P50/P95/P99 of the end-to-end latency.
+- load: J jobs (each with its own seed) over C concurrent clients against one or several servers, each
+  job sent to the server with the fewest jobs in flight: throughput, queue wait against execution
+  time, P50/P95/P99 of the end-to-end latency, jobs per server, and a verdict (``saturated`` when the
+  median queue wait is at least the median execution time, else ``keeping up``).
 
 Example::
 
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +128,37 @@ def soak_verdict(runs: Sequence[RunMeasure], *, tolerance: float = 0.05) -> dict
     return {"verdict": overall, "rounds": len(measured), "series": verdicts}
 
 
+class _LeastBusy:
+    """Hands each job the server with the fewest jobs in flight (ties: fewest so far, then listed
+    first). Plain round-robin by job number would queue a job on a busy server while another idles
+    whenever jobs take unequal times."""
+
+    def __init__(self, servers: Sequence[str]) -> None:
+        if not servers:
+            raise ValueError("load mode needs at least one server")
+        self._lock = threading.Lock()
+        self._in_flight = dict.fromkeys(servers, 0)
+        self._assigned = dict.fromkeys(servers, 0)
+
+    @contextmanager
+    def server(self) -> Iterator[str]:
+        with self._lock:
+            chosen = min(self._in_flight, key=lambda s: (self._in_flight[s], self._assigned[s]))
+            self._in_flight[chosen] += 1
+            self._assigned[chosen] += 1
+        try:
+            yield chosen
+        finally:
+            with self._lock:
+                self._in_flight[chosen] -= 1
+
+
+def load_verdict(queue_wait_s: float, execution_s: float) -> str:
+    """``saturated`` when jobs wait in the queue at least as long as they run (median against median):
+    the servers cannot keep up with this concurrency; else ``keeping up``."""
+    return "saturated" if queue_wait_s >= execution_s else "keeping up"
+
+
 def run_load(
     workflow_path: Path,
     overrides: tuple[str, ...],
@@ -134,26 +169,34 @@ def run_load(
     jobs: int,
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """Submit ``jobs`` runs from ``concurrency`` threads, round-robin over ``servers``."""
+    """Submit ``jobs`` runs from ``concurrency`` threads, each to the least busy of ``servers``."""
     if concurrency < 1 or jobs < 1:
         raise ValueError(f"concurrency and jobs must be ≥ 1, got {concurrency} and {jobs}")
 
     # Each job gets its own seed, as distinct requests would: identical prompts would be served from
     # ComfyUI's cache and measure nothing.
     seeds = find_seeds(load_workflow(workflow_path))
+    dispatcher = _LeastBusy(servers)
+    started = time.perf_counter()
 
     def one(index: int) -> dict[str, Any]:
-        server = servers[index % len(servers)]
         reseed = tuple(f"{key}={int(value) + index + 1}" for key, value in seeds.items())
-        options = RunOptions(server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout)
-        timing = run_workflow(workflow_path, options).record["timing"]
-        return {"server": server, **{k: timing[k] for k in ("wall_s", "queue_s", "server_execution_s")}}
+        with dispatcher.server() as server:
+            sent = time.perf_counter() - started
+            options = RunOptions(
+                server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout
+            )
+            timing = run_workflow(workflow_path, options).record["timing"]
+            done = time.perf_counter() - started
+        figures = {k: timing[k] for k in ("wall_s", "queue_s", "server_execution_s")}
+        return {"job": index, "server": server, "sent_s": sent, "done_s": done, **figures}
 
-    started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         rows = list(pool.map(one, range(jobs)))
     elapsed = time.perf_counter() - started
     latency = [float(r["wall_s"]) for r in rows]
+    queue_wait = summarize([float(r["queue_s"] or 0) for r in rows]).median
+    execution = summarize([float(r["server_execution_s"] or 0) for r in rows]).median
     return {
         "servers": list(servers),
         "concurrency": concurrency,
@@ -161,7 +204,9 @@ def run_load(
         "elapsed_s": elapsed,
         "throughput_jobs_per_min": jobs / elapsed * 60,
         "latency_s": {f"p{q}": percentile(latency, q) for q in (50, 95, 99)},
-        "queue_wait_s": summarize([float(r["queue_s"] or 0) for r in rows]).median,
-        "execution_s": summarize([float(r["server_execution_s"] or 0) for r in rows]).median,
+        "queue_wait_s": queue_wait,
+        "execution_s": execution,
+        "jobs_per_server": {server: sum(r["server"] == server for r in rows) for server in servers},
+        "verdict": load_verdict(queue_wait, execution),
         "runs": rows,
     }

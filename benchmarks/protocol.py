@@ -1,23 +1,32 @@
-"""Run one variant by the protocol: warmups, repeats, cache defeat, memory-return check.
+"""Run variants by the protocol: warmups, repeats, run order, cache defeat, memory-return check.
 
-Per variant, on a server that already runs with the variant's flags:
+Per group of variants sharing one server that already runs with their flags:
 
-1. ``warmups`` runs whose figures are kept (marked ``warmup``) but never reach the statistics;
-2. ``repeats`` measured runs; before *every* run the cache is defeated with ``POST /free``:
+1. ``warmups`` runs per variant whose figures are kept (marked ``warmup``) but never reach the
+   statistics;
+2. ``repeats`` measured runs per variant, in the group's run order (:func:`plan_runs`):
+   - ``interleaved`` (the default): every variant's warmups, then the measured runs round-robin
+     (repeat 1 of A, B, C, then repeat 2 of A, B, C …), so drift of the machine (heat, a busy
+     neighbour) spreads over every variant instead of biasing the one that ran while it lasted;
+   - ``sequential``: each variant's warmups and repeats back to back, variants in file order;
+3. before *every* run the cache is defeated with ``POST /free``:
    - ``warm``: ``{"free_memory": true, "unload_models": false}`` resets ComfyUI's node-output cache, so
      every node executes again, while models the model manager holds stay loaded;
    - ``cold``: ``{"free_memory": true, "unload_models": true}`` also unloads every model, so weights are
      read again (from the OS page cache: dropping that needs root and is not attempted);
-3. prompt, seed, resolution and frames never change (the workflow is the same file each run); a run in
+4. prompt, seed, resolution and frames never change (the workflow is the same file each run); a run in
    which any node was still served from the cache is flagged ``cache_not_defeated``;
-4. memory release is checked through the pack's telemetry: each measured run's start memory (NVML
-   used bytes on a GPU, the server's RSS otherwise) must be within ``memory_tolerance_mb`` of the first
-   measured run's; otherwise the run is flagged ``memory_not_returned``.
+5. memory release is checked through the pack's telemetry: each measured run's start memory (NVML
+   used bytes on a GPU, the server's RSS otherwise) must be within ``memory_tolerance_mb`` of the same
+   variant's first measured run's; otherwise the run is flagged ``memory_not_returned``.
+
+Every run carries ``sequence``, its place in the whole matrix's run order, so the order can be checked.
 
 Example::
 
     runs = run_variant(matrix, variant, workflow_path, server_url, out_dir)
     print([r.total_s for r in runs if not r.warmup])
+    print(plan_runs(["A", "B"], warmups=1, repeats=2, order="interleaved"))   # A0w B0w A1 B1 A2 B2
 """
 
 from __future__ import annotations
@@ -25,20 +34,24 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from benchmarks.matrix import Matrix, Variant
+from benchmarks.matrix import ORDERS, Matrix, Variant
 from runner.run import RunOptions, run_workflow
 
 logger = logging.getLogger(__name__)
 
-# The worker wakes on /free and applies it before taking the next prompt; a prompt queued before it
-# woke would run first (then flagged cache_not_defeated), so leave it a moment.
+# The worker applies /free between prompts; a prompt queued before it did would run first (and be
+# flagged cache_not_defeated). With the pack loaded, GET /leanvideo/queue says when the request has been
+# applied; without it (a foreign --server) the harness can only leave the worker a moment.
 FREE_SETTLE_S = 0.2
+FREE_POLL_S = 0.05
+FREE_APPLY_TIMEOUT_S = 600.0  # a prompt already running (another client's) delays the reset this long
 MB = 1024 * 1024
 
 
@@ -61,21 +74,87 @@ class RunMeasure:
     record_path: str
     output_path: str | None
     flags: tuple[str, ...] = field(default_factory=tuple)
+    sequence: int | None = None  # place in the matrix's run order (0-based, warmups included)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "flags": list(self.flags)}
 
 
-def defeat_cache(server: str, mode: str, *, settle_s: float = FREE_SETTLE_S) -> None:
-    """``POST /free`` as the module docstring says for ``mode`` (``warm`` or ``cold``)."""
+def defeat_cache(
+    server: str, mode: str, *, settle_s: float = FREE_SETTLE_S, timeout_s: float = FREE_APPLY_TIMEOUT_S
+) -> None:
+    """``POST /free`` as the module docstring says for ``mode`` (``warm`` or ``cold``), then wait until
+    the worker has applied it (``GET /leanvideo/queue`` lists no pending flag), or ``settle_s`` on a
+    server without the pack."""
     body = {"free_memory": True, "unload_models": mode == "cold"}
     response = httpx.post(f"{server}/free", json=body, timeout=30.0)
     response.raise_for_status()
-    time.sleep(settle_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = httpx.get(f"{server}/leanvideo/queue", timeout=30.0)
+        if answer.status_code == 404:
+            time.sleep(settle_s)
+            return
+        answer.raise_for_status()
+        if not answer.json().get("pending_flags"):
+            return
+        if time.monotonic() > deadline:
+            logger.warning("%s has not applied POST /free after %.0f s; running anyway", server, timeout_s)
+            return
+        time.sleep(FREE_POLL_S)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run in a group's schedule: the ``index``-th run (warmups first) of ``variant``."""
+
+    variant: str
+    index: int
+    warmup: bool
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """A variant ready to run: its workflow file (inserts applied) and its run-record folder."""
+
+    variant: Variant
+    workflow_path: Path
+    out_dir: Path
+
+
+def plan_runs(variants: Sequence[str], warmups: int, repeats: int, order: str) -> list[PlannedRun]:
+    """The order of the runs of ``variants`` (sharing one server); see the module docstring.
+
+    Example: ``plan_runs(["A", "B"], 1, 2, "interleaved")`` is A0w B0w A1 B1 A2 B2, and with
+    ``"sequential"`` A0w A1 A2 B0w B1 B2 (``w``: warmup).
+    """
+    if order not in ORDERS:
+        raise ValueError(f"run order must be one of {ORDERS}, got {order!r}")
+    if warmups < 0 or repeats < 1:
+        raise ValueError(f"warmups must be ≥ 0 and repeats ≥ 1, got {warmups} and {repeats}")
+    if len(set(variants)) != len(variants):
+        raise ValueError(f"variant names must be unique, got {list(variants)}")
+    if order == "sequential":
+        return [
+            PlannedRun(name, index, index < warmups)
+            for name in variants
+            for index in range(warmups + repeats)
+        ]
+    warm = [PlannedRun(name, index, True) for name in variants for index in range(warmups)]
+    measured = [
+        PlannedRun(name, index, False) for index in range(warmups, warmups + repeats) for name in variants
+    ]
+    return warm + measured
 
 
 def measure_from_record(
-    record: dict[str, Any], record_path: Path, variant: str, index: int, warmup: bool
+    record: dict[str, Any],
+    record_path: Path,
+    variant: str,
+    index: int,
+    warmup: bool,
+    *,
+    sequence: int | None = None,
 ) -> RunMeasure:
     """The :class:`RunMeasure` of one run record (``leanvideo.run`` v2)."""
     timing = record.get("timing", {})
@@ -106,6 +185,7 @@ def measure_from_record(
         record_path=str(record_path),
         output_path=outputs[0].get("path") if outputs else None,
         flags=tuple(flags),
+        sequence=sequence,
     )
 
 
@@ -126,6 +206,34 @@ def flag_memory_not_returned(runs: list[RunMeasure], tolerance_mb: float) -> lis
     return flagged
 
 
+def run_once(
+    matrix: Matrix,
+    variant: Variant,
+    workflow_path: Path,
+    server: str,
+    out_dir: Path,
+    *,
+    index: int,
+    warmup: bool,
+    sequence: int | None = None,
+) -> RunMeasure:
+    """One run of ``variant``: defeat the cache (``matrix.mode``), run the workflow, measure the record.
+
+    Raises the runner's errors (:mod:`runner.errors`) when the run fails: a benchmark of a failing
+    configuration has no meaning.
+    """
+    options = RunOptions(
+        server=server, out_dir=out_dir, overrides=variant.overrides, timeout=matrix.timeout_s
+    )
+    defeat_cache(server, matrix.mode)
+    outcome = run_workflow(workflow_path, options)
+    run = measure_from_record(
+        outcome.record, outcome.record_path, variant.name, index, warmup, sequence=sequence
+    )
+    logger.info("%s run %d%s: %.3f s", variant.name, index, " (warmup)" if warmup else "", run.total_s)
+    return run
+
+
 def run_variant(
     matrix: Matrix,
     variant: Variant,
@@ -136,23 +244,46 @@ def run_variant(
     warmups: int | None = None,
     repeats: int | None = None,
 ) -> list[RunMeasure]:
-    """Run ``variant`` (its workflow already written to ``workflow_path``) on ``server``.
+    """Run ``variant`` (its workflow already written to ``workflow_path``) on ``server``, its runs back
+    to back (soak rounds); see :func:`run_once` for the errors."""
+    job = VariantRun(variant, workflow_path, out_dir)
+    runs = run_variants(matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats)
+    return runs[variant.name]
 
-    Raises the runner's errors (:mod:`runner.errors`) when a run fails: a benchmark of a failing
-    configuration has no meaning.
+
+def run_variants(
+    matrix: Matrix,
+    jobs: Sequence[VariantRun],
+    server: str,
+    *,
+    order: str,
+    warmups: int | None = None,
+    repeats: int | None = None,
+    first_sequence: int | None = None,
+) -> dict[str, list[RunMeasure]]:
+    """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
+
+    ``first_sequence`` numbers the runs in the order they ran (``None``: not numbered); see
+    :func:`run_once` for the errors.
     """
-    options = RunOptions(
-        server=server, out_dir=out_dir, overrides=variant.overrides, timeout=matrix.timeout_s
-    )
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
-    runs: list[RunMeasure] = []
-    for index in range(total_warmups + total_repeats):
-        defeat_cache(server, matrix.mode)
-        outcome = run_workflow(workflow_path, options)
-        warmup = index < total_warmups
-        runs.append(measure_from_record(outcome.record, outcome.record_path, variant.name, index, warmup))
-        logger.info(
-            "%s run %d%s: %.3f s", variant.name, index, " (warmup)" if warmup else "", runs[-1].total_s
+    by_name = {job.variant.name: job for job in jobs}
+    runs: dict[str, list[RunMeasure]] = {name: [] for name in by_name}
+    schedule = plan_runs(list(by_name), total_warmups, total_repeats, order)
+    for position, planned in enumerate(schedule):
+        job = by_name[planned.variant]
+        sequence = None if first_sequence is None else first_sequence + position
+        runs[planned.variant].append(
+            run_once(
+                matrix,
+                job.variant,
+                job.workflow_path,
+                server,
+                job.out_dir,
+                index=planned.index,
+                warmup=planned.warmup,
+                sequence=sequence,
+            )
         )
-    return flag_memory_not_returned(runs, matrix.memory_tolerance_mb)
+    return {name: flag_memory_not_returned(r, matrix.memory_tolerance_mb) for name, r in runs.items()}

@@ -1,9 +1,11 @@
 """Render a benchmark result: a Markdown table with the seed's columns, a CSV, and PNG plots.
 
 Markdown columns: Config | Total time | Speed-up | Energy | Peak VRAM (the seed's), then Peak RSS,
-Spread and Notes. Total time is the median with [p10–p90]; speed-up is the ratio of medians against the
-baseline with its 95 % bootstrap interval. Figures that cannot be measured say why (``n/a``, see the
-notes line under the table) instead of showing a zero.
+Spread, p and Notes. Total time is the median with [p10–p90]; speed-up is the ratio of medians against
+the baseline with its 95 % bootstrap interval, marked ``n.s.`` when the two-sided Mann-Whitney U test
+(column p) gives p ≥ 0.05. When the number of runs alone keeps every p at or above 0.05 (3 against 3:
+p ≥ 0.1), a context line says so. Figures that cannot be measured say why (``n/a``, see the notes line
+under the table) instead of showing a zero.
 
 PNG plots need matplotlib; :func:`write_plots` raises :class:`PlotError` naming the package when it is
 missing, so the Markdown and CSV are still written.
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.results import VariantResult
-from benchmarks.stats import SPREAD_WARNING_RATIO, Summary
+from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
 
 IDENTICAL_PSNR_DB = 100.0  # compare_videos caps identical frames here
 GB = 1e9
@@ -38,6 +40,9 @@ CSV_COLUMNS = (
     "speedup",
     "speedup_low",
     "speedup_high",
+    "p_value",
+    "p_method",
+    "p_floor",
     "energy_wh",
     "peak_vram_bytes",
     "peak_rss_bytes",
@@ -64,14 +69,21 @@ def _bytes(summary: Summary | None) -> str:
     return f"{value / GB:.2f} GB" if value >= GB else f"{value / MB:.0f} MB"
 
 
+def _p_value(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
 def format_row(result: VariantResult) -> list[str]:
     """The Markdown cells of one variant."""
     if result.skipped is not None or result.total is None:
-        return [result.name, "skipped", "–", "–", "–", "–", "–", f"skipped: {result.skipped}"]
+        return [result.name, "skipped", "–", "–", "–", "–", "–", "–", f"skipped: {result.skipped}"]
     total = result.total
     time_cell = f"{_seconds(total.median)} [{_seconds(total.p10)}–{_seconds(total.p90)}]"
     speed = result.speedup
     speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" if speed else "–"
+    test = result.significance
+    if speed and test and not test.significant:
+        speed_cell += " n.s."
     energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
     spread = f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
     notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
@@ -87,15 +99,38 @@ def format_row(result: VariantResult) -> list[str]:
         _bytes(result.peak_vram_bytes),
         _bytes(result.peak_rss_bytes),
         spread,
+        _p_value(test.p_value) if test else "–",
         "; ".join(notes),
     ]
 
 
+def significance_notes(results: Sequence[VariantResult]) -> list[str]:
+    """One line per pair of sample sizes whose smallest possible p is not below the level."""
+    notes = []
+    seen: set[tuple[int, int]] = set()
+    for result in results:
+        test = result.significance
+        if test is None or test.can_be_significant or (test.n_baseline, test.n_variant) in seen:
+            continue
+        seen.add((test.n_baseline, test.n_variant))
+        sizes = (
+            f"n={test.n_variant} per variant"
+            if test.n_baseline == test.n_variant
+            else f"n={test.n_baseline} baseline and n={test.n_variant} variant runs"
+        )
+        notes.append(
+            f"with {sizes} no difference can reach p < {test.level:g} (the smallest possible two-sided "
+            f"Mann-Whitney p is {test.p_floor:.3f}), however large it is; use --repeats ≥ "
+            f"{repeats_for_significance(test.level)}"
+        )
+    return notes
+
+
 def render_markdown(results: Sequence[VariantResult], *, title: str, context: Sequence[str] = ()) -> str:
     """The report: a title, context lines, the table, the per-phase table and the footnotes."""
-    header = ["Config", "Total time", "Speed-up", "Energy", "Peak VRAM", "Peak RSS", "Spread", "Notes"]
+    header = ["Config", "Total time", "Speed-up", "Energy", "Peak VRAM", "Peak RSS", "Spread", "p", "Notes"]
     lines = [f"# {title}", ""]
-    lines += [f"- {line}" for line in context]
+    lines += [f"- {line}" for line in (*context, *significance_notes(results))]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(format_row(r)) + " |" for r in results]
     phases = sorted({phase for r in results for phase, seconds in r.phases.items() if seconds > 0})
@@ -112,6 +147,9 @@ def render_markdown(results: Sequence[VariantResult], *, title: str, context: Se
         "Total time: median over the measured runs (client end to end, execution start → history "
         "read: the queue wait is left out), "
         "[p10–p90]. Speed-up: baseline median / variant median, [95 % bootstrap interval]. "
+        "p: two-sided Mann-Whitney U test of the variant's times against the baseline's (exact "
+        f"permutation p-value, normal approximation beyond 40 runs in all); n.s. when p ≥ "
+        f"{SIGNIFICANCE_LEVEL:g}. "
         f"Spread: stdev / mean; ⚠ when ≥ {SPREAD_WARNING_RATIO * 100:.0f} %. Energy and Peak VRAM "
         "need CUDA/NVML (n/a without); Peak RSS is the ComfyUI process's peak resident memory.",
         "",
@@ -125,7 +163,7 @@ def render_csv(results: Sequence[VariantResult]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in results:
-        t, s = r.total, r.speedup
+        t, s, u = r.total, r.speedup, r.significance
         q = r.quality or {}
         writer.writerow(
             [
@@ -134,6 +172,7 @@ def render_csv(results: Sequence[VariantResult]) -> str:
                 t.n if t else 0,
                 *((t.median, t.p10, t.p90, t.stdev, t.spread_warning) if t else ("",) * 5),
                 *((s.ratio, s.low, s.high) if s else ("",) * 3),
+                *((u.p_value, u.method, u.p_floor) if u else ("",) * 3),
                 r.energy_wh.median if r.energy_wh else "",
                 r.peak_vram_bytes.maximum if r.peak_vram_bytes else "",
                 r.peak_rss_bytes.maximum if r.peak_rss_bytes else "",

@@ -4,6 +4,7 @@ Example::
 
     result = build_variant_result("8-step distill", runs, baseline_times=[68.9, 69.3])
     print(result.total.median, result.speedup.ratio if result.speedup else None)
+    print(result.significance.p_value if result.significance else None)   # Mann-Whitney U, two-sided
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.protocol import RunMeasure
-from benchmarks.stats import Speedup, Summary, bootstrap_speedup, summarize
+from benchmarks.stats import RankTest, Speedup, Summary, bootstrap_speedup, mann_whitney_u, summarize
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class VariantResult:
     skipped: str | None = None
     total: Summary | None = None
     speedup: Speedup | None = None
+    significance: RankTest | None = None  # against the baseline; None for the baseline itself
     energy_wh: Summary | None = None
     peak_vram_bytes: Summary | None = None
     peak_rss_bytes: Summary | None = None
@@ -47,6 +49,13 @@ class VariantResult:
             data["total"]["spread_warning"] = self.total.spread_warning
         if self.speedup is not None:
             data["speedup"]["significant"] = self.speedup.significant
+        if self.significance is not None:
+            data["significance"] = {
+                "test": "mann-whitney-u, two-sided",
+                **data["significance"],
+                "significant": self.significance.significant,
+                "can_be_significant": self.significance.can_be_significant,
+            }
         return data
 
 
@@ -55,9 +64,14 @@ def skipped_result(name: str, reason: str) -> VariantResult:
 
 
 def build_variant_result(
-    name: str, runs: list[RunMeasure], baseline_times: list[float] | None
+    name: str,
+    runs: list[RunMeasure],
+    baseline_times: list[float] | None,
+    *,
+    is_baseline: bool = False,
 ) -> VariantResult:
-    """Summaries of the measured (non-warmup) runs; speed-up against ``baseline_times`` when given."""
+    """Summaries of the measured (non-warmup) runs; speed-up against ``baseline_times`` when given,
+    and a Mann-Whitney U test against them unless this is the baseline (nothing to test)."""
     measured = [run for run in runs if not run.warmup]
     if not measured:
         raise ValueError(f"variant {name!r} has no measured runs")
@@ -73,6 +87,7 @@ def build_variant_result(
         runs=tuple(runs),
         total=summarize(times),
         speedup=bootstrap_speedup(baseline_times, times) if baseline_times else None,
+        significance=mann_whitney_u(baseline_times, times) if baseline_times and not is_baseline else None,
         energy_wh=_maybe_summary([run.energy_wh for run in measured]),
         peak_vram_bytes=_maybe_summary([run.peak_vram_bytes for run in measured]),
         peak_rss_bytes=_maybe_summary([run.peak_rss_bytes for run in measured]),

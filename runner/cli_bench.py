@@ -9,6 +9,7 @@ Example::
 
     leanvideo bench benchmarks/seed_table_tiny.toml --out bench-out
     leanvideo bench benchmarks/seed_table_tiny.toml --soak 10 --load --concurrency 2 --jobs 8
+    leanvideo bench M.toml --order sequential --repeats 5      # each variant's runs back to back
     python -m runner.cli_bench benchmarks/seed_table_tiny.toml      # the same, without the main CLI
 """
 
@@ -50,6 +51,13 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
     parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
+    parser.add_argument(
+        "--order",
+        choices=("interleaved", "sequential"),
+        default=None,
+        help="run order of the variants sharing a server: measured runs round-robin (interleaved) or "
+        "each variant's runs back to back (sequential); default: the matrix's order, else interleaved",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (matplotlib)")
     parser.add_argument("--soak", type=int, default=0, metavar="N", help="soak the baseline N (≥ 10) rounds")
     parser.add_argument("--load", action="store_true", help="load-test the baseline variant")
@@ -89,6 +97,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             servers=tuple(args.server),
             warmups=args.warmups,
             repeats=args.repeats,
+            order=args.order,
             plots=not args.no_plots,
             consistency=args.consistency,
             soak=args.soak,
@@ -121,7 +130,14 @@ def _headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
     if mode == "soak":
         return {k: verdict[k] for k in ("variant", "verdict", "rounds")}
     if mode == "load":
-        keys = ("throughput_jobs_per_min", "latency_s", "queue_wait_s", "execution_s")
+        keys = (
+            "verdict",
+            "throughput_jobs_per_min",
+            "latency_s",
+            "queue_wait_s",
+            "execution_s",
+            "jobs_per_server",
+        )
         return {k: verdict[k] for k in keys}
     return {name: item.get("verdict") for name, item in verdict.items()}
 

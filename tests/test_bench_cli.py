@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from benchmarks.harness import BenchSettings, open_server
 from benchmarks.matrix import load_matrix
-from runner.cli_bench import main
+from runner.cli_bench import add_bench_parser, main
 from runner.workspace import REPO_ROOT
 
 TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
@@ -40,3 +41,15 @@ def test_running_servers_skip_variants_that_need_launch_flags(tmp_path: Path) ->
         assert reason == "needs server flags --async-offload (not with --server)"
     with open_server(matrix, settings, (), tmp_path, print) as (url, reason):
         assert (url, reason) == ("http://127.0.0.1:8460", "")
+
+
+def test_order_flag_overrides_the_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="leanvideo")
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(["bench", str(TINY)]).order is None  # the matrix's order (interleaved)
+    assert parser.parse_args(["bench", str(TINY), "--order", "sequential"]).order == "sequential"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", str(TINY), "--order", "shuffled"])
+    assert "invalid choice: 'shuffled'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--order must be one of"):
+        BenchSettings(out_dir=tmp_path, order="shuffled")

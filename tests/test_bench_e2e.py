@@ -1,6 +1,7 @@
-"""``leanvideo bench`` end to end on real pinned servers it starts itself (CPU): the tiny seed table,
-consistency, soak and load. The shared ``comfy_server`` is left alone: the bench's /free calls and
-soak rounds would change the memory history other tests measure RSS against."""
+"""``leanvideo bench`` end to end on real pinned servers it starts itself (CPU): the tiny seed table
+(interleaved run order, significance), consistency, soak and load. The shared ``comfy_server`` is
+left alone: the bench's /free calls and soak rounds would change the memory history other tests
+measure RSS against."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
         "8-step + graph compile",
         "8-step + attention acceleration",
     ]
-    assert variants["8-step + graph compile"]["skipped"].startswith("on CPU: torch.compile")
+    skipped = "8-step + graph compile"
+    assert variants[skipped]["skipped"].startswith("on CPU: torch.compile")
     for name in (
         "20-step baseline",
         "8-step distill",
@@ -69,6 +71,22 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
             record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))
             assert (record["schema"], record["version"], record["status"]) == ("leanvideo.run", 2, "success")
             assert "cache_not_defeated" not in run["flags"]  # /free made every node run again
+
+    # Interleaved (the default): the variants sharing the first server took turns; the transfer
+    # variant's own server came after. Every run is numbered in the order it ran.
+    assert document["matrix"]["order"] == "interleaved"
+    assert {
+        name: [r["sequence"] for r in variants[name]["runs"]] for name in variants if name != skipped
+    } == {
+        "20-step baseline": [0, 3],
+        "8-step distill": [1, 4],
+        "8-step + attention acceleration": [2, 5],
+        "8-step + non-blocking transfer": [6, 7],
+    }
+    # Two runs each: the Mann-Whitney p cannot go below 1/3, and the report says so.
+    assert variants["20-step baseline"]["significance"] is None
+    distill_test = variants["8-step distill"]["significance"]
+    assert distill_test["p_floor"] == pytest.approx(1 / 3) and distill_test["p_value"] >= 1 / 3
 
     # The transfer variant ran on a restarted server with its flag; the first two did not.
     def argv(name: str) -> list[str]:
@@ -87,6 +105,8 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "| Config | Total time | Speed-up | Energy | Peak VRAM |" in markdown
     assert "| 8-step + graph compile | skipped |" in markdown
+    assert "- run order: interleaved (" in markdown
+    assert "- with n=2 per variant no difference can reach p < 0.05" in markdown
     assert markdown in text.replace("\r", "") or "| 20-step baseline |" in text
     assert (out / "report.csv").read_text(encoding="utf-8").count("\n") == 6
     assert (out / "workflows" / "8-step-attention-acceleration.api.json").is_file()
@@ -99,6 +119,7 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     load = document["modes"]["load"]
     print({k: load[k] for k in ("throughput_jobs_per_min", "latency_s", "queue_wait_s", "execution_s")})
     assert load["jobs"] == 2 and load["concurrency"] == 2 and len(load["runs"]) == 2
+    assert sum(load["jobs_per_server"].values()) == 2 and load["verdict"] in ("keeping up", "saturated")
     assert load["latency_s"]["p50"] <= load["latency_s"]["p95"] <= load["latency_s"]["p99"]
     assert load["throughput_jobs_per_min"] > 0
     assert load["execution_s"] > 0.05  # distinct seeds: the sampler really ran, nothing came from the cache

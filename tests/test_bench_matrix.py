@@ -1,12 +1,18 @@
-"""Matrix files: the shipped ones parse, inheritance and insertion work, errors name file/variant/key."""
+"""Matrix files: the shipped ones parse, inheritance and insertion work, errors name file/variant/key;
+the run order (interleaved or sequential) and the cache defeat before every run."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from benchmarks import protocol
 from benchmarks.matrix import MatrixError, load_matrix
+from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
+from runner.run import RunOptions
 from runner.workflow import load_workflow
 from runner.workspace import REPO_ROOT, WORKFLOWS_DIR
 
@@ -67,6 +73,7 @@ def test_inserted_nodes_chain_onto_the_target_input() -> None:
         ('[[variant]]\nname = "a"\n[[variant]]\nname = "a"\n', "variant 'a': duplicate name"),
         ('repeats = 0\n[[variant]]\nname = "a"\n', "repeats must be ≥ 1"),
         ('mode = "hot"\n[[variant]]\nname = "a"\n', "mode must be one of"),
+        ('order = "random"\n[[variant]]\nname = "a"\n', "order must be one of ('interleaved', 'sequential')"),
         ('baseline = "zz"\n[[variant]]\nname = "a"\n', "baseline 'zz' is not a variant"),
         ('warmups = true\n[[variant]]\nname = "a"\n', "key 'warmups' has the wrong type"),
         (
@@ -93,3 +100,69 @@ def test_missing_workflow_and_bad_toml_are_named(tmp_path: Path) -> None:
     path.write_text("[bench\n", encoding="utf-8")
     with pytest.raises(MatrixError, match="cannot read matrix"):
         load_matrix(path)
+
+
+def test_order_defaults_to_interleaved_and_can_be_sequential(tmp_path: Path) -> None:
+    assert load_matrix(_write(tmp_path, '[[variant]]\nname = "a"\n')).order == "interleaved"
+    path = _write(tmp_path, 'order = "sequential"\n[[variant]]\nname = "a"\n')
+    assert load_matrix(path).order == "sequential"
+
+
+def _names(plan: list[PlannedRun]) -> list[str]:
+    return [f"{run.variant}{run.index}{'w' if run.warmup else ''}" for run in plan]
+
+
+def test_interleaved_plan_runs_warmups_then_repeats_round_robin() -> None:
+    plan = plan_runs(["A", "B", "C"], warmups=1, repeats=2, order="interleaved")
+    assert _names(plan) == ["A0w", "B0w", "C0w", "A1", "B1", "C1", "A2", "B2", "C2"]
+    assert _names(plan_runs(["A", "B"], 0, 3, "interleaved")) == ["A0", "B0", "A1", "B1", "A2", "B2"]
+    assert _names(plan_runs(["A"], 2, 2, "interleaved")) == ["A0w", "A1w", "A2", "A3"]
+
+
+def test_sequential_plan_runs_each_variant_back_to_back() -> None:
+    plan = plan_runs(["A", "B"], warmups=1, repeats=2, order="sequential")
+    assert _names(plan) == ["A0w", "A1", "A2", "B0w", "B1", "B2"]
+
+
+def test_plan_runs_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="run order must be one of"):
+        plan_runs(["A"], 1, 1, "shuffled")
+    with pytest.raises(ValueError, match="repeats ≥ 1"):
+        plan_runs(["A"], 0, 0, "interleaved")
+    with pytest.raises(ValueError, match="unique"):
+        plan_runs(["A", "A"], 0, 1, "interleaved")
+
+
+def test_run_variants_defeats_the_cache_before_every_run_in_plan_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No server: the /free call and the runner are replaced by fakes that log what was called."""
+    matrix = load_matrix(TINY)
+    calls: list[str] = []
+
+    def fake_defeat(server: str, mode: str, **_: Any) -> None:
+        calls.append(f"free:{mode}")
+
+    def fake_run(path: Path, options: RunOptions) -> Any:
+        calls.append(f"run:{path.stem}")
+        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
+        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
+        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+
+    monkeypatch.setattr(protocol, "defeat_cache", fake_defeat)
+    monkeypatch.setattr(protocol, "run_workflow", fake_run)
+    jobs = [
+        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
+        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
+    ]
+    runs = run_variants(
+        matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=2, first_sequence=10
+    )
+    assert calls == [item for stem in "ababab" for item in ("free:cold", f"run:{stem}")]
+    baseline = runs["20-step baseline"]
+    assert [(r.index, r.warmup, r.sequence) for r in baseline] == [
+        (0, True, 10),
+        (1, False, 12),
+        (2, False, 14),
+    ]
+    assert [r.sequence for r in runs["8-step distill"]] == [11, 13, 15]

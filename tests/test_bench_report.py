@@ -1,4 +1,4 @@
-"""Result folding, the memory/cache flags, report rendering (Markdown, CSV, PNG) and PSNR/SSIM."""
+"""Result folding, the memory/cache flags, significance, report rendering (Markdown, CSV, PNG), PSNR/SSIM."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _results() -> list[Any]:
     fast_runs = [_run("fast", i, t) for i, t in enumerate([5.0, 7.0, 4.0])]
     baseline = [r.total_s for r in base_runs if not r.warmup]
     return [
-        build_variant_result("base", base_runs, baseline),
+        build_variant_result("base", base_runs, baseline, is_baseline=True),
         build_variant_result("fast", fast_runs, baseline),
         skipped_result("+ graph compile", "on CPU: too slow"),
     ]
@@ -72,10 +72,51 @@ def test_markdown_has_the_seed_columns_spread_and_skip_reason() -> None:
     assert "| Config | model_load | sampling | vae_decode | s/step |" in text
 
 
+def test_significance_is_reported_and_the_n3_floor_is_said_plainly() -> None:
+    base, fast, skipped = _results()
+    assert base.significance is None  # the baseline is not tested against itself
+    assert fast.significance is not None and fast.significance.p_value == pytest.approx(0.1)
+    text = render_markdown([base, fast, skipped], title="t")
+    header = next(line for line in text.splitlines() if line.startswith("| Config |"))
+    assert header.endswith("| Spread | p | Notes |")
+    fast_line = next(line for line in text.splitlines() if line.startswith("| fast |"))
+    assert "2.00× [" in fast_line and "] n.s. |" in fast_line  # twice as fast, yet 3 runs cannot show it
+    assert "| 0.100 |" in fast_line
+    base_line = next(line for line in text.splitlines() if line.startswith("| base |"))
+    assert "n.s." not in base_line
+    assert (
+        "- with n=3 per variant no difference can reach p < 0.05 (the smallest possible two-sided "
+        "Mann-Whitney p is 0.100), however large it is; use --repeats ≥ 4"
+    ) in text
+    data = fast.to_json()["significance"]
+    assert data["test"] == "mann-whitney-u, two-sided" and data["method"] == "exact"
+    assert (data["p_value"], data["p_floor"], data["significant"]) == (pytest.approx(0.1), 0.1, False)
+    assert data["can_be_significant"] is False
+
+
+def test_five_repeats_reach_significance_without_the_floor_note() -> None:
+    base_runs = [_run("base", i, t) for i, t in enumerate([10.0, 10.2, 9.8, 10.1, 9.9])]
+    slow_runs = [_run("slow", i, t) for i, t in enumerate([12.0, 12.5, 11.9, 12.2, 12.1])]
+    baseline = [r.total_s for r in base_runs]
+    results = [
+        build_variant_result("base", base_runs, baseline, is_baseline=True),
+        build_variant_result("slow", slow_runs, baseline),
+    ]
+    assert results[1].significance is not None
+    assert results[1].significance.p_value == pytest.approx(2 / 252)  # no overlap, C(10, 5) = 252
+    text = render_markdown(results, title="t")
+    slow_line = next(line for line in text.splitlines() if line.startswith("| slow |"))
+    assert "n.s." not in slow_line and "| 0.008 |" in slow_line
+    assert "no difference can reach" not in text
+
+
 def test_csv_round_trips_raw_numbers() -> None:
     rows = list(csv.DictReader(io.StringIO(render_csv(_results()))))
     assert [r["config"] for r in rows] == ["base", "fast", "+ graph compile"]
     assert float(rows[1]["speedup"]) == pytest.approx(2.0)
+    assert float(rows[1]["p_value"]) == pytest.approx(0.1)
+    assert (rows[1]["p_method"], float(rows[1]["p_floor"])) == ("exact", pytest.approx(0.1))
+    assert rows[0]["p_value"] == ""  # the baseline
     assert rows[1]["spread_warning"] == "True"
     assert rows[2]["skipped"] == "on CPU: too slow" and rows[2]["n"] == "0"
 

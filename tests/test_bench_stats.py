@@ -1,4 +1,4 @@
-"""Benchmark statistics checked on known data (values worked out by hand or with numpy)."""
+"""Benchmark statistics checked on known data (values worked out by hand, with numpy or with scipy)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.stats import bootstrap_speedup, drift_verdict, percentile, summarize
+from benchmarks.stats import (
+    EXACT_MAX_VALUES,
+    bootstrap_speedup,
+    drift_verdict,
+    mann_whitney_u,
+    percentile,
+    repeats_for_significance,
+    smallest_p_value,
+    summarize,
+)
 
 
 def test_percentile_matches_numpy_linear_interpolation() -> None:
@@ -79,3 +88,65 @@ def test_summarize_and_percentile_reject_empty() -> None:
         summarize([])
     with pytest.raises(ValueError):
         percentile([1.0], 101)
+
+
+def test_mann_whitney_n3_floor_is_one_tenth() -> None:
+    """3 against 3, fully separated: 2 of the C(6, 3) = 20 rankings are that extreme, p = 0.1."""
+    test = mann_whitney_u([10.0, 10.2, 9.8], [5.0, 7.0, 4.0])
+    assert (test.u, test.method) == (9.0, "exact")
+    assert test.p_value == pytest.approx(0.1)
+    assert test.p_floor == pytest.approx(0.1)
+    assert not test.significant and not test.can_be_significant
+    assert smallest_p_value(4, 4) == pytest.approx(2 / 70)  # 0.029: 4 repeats can reach p < 0.05
+    assert repeats_for_significance(0.05) == 4
+    assert repeats_for_significance(0.01) == 5  # 2 / C(10, 5) = 0.0079
+
+
+# (baseline, variant): distinct values, ties within and across the samples, all equal, unequal sizes.
+KNOWN_SAMPLES = [
+    ([68.9, 69.4, 68.1, 70.2, 69.0], [37.2, 36.8, 38.0, 37.5, 37.1]),
+    ([1.0, 1.2, 0.9, 1.1], [1.05, 0.95, 1.15, 1.0]),
+    ([3.1, 2.9, 3.3], [3.0, 3.4, 3.2, 3.5, 3.6, 2.8]),
+    ([2.0, 2.0, 3.0, 4.0], [2.0, 3.0, 3.0, 5.0]),
+    ([1.0, 1.0, 1.0], [1.0, 2.0, 2.0]),
+    ([5.0, 5.0, 5.0], [5.0, 5.0, 5.0]),
+    ([10.0, 11.0, 12.0, 12.0, 13.0, 14.0, 15.0], [12.0, 12.0, 16.0, 17.0, 18.0, 18.0, 19.0, 20.0]),
+]
+
+
+@pytest.mark.parametrize(("baseline", "variant"), KNOWN_SAMPLES)
+def test_mann_whitney_exact_matches_scipy_permutation_test(
+    baseline: list[float], variant: list[float]
+) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    ours = mann_whitney_u(baseline, variant)
+    reference = stats.mannwhitneyu(baseline, variant, method=stats.PermutationMethod(n_resamples=np.inf))
+    print(f"U={ours.u} p={ours.p_value:.6f} scipy p={reference.pvalue:.6f}")
+    assert ours.method == "exact"
+    assert ours.u == pytest.approx(float(reference.statistic))
+    assert ours.p_value == pytest.approx(float(reference.pvalue), abs=1e-12)
+    if len(set(baseline + variant)) == len(baseline + variant):  # no ties: scipy's exact U distribution
+        exact = stats.mannwhitneyu(baseline, variant, method="exact")
+        assert ours.p_value == pytest.approx(float(exact.pvalue), abs=1e-12)
+
+
+def test_mann_whitney_asymptotic_matches_scipy_with_ties() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(7)
+    baseline = rng.integers(0, 12, size=30).astype(float).tolist()  # many ties: tie correction matters
+    variant = rng.integers(3, 15, size=25).astype(float).tolist()
+    assert len(baseline) + len(variant) > EXACT_MAX_VALUES
+    ours = mann_whitney_u(baseline, variant)
+    reference = stats.mannwhitneyu(baseline, variant, method="asymptotic")
+    print(f"U={ours.u} p={ours.p_value:.6g} scipy p={reference.pvalue:.6g}")
+    assert ours.method == "asymptotic"
+    assert ours.u == pytest.approx(float(reference.statistic))
+    assert ours.p_value == pytest.approx(float(reference.pvalue), rel=1e-9)
+    assert ours.significant
+
+
+def test_mann_whitney_rejects_empty_and_non_finite() -> None:
+    with pytest.raises(ValueError, match="at least one value"):
+        mann_whitney_u([], [1.0])
+    with pytest.raises(ValueError, match="finite"):
+        mann_whitney_u([1.0, float("nan")], [1.0])

@@ -38,5 +38,5 @@ def create_extension() -> LeanVideoExtension:
         telemetry = Telemetry()
         telemetry.attach(server.prompt_queue)
         server.leanvideo_telemetry = telemetry
-    register_routes(server.routes, telemetry)
+    register_routes(server.routes, telemetry, server.prompt_queue)
     return LeanVideoExtension()

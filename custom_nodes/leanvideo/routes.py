@@ -3,6 +3,11 @@
 ``GET /leanvideo/info`` says which pack is loaded, from where, and whether the server runs the ComfyUI
 the project is pinned to, so a client can check it talks to the server it expects.
 
+``GET /leanvideo/queue`` answers ``{"pending_flags": [...]}``: the ``POST /free`` requests (``free_memory``,
+``unload_models``) the prompt worker has not applied yet. The worker applies them between prompts; a
+prompt queued while one is pending runs *before* it, so a client that needs the reset (the benchmark's
+cache defeat) waits for an empty list before it submits.
+
 Telemetry routes (present when a :class:`~leanvideo.telemetry.Telemetry` is passed in):
 
 =============================================  ===========================================================
@@ -65,12 +70,24 @@ def build_info() -> dict[str, Any]:
     }
 
 
-def register_routes(routes: web.RouteTableDef, telemetry: Telemetry | None = None) -> None:
-    """Add the pack's routes to the server's route table (call once, before the app starts)."""
+def register_routes(
+    routes: web.RouteTableDef, telemetry: Telemetry | None = None, prompt_queue: Any = None
+) -> None:
+    """Add the pack's routes to the server's route table (call once, before the app starts).
+
+    ``prompt_queue`` is ComfyUI's ``execution.PromptQueue``; without it there is no queue route.
+    """
 
     @routes.get("/leanvideo/info")
     async def leanvideo_info(request: web.Request) -> web.Response:
         return web.json_response(build_info())
+
+    if prompt_queue is not None:
+
+        @routes.get("/leanvideo/queue")
+        async def leanvideo_queue(request: web.Request) -> web.Response:
+            pending = prompt_queue.get_flags(reset=False)  # a copy, taken under the queue's lock
+            return web.json_response({"pending_flags": sorted(pending)})
 
     if telemetry is not None:
         register_telemetry_routes(routes, telemetry)
