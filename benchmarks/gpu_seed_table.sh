@@ -1,36 +1,62 @@
 #!/usr/bin/env bash
-# The seed-table benchmark on a lent NVIDIA GPU machine, no downloads, inside ~10 minutes.
+# The seed-table benchmark on an NVIDIA GPU machine with no downloads, inside a time budget.
 #
 #   bash benchmarks/gpu_seed_table.sh [OUT_DIR]
 #
-# 1. W8A8 and W8A16 against bf16 linear-layer throughput at LTXV-13B and Wan-14B shapes
-#    (benchmarks/int8_bench.py, which builds its random weights on the GPU);
-# 2. the tiny seed table on the GPU (real CUDA peaks, NVML energy, compile and SageAttention variants
-#    actually run instead of being skipped);
-# 3. the real-size seed table (benchmarks/seed_table.toml) when the LTXV 13B files are in the
-#    workspace's models folder; otherwise it says which file is missing and stops there.
+# Needs `python3 install.py` done (venv + pinned ComfyUI) and about 30 GB of free disk per family.
+# Settings (environment):
+#   FAMILIES="ltxv-13b"   families to run, in order (add wan-14b: its 20-step baseline alone is minutes)
+#   REPEATS=1 WARMUPS=1   per variant; the warmup takes the first load and any compilation
+#   BUDGET_S=600          whole-script budget; a family that cannot start with 120 s left is skipped
+#   KEEP=0                1 keeps the synthetic model files after the run (they are ≈ 26 GB per family)
 #
-# Not yet here (issue 5, item 6): building full-size random-weight LTXV-13B / Wan-14B *checkpoints*
-# so that step 3 runs without the real files.
+# 1. Linear layers: W8A8 and W8A16 against bf16 at LTXV-13B and Wan-14B shapes, on the GPU
+#    (benchmarks/int8_bench.py; 4096 activation rows, about a video DiT's token count per frame chunk).
+# 2. Per family: full-size random-weight models written on the GPU under the release file names
+#    (python -m benchmarks.synth_models; files that are not synthetic are never touched), then the
+#    real-size matrix (seed_table.toml / seed_table_wan.toml) with real CUDA peaks, NVML energy, and
+#    the compile and attention variants actually run; then the synthetic files are removed.
+# Everything lands in OUT_DIR: gpu.csv, int8_linear.{json,txt}, <family>/report.md, CSV, plots, runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-bench-gpu-$(date -u +%Y%m%d-%H%M%S)}"
+FAMILIES="${FAMILIES:-ltxv-13b}"
+REPEATS="${REPEATS:-1}"
+WARMUPS="${WARMUPS:-1}"
+BUDGET_S="${BUDGET_S:-600}"
+KEEP="${KEEP:-0}"
 PY=.venv/bin/python
+START=$(date +%s)
+left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.csv"
+df -h . | tee "$OUT/disk.txt"
 
-echo "== 1. linear layers: W8A8 / W8A16 vs bf16 (LTXV-13B and Wan-14B shapes)"
-timeout 240 "$PY" benchmarks/int8_bench.py --model ltxv-13b --out "$OUT/int8_linear.json" | tee "$OUT/int8_linear.txt"
+echo "== 1. linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
+timeout 120 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
+  --out "$OUT/int8_linear.json" >"$OUT/int8_linear.txt" || echo "int8_bench failed or timed out"
+grep -A12 "^linear on" "$OUT/int8_linear.txt" || true
 
-echo "== 2. tiny seed table on the GPU"
-timeout 240 "$PY" -m runner.cli_bench benchmarks/seed_table_tiny.toml --out "$OUT/tiny" --consistency
-
-echo "== 3. real-size seed table (LTXV 13B)"
-MODELS="$("$PY" -c 'from runner.workspace import find_workspace; print(find_workspace().models_dir)')"
-for f in checkpoints/ltxv-13b-0.9.7-dev.safetensors text_encoders/t5xxl_fp16.safetensors \
-         loras/ltxv-13b-0.9.7-distilled-lora128.safetensors; do
-  if [ ! -f "$MODELS/$f" ]; then
-    echo "skipped: $MODELS/$f is missing (see benchmarks/seed_table.toml)"; exit 0
+for family in $FAMILIES; do
+  case "$family" in
+    ltxv-13b) matrix=benchmarks/seed_table.toml ;;
+    wan-14b) matrix=benchmarks/seed_table_wan.toml ;;
+    *) echo "unknown family $family (ltxv-13b, wan-14b)" >&2; exit 2 ;;
+  esac
+  if [ "$(left)" -lt 120 ]; then
+    echo "== $family: skipped, $(left) s of the ${BUDGET_S} s budget left"
+    continue
+  fi
+  echo "== 2. $family: synthetic full-size models on the GPU ($(left) s left)"
+  timeout "$(left)" "$PY" -m benchmarks.synth_models "$family" --device cuda | tee "$OUT/synth-$family.txt"
+  echo "== 2. $family: $matrix, $WARMUPS warmup + $REPEATS repeat(s) per variant ($(left) s left)"
+  status=0
+  timeout "$(left)" .venv/bin/leanvideo bench "$matrix" --out "$OUT/$family" \
+    --repeats "$REPEATS" --warmups "$WARMUPS" || status=$?
+  [ "$status" -eq 0 ] || echo "$family: bench exited $status (124: out of budget)"
+  [ -f "$OUT/$family/report.md" ] && cat "$OUT/$family/report.md"
+  if [ "$KEEP" != 1 ]; then
+    "$PY" -m benchmarks.synth_models "$family" --remove
   fi
 done
-timeout 1800 "$PY" -m runner.cli_bench benchmarks/seed_table.toml --out "$OUT/ltxv13b" --repeats 3
+echo "done in $(($(date +%s) - START)) s; results in $OUT"

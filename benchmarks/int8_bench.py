@@ -1,7 +1,10 @@
 """INT8 against bf16, measured side by side in one run: bytes on disk and in memory, load time,
 quantize throughput and peak RSS, and linear throughput per path at real DiT shapes.
 
-Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]``
+Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
+[--device cuda]``. The linear benchmark runs on ``--device`` (CUDA when present): its baseline is an fp32
+matmul on a CPU (what ComfyUI computes in there) and a bf16 matmul on a GPU, with the device
+synchronised around every timed call.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90; a warning marks spreads with stdev ≥ 10 % of the mean. The result is one versioned
@@ -31,9 +34,10 @@ from leanvideo.int8.formats import read_int8_file
 from safetensors.torch import load_file, save_file
 
 RECORD_SCHEMA = "leanvideo.int8_bench"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: linear rows on --device, "baseline" and "relative_to_baseline"
 # hidden size, FFN width and block count of the real models
 FP32 = "fp32 matmul (ComfyUI on CPU)"
+BF16 = "bf16 matmul"
 MODELS: dict[str, tuple[int, int, int]] = {"ltxv-13b": (4096, 16384, 48), "wan-14b": (5120, 13824, 40)}
 
 
@@ -46,13 +50,19 @@ class Timing:
     unstable: bool  # stdev ≥ 10 % of the mean
 
 
-def measure(function: Callable[[], object], *, warmups: int = 1, runs: int = 5) -> Timing:
+def measure(
+    function: Callable[[], object], *, warmups: int = 1, runs: int = 5, sync: Callable[[], None] | None = None
+) -> Timing:
+    """Median and spread of ``function``'s wall time; ``sync`` waits for queued device work."""
+    wait = sync or (lambda: None)
     for _ in range(warmups):
         function()
+    wait()
     values = []
     for _ in range(runs):
         started = time.perf_counter()
         function()
+        wait()
         values.append(time.perf_counter() - started)
     values.sort()
     mean = statistics.fmean(values)
@@ -158,38 +168,50 @@ def bench_files(model: str, directory: Path) -> dict[str, Any]:
     }
 
 
-def _bench_shape(out_features: int, in_features: int, tokens: int, runs: int) -> dict[str, Timing]:
-    generator = torch.Generator().manual_seed(1)
-    weight = torch.randn(out_features, in_features, generator=generator) * 0.02
-    x = torch.randn(tokens, in_features, generator=generator)
+def _bench_shape(
+    out_features: int, in_features: int, tokens: int, runs: int, device: torch.device
+) -> dict[str, Timing]:
+    """Each linear path at one shape; weights are drawn on ``device`` (seconds for a GPU)."""
+    generator = torch.Generator(device=device).manual_seed(1)
+    weight = torch.randn(out_features, in_features, generator=generator, device=device) * 0.02
+    x = torch.randn(tokens, in_features, generator=generator, device=device)
     packed = quantize_weight(weight, Int8WeightConfig())
     weight_bf16, x_bf16 = weight.to(torch.bfloat16), x.to(torch.bfloat16)
     paths: dict[str, Callable[[], object]] = {
         FP32: lambda: torch.nn.functional.linear(x, weight),
-        "bf16 matmul": lambda: torch.nn.functional.linear(x_bf16, weight_bf16),
-        "W8A16 (dequantize + fp32)": lambda: linear_w8a16(x, packed),
-        "W8A8 (_int_mm, unfused quant)": lambda: linear_w8a8(x, packed, int_mm=torch._int_mm),
-        "W8A8 reference int32 matmul": lambda: linear_w8a8(x, packed, int_mm=reference_int_mm),
+        BF16: lambda: torch.nn.functional.linear(x_bf16, weight_bf16),
     }
-    return {label: measure(function, runs=runs) for label, function in paths.items()}
+    if device.type == "cuda":
+        paths["W8A16 (dequantize + bf16)"] = lambda: linear_w8a16(x_bf16, packed)
+        paths["W8A8 (_int_mm, unfused quant)"] = lambda: linear_w8a8(x_bf16, packed, int_mm=torch._int_mm)
+        sync: Callable[[], None] | None = torch.cuda.synchronize
+    else:
+        paths["W8A16 (dequantize + fp32)"] = lambda: linear_w8a16(x, packed)
+        paths["W8A8 (_int_mm, unfused quant)"] = lambda: linear_w8a8(x, packed, int_mm=torch._int_mm)
+        paths["W8A8 reference int32 matmul"] = lambda: linear_w8a8(x, packed, int_mm=reference_int_mm)
+        sync = None
+    return {label: measure(function, runs=runs, sync=sync) for label, function in paths.items()}
 
 
-def bench_linear(model: str, tokens: int, runs: int) -> list[dict[str, Any]]:
+def bench_linear(model: str, tokens: int, runs: int, device: torch.device) -> list[dict[str, Any]]:
+    """Every path at the model's attention and FFN shapes, relative to the device's usual baseline."""
     hidden, ffn, _ = MODELS[model]
+    baseline = BF16 if device.type == "cuda" else FP32
     results = []
     for name, (out_features, in_features) in {
         "attn (hidden→hidden)": (hidden, hidden),
         "ffn up (hidden→ffn)": (ffn, hidden),
     }.items():
-        timings = _bench_shape(out_features, in_features, tokens, runs)
-        base = timings[FP32].median_s
+        timings = _bench_shape(out_features, in_features, tokens, runs, device)
+        base = timings[baseline].median_s
         for label, timing in timings.items():
             results.append(
                 {
                     "shape": f"{name}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]",
                     "path": label,
                     **asdict(timing),
-                    "relative_to_fp32": timing.median_s / base,
+                    "baseline": baseline,
+                    "relative_to_baseline": timing.median_s / base,
                 }
             )
     return results
@@ -221,15 +243,23 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured runs per value (after one warmup)")
     parser.add_argument("--out", type=Path, help="also write the JSON record here")
     parser.add_argument("--skip-linear", action="store_true", help="only the file/load/quantize part")
+    parser.add_argument("--skip-files", action="store_true", help="only the linear part")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="linear benchmark device"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="int8-bench-") as directory:
-        files = bench_files(args.model, Path(directory))
-    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs) for m in sorted(MODELS)}
+    device = torch.device(args.device)
+    files: dict[str, Any] = {}
+    if not args.skip_files:
+        with tempfile.TemporaryDirectory(prefix="int8-bench-") as directory:
+            files = bench_files(args.model, Path(directory))
+    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs, device) for m in MODELS}
     record = {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
         "environment": environment(),
         "files_model": args.model,
+        "linear_device": str(device),
         "files": files,
         "linear": linear,
     }
@@ -237,21 +267,26 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text)
+    if files:
+        _print_files(args.model, files)
+    for model, rows in linear.items():
+        print(f"\nlinear on {device}, {model} (relative to {rows[0]['baseline']}):")
+        for row in rows:
+            flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
+            timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['relative_to_baseline']:.2f}×"
+            print(f"  {row['shape']:<48} {row['path']:<32} {timing}{flag}")
+    return 0
+
+
+def _print_files(model: str, files: dict[str, Any]) -> None:
     print(
-        f"\n{args.model} block Linear weights: disk INT8/bf16 = {files['disk_bytes']['ratio']:.4f}×, "
+        f"\n{model} block Linear weights: disk INT8/bf16 = {files['disk_bytes']['ratio']:.4f}×, "
         f"memory = {files['memory_bytes']['ratio']:.4f}×, load time = {files['load']['ratio']:.3f}×; "
         f"quantize {files['quantize']['mb_per_s']:.0f} MB/s, "
         f"peak RSS +{files['quantize']['peak_rss_increase_mib']:.0f} MiB "
         f"= {files['quantize']['peak_over_largest_tensor']:.2f}× the largest tensor "
         f"({files['quantize']['largest_tensor_mib']:.0f} MiB)"
     )
-    for model, rows in linear.items():
-        print(f"\nlinear on {'CUDA' if torch.cuda.is_available() else 'CPU'}, {model}:")
-        for row in rows:
-            flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
-            timing = f"{row['median_s'] * 1e3:8.1f} ms  {row['relative_to_fp32']:.2f}×"
-            print(f"  {row['shape']:<48} {row['path']:<32} {timing}{flag}")
-    return 0
 
 
 if __name__ == "__main__":
