@@ -36,7 +36,7 @@ from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant
 from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variants
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
-from benchmarks.results import VariantResult, build_variant_result, skipped_result
+from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
 from runner.client import ComfyClient
 from runner.fixtures import write_fixtures
@@ -108,6 +108,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     base = load_workflow(matrix.workflow)
     runs: dict[str, list[RunMeasure]] = {}
     skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
     environment: dict[str, Any] = {}
     modes_out: dict[str, Any] = {}
     order = settings.order or matrix.order
@@ -132,15 +133,18 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
                 warmups=settings.warmups,
                 repeats=settings.repeats,
                 first_sequence=sequence,
+                failures=failed,
             )
             sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
             runs.update(group_runs)
             for job in jobs:
-                if job.variant.name == matrix.baseline:
+                if job.variant.name == matrix.baseline and job.variant.name not in failed:
                     modes_out.update(
                         _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
                     )
-    results = _fold(matrix, runs, skipped)
+    for name, error in failed.items():
+        say(f"{name}: failed ({error})")
+    results = _fold(matrix, runs, skipped, failed)
     if settings.consistency:
         modes_out["consistency"] = {name: modes.check_consistency(r) for name, r in runs.items()}
     document = build_document(
@@ -265,7 +269,9 @@ def _run_modes(
     return found
 
 
-def _fold(matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, str]) -> list[VariantResult]:
+def _fold(
+    matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, str], failed: dict[str, str]
+) -> list[VariantResult]:
     baseline_runs = runs.get(matrix.baseline)
     baseline = [r.total_s for r in baseline_runs if not r.warmup] if baseline_runs else None
     reference = _first_output(runs.get(matrix.reference, []))
@@ -273,6 +279,9 @@ def _fold(matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, 
     for variant in matrix.variants:
         if variant.name in skipped:
             results.append(skipped_result(variant.name, skipped[variant.name]))
+            continue
+        if variant.name in failed:
+            results.append(failed_result(variant.name, failed[variant.name]))
             continue
         is_baseline = variant.name == matrix.baseline
         result = build_variant_result(variant.name, runs[variant.name], baseline, is_baseline=is_baseline)

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from benchmarks.matrix import ORDERS, Matrix, Variant
+from runner.errors import PromptFailedError, WorkflowError
 from runner.run import RunOptions, run_workflow
 
 logger = logging.getLogger(__name__)
@@ -260,11 +261,15 @@ def run_variants(
     warmups: int | None = None,
     repeats: int | None = None,
     first_sequence: int | None = None,
+    failures: dict[str, str] | None = None,
 ) -> dict[str, list[RunMeasure]]:
     """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
 
-    ``first_sequence`` numbers the runs in the order they ran (``None``: not numbered); see
-    :func:`run_once` for the errors.
+    ``first_sequence`` numbers the runs in the order they ran (``None``: not numbered). Without
+    ``failures`` a failing run raises (see :func:`run_once`). With it, a variant whose prompt fails or
+    is rejected (an optimisation that does not work on this machine: a compile error, out of memory)
+    gets its error in ``failures``, its runs dropped and its remaining runs cancelled, and the other
+    variants go on; a server that stops answering still raises.
     """
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
@@ -272,10 +277,12 @@ def run_variants(
     runs: dict[str, list[RunMeasure]] = {name: [] for name in by_name}
     schedule = plan_runs(list(by_name), total_warmups, total_repeats, order)
     for position, planned in enumerate(schedule):
+        if planned.variant not in runs:  # failed earlier
+            continue
         job = by_name[planned.variant]
         sequence = None if first_sequence is None else first_sequence + position
-        runs[planned.variant].append(
-            run_once(
+        try:
+            run = run_once(
                 matrix,
                 job.variant,
                 job.workflow_path,
@@ -285,5 +292,13 @@ def run_variants(
                 warmup=planned.warmup,
                 sequence=sequence,
             )
-        )
+        except (PromptFailedError, WorkflowError) as error:
+            if failures is None:
+                raise
+            message = " ".join(str(error).split())
+            failures[planned.variant] = f"{type(error).__name__} in run {planned.index}: {message[:300]}"
+            logger.warning("%s failed: %s", planned.variant, failures[planned.variant])
+            del runs[planned.variant]
+            continue
+        runs[planned.variant].append(run)
     return {name: flag_memory_not_returned(r, matrix.memory_tolerance_mb) for name, r in runs.items()}

@@ -31,6 +31,7 @@ MB = 1e6
 CSV_COLUMNS = (
     "config",
     "skipped",
+    "failed",
     "n",
     "total_median_s",
     "total_p10_s",
@@ -75,6 +76,8 @@ def _p_value(value: float) -> str:
 
 def format_row(result: VariantResult) -> list[str]:
     """The Markdown cells of one variant."""
+    if result.failed is not None:
+        return [result.name, "failed", "–", "–", "–", "–", "–", "–", f"failed: {result.failed}"]
     if result.skipped is not None or result.total is None:
         return [result.name, "skipped", "–", "–", "–", "–", "–", "–", f"skipped: {result.skipped}"]
     total = result.total
@@ -138,7 +141,7 @@ def render_markdown(results: Sequence[VariantResult], *, title: str, context: Se
         lines += ["", "Per-phase median seconds:", ""]
         lines += ["| Config | " + " | ".join(phases) + " | s/step |", "|" + "---|" * (len(phases) + 2)]
         for r in results:
-            if r.skipped is None:
+            if r.skipped is None and r.failed is None:
                 cells = [f"{r.phases.get(p, 0.0):.3f}" for p in phases]
                 step = f"{r.step_s:.3f}" if r.step_s is not None else "–"
                 lines.append(f"| {r.name} | " + " | ".join(cells) + f" | {step} |")
@@ -169,6 +172,7 @@ def render_csv(results: Sequence[VariantResult]) -> str:
             [
                 r.name,
                 r.skipped or "",
+                r.failed or "",
                 t.n if t else 0,
                 *((t.median, t.p10, t.p90, t.stdev, t.spread_warning) if t else ("",) * 5),
                 *((s.ratio, s.low, s.high) if s else ("",) * 3),

@@ -19,11 +19,12 @@ from benchmarks.stats import RankTest, Speedup, Summary, bootstrap_speedup, mann
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One row of the table: a variant's runs and summaries, or the reason it was not run."""
+    """One row of the table: a variant's runs and summaries, or why it was not run or failed."""
 
     name: str
     runs: tuple[RunMeasure, ...] = ()
     skipped: str | None = None
+    failed: str | None = None  # the error of the run that failed; the variant's runs are dropped
     total: Summary | None = None
     speedup: Speedup | None = None
     significance: RankTest | None = None  # against the baseline; None for the baseline itself
@@ -61,6 +62,10 @@ class VariantResult:
 
 def skipped_result(name: str, reason: str) -> VariantResult:
     return VariantResult(name=name, skipped=reason)
+
+
+def failed_result(name: str, error: str) -> VariantResult:
+    return VariantResult(name=name, failed=error)
 
 
 def build_variant_result(

@@ -12,6 +12,9 @@ import pytest
 from benchmarks import protocol
 from benchmarks.matrix import MatrixError, load_matrix
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
+from benchmarks.report import format_row
+from benchmarks.results import failed_result
+from runner.errors import PromptFailedError
 from runner.run import RunOptions
 from runner.workflow import load_workflow
 from runner.workspace import REPO_ROOT, WORKFLOWS_DIR
@@ -166,3 +169,43 @@ def test_run_variants_defeats_the_cache_before_every_run_in_plan_order(
         (2, False, 14),
     ]
     assert [r.sequence for r in runs["8-step distill"]] == [11, 13, 15]
+
+
+def test_a_failing_variant_is_reported_and_the_others_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An optimisation that fails on this machine (here: the distill's second run) loses its runs and
+    keeps its error; the baseline's runs go on. Without ``failures`` the error propagates."""
+    matrix = load_matrix(TINY)
+    ran: list[str] = []
+
+    def fake_run(path: Path, options: RunOptions) -> Any:
+        ran.append(path.stem)
+        if path.stem == "b" and ran.count("b") == 2:
+            raise PromptFailedError("node 11 (SamplerCustom): CUDA out of memory.\nTried to allocate 2 GiB")
+        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
+        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
+        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+
+    monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
+    monkeypatch.setattr(protocol, "run_workflow", fake_run)
+    jobs = [
+        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
+        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
+    ]
+    failures: dict[str, str] = {}
+    runs = run_variants(
+        matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3, failures=failures
+    )
+    assert ran == ["a", "b", "a", "b", "a", "a"]  # b's remaining runs are cancelled
+    assert list(runs) == ["20-step baseline"] and len(runs["20-step baseline"]) == 4
+    assert failures == {
+        "8-step distill": "PromptFailedError in run 1: node 11 (SamplerCustom): CUDA out of memory. "
+        "Tried to allocate 2 GiB"
+    }
+    row = format_row(failed_result("8-step distill", failures["8-step distill"]))
+    assert row[1] == "failed" and row[-1].startswith("failed: PromptFailedError in run 1: node 11")
+
+    ran.clear()
+    with pytest.raises(PromptFailedError, match="out of memory"):
+        run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
