@@ -8,8 +8,8 @@ shipped workflow name, under the names users have them, into a models folder:
   (the 0.9.5+ VAE, bf16), ``text_encoders/t5xxl_fp16.safetensors`` (T5-XXL encoder, fp16) and
   ``loras/ltxv-13b-0.9.7-distilled-lora128.safetensors`` (rank 128, bf16);
 - ``wan-14b``: ``diffusion_models/wan2.1_t2v_14B_int8.safetensors`` (14.3 B, INT8),
-  ``vae/wan_2.1_vae.safetensors``, ``text_encoders/umt5_xxl_fp16.safetensors`` and the rank-32
-  LightX2V-style step-distill LoRA.
+  ``vae/wan_2.1_vae.safetensors``, ``text_encoders/umt5_xxl_fp16.safetensors`` (with a stand-in
+  tokenizer, :func:`stand_in_tokenizer`) and the rank-32 LightX2V-style step-distill LoRA.
 
 Key names and shapes come from the pinned ComfyUI's own classes (:mod:`runner.fixtures.layouts`), so
 the stock loaders and ours load these files exactly as the real ones. Values are random (seeded per
@@ -48,7 +48,7 @@ from runner.fixtures.ltxv import lora_specs
 from runner.fixtures.tensors import TensorSpec, init_rule, read_safetensors_metadata, seed_for
 
 STAMP_KEY = "leanvideo_synthetic"
-SYNTH_FORMAT = 1  # bump when generated values or layouts change
+SYNTH_FORMAT = 2  # bump when generated values or layouts change (2: UMT5 carries a tokenizer)
 LORA_B_STD = 0.01  # non-zero so the LoRA changes the output, small so 48 blocks stay finite
 
 LTXV_13B_TRANSFORMER = {
@@ -60,6 +60,8 @@ LTXV_13B_TRANSFORMER = {
     "in_channels": 128,
 }
 WAN_14B_DIT = {"dim": 5120, "ffn_dim": 13824, "num_layers": 40, "num_heads": 40, "in_dim": 16, "out_dim": 16}
+STAND_IN_TOKENIZER = "comfy/text_encoders/t5_pile_tokenizer/tokenizer.model"
+STAND_IN_TOKENIZER_NOTE = f"stand-in: the pinned ComfyUI's {STAND_IN_TOKENIZER}"
 WAN_LORA_TARGETS = ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o")
 WAN_LORA_TARGETS += ("cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2")
 
@@ -79,6 +81,7 @@ class SynthFile:
     int8_family: str = ""
     lora_rank: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict)
+    tokenizer: bool = False  # embed a SentencePiece model as ``spiece_model``, as UMT5 files do
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,14 @@ FAMILIES: dict[str, Family] = {
         files=(
             SynthFile("diffusion_models/wan2.1_t2v_14B_int8.safetensors", "dit", "int8", int8_family="wan"),
             SynthFile("vae/wan_2.1_vae.safetensors", "vae", "float"),
-            SynthFile("text_encoders/umt5_xxl_fp16.safetensors", "text_encoder", "float", torch.float16),
+            SynthFile(
+                "text_encoders/umt5_xxl_fp16.safetensors",
+                "text_encoder",
+                "float",
+                torch.float16,
+                metadata={"tokenizer": STAND_IN_TOKENIZER_NOTE},
+                tokenizer=True,
+            ),
             SynthFile(
                 "loras/Wan21_T2V_14B_lightx2v_cfg_step_distill_lora_rank32.safetensors",
                 "dit",
@@ -220,12 +230,26 @@ def _check_target(path: Path, expected_stamp: str, force: bool) -> bool:
     return force or read_safetensors_metadata(path).get(STAMP_KEY) != expected_stamp
 
 
+def stand_in_tokenizer(comfyui_dir: Path) -> torch.Tensor:
+    """The SentencePiece model a synthetic UMT5 file embeds under ``spiece_model``, as uint8 bytes.
+
+    Release UMT5 files carry their own tokenizer there and ComfyUI's Wan tokenizer reads it from the
+    file. With no download, the stand-in is the SentencePiece model the pinned ComfyUI ships for its
+    Pile-T5 encoder: a 32000-piece vocabulary, all of whose ids are valid UMT5 ids (256384).
+    """
+    source = comfyui_dir / STAND_IN_TOKENIZER
+    if not source.is_file():
+        raise SynthError(f"{source} is missing; the synthetic UMT5 needs it as its tokenizer")
+    return torch.frombuffer(bytearray(source.read_bytes()), dtype=torch.uint8)
+
+
 def _write(
     path: Path,
     specs: Sequence[TensorSpec],
     value: Callable[[TensorSpec], torch.Tensor],
     file: SynthFile,
     metadata: dict[str, str],
+    extra: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
     plan: dict[str, Int8WeightConfig] = {}
     if file.form == "int8":
@@ -247,7 +271,11 @@ def _write(
                     )
                 else:
                     writer.declare(spec.key, file.dtype, spec.shape)
+            for key, tensor in (extra or {}).items():
+                writer.declare(key, tensor.dtype, tuple(tensor.shape))
             writer.begin()
+            for key, tensor in (extra or {}).items():
+                writer.write(key, tensor)
             for spec in specs:
                 tensor = value(spec)
                 layer = spec.key.removesuffix(WEIGHT_SUFFIX)
@@ -300,7 +328,8 @@ def synthesize(
 
             metadata = dict(file.metadata)
         metadata[STAMP_KEY] = file_stamp
-        _write(path, specs, value, file, metadata)
+        extra = {"spiece_model": stand_in_tokenizer(comfyui_dir)} if file.tokenizer else None
+        _write(path, specs, value, file, metadata, extra)
         seconds = time.perf_counter() - started
         size = path.stat().st_size
         parameters = sum(math.prod(s.shape) for s in specs)

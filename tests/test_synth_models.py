@@ -24,6 +24,7 @@ from benchmarks.synth_models import (
     SynthError,
     is_synthetic,
     remove,
+    stand_in_tokenizer,
     synthesize,
 )
 from runner.fixtures.layouts import read_layouts
@@ -54,6 +55,20 @@ def test_full_size_layouts_match_the_released_models(
     layouts = read_layouts(workspace.comfyui_dir, FAMILIES[family].requests, python=workspace.python)
     counts = {name: _parameters(layout) / 1e9 for name, layout in layouts.items()}
     assert counts == pytest.approx(expected, rel=0.01)
+
+
+def test_the_synthetic_umt5_carries_a_tokenizer_comfyui_can_read(workspace: Workspace) -> None:
+    """ComfyUI's Wan tokenizer reads the SentencePiece model from the UMT5 file (``spiece_model``);
+    without one the text encoder fails with "invalid tokenizer"."""
+    import sentencepiece
+
+    (umt5,) = [f for f in FAMILIES["wan-14b"].files if f.layout == "text_encoder"]
+    assert umt5.tokenizer and not any(f.tokenizer for f in FAMILIES["ltxv-13b"].files)
+    model = stand_in_tokenizer(workspace.comfyui_dir)
+    assert model.dtype == torch.uint8
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model.numpy().tobytes())
+    ids = processor.encode("a red fox running through fresh snow at golden hour")
+    assert ids and max(ids) < 256384  # UMT5-XXL's vocabulary
 
 
 def _small_wan(workspace: Workspace) -> Family:
