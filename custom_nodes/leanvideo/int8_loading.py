@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import comfy.model_detection
+import comfy.model_management
 import comfy.sd
 import comfy.supported_models
 import torch
@@ -150,6 +151,26 @@ def load_text_encoder_int8(
     model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.path)}
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
-    return comfy.sd.load_text_encoder_state_dicts(
+    clip = comfy.sd.load_text_encoder_state_dicts(
         state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
     )
+    _reload_measured(clip)
+    return clip
+
+
+def _reload_measured(clip: Any) -> None:
+    """Give ``clip`` an :class:`Int8ModelPatcher` whose size counts the INT8 weights.
+
+    ComfyUI builds a text encoder, loads it at once when it starts on its load device (always on a
+    CPU or when it fits in VRAM, ``comfy.sd.CLIP.__init__``), and only then loads the weights into it.
+    Our layers hold no weight until then (no float placeholders), so that first load measured, and
+    the patcher cached as the model's size, only the embeddings and norms: 251 MB of a 4.8 GB
+    T5-XXL. VRAM decisions (what to free, what to offload) would use that size; so the first load
+    is undone and, now that the weights are in, done again.
+    """
+    built = clip.patcher
+    clip.patcher = Int8ModelPatcher.wrap(built)
+    if built.loaded_size() > 0:
+        built.detach()
+        # ComfyUI drops the first load's entry here: it is a clone of the same model.
+        comfy.model_management.load_models_gpu([clip.patcher], force_full_load=True)

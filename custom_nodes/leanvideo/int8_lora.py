@@ -65,7 +65,12 @@ class Int8ModelPatcher(comfy.model_patcher.ModelPatcher):  # type: ignore[misc]
 
     @classmethod
     def wrap(cls, patcher: comfy.model_patcher.ModelPatcher) -> Int8ModelPatcher:
-        return cls(patcher.model, patcher.load_device, patcher.offload_device, patcher.model_size())
+        """A fresh patcher of this class for ``patcher``'s (unpatched) model. Its size is measured
+        anew on first use: ``patcher`` may have measured before the INT8 weights were loaded."""
+        wrapped = cls(patcher.model, patcher.load_device, patcher.offload_device)
+        wrapped.is_clip = patcher.is_clip
+        wrapped.hook_mode = patcher.hook_mode
+        return wrapped
 
     def _side_branch_module(self, key: str) -> Any:
         module_name, _, param = key.rpartition(".")

@@ -10,6 +10,9 @@ dequantizes, ComfyUI adds the patches in float32, ``set_weight`` requantizes int
 original tensor is kept by ComfyUI's backup, so unpatching restores it bit for bit, and sampling
 steps run on plain INT8 weights (no per-step LoRA cost).
 
+ComfyUI sizes models and layers from their state dicts, so a layer's state dict lists the scale too
+(``weight_scale``, as in the file): sizes and loaded bytes count int8 data, scales and float tensors.
+
 Ops classes are made per configuration by :func:`make_int8_ops`, as ``comfy/ops.py`` does.
 
 Example::
@@ -124,6 +127,20 @@ def make_int8_ops(path: str = "auto", lora_mode: str = "merge") -> type[comfy.op
 
             def reset_parameters(self) -> None:
                 return None
+
+            @property
+            def weight_scale(self) -> torch.Tensor | None:
+                """The INT8 weight's scale (``None`` for a float weight). ComfyUI reads every
+                state-dict key back as an attribute, so the key below needs this name."""
+                return self.weight._layout_params["scale"] if is_int8(self.weight) else None
+
+            def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+                # ComfyUI sizes models and layers from their state dicts (model_management.module_size):
+                # the scale lives inside the int8 tensor, so it is listed too, under its file key.
+                super()._save_to_state_dict(destination, prefix, keep_vars)
+                scale = self.weight_scale
+                if scale is not None:
+                    destination[prefix + SCALE_SUFFIX.lstrip(".")] = scale if keep_vars else scale.detach()
 
             def _load_from_state_dict(
                 self,
