@@ -42,7 +42,7 @@ from runner.client import ComfyClient
 from runner.fixtures import write_fixtures
 from runner.run import collect_environment
 from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workflow import load_workflow
+from runner.workflow import load_workflow, parse_override
 from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 logger = logging.getLogger(__name__)
@@ -70,8 +70,11 @@ class BenchSettings:
     load: bool = False
     concurrency: int = 2
     jobs: int = 8
+    overrides: tuple[str, ...] = ()  # NODE.input=VALUE for every variant, after the variant's own
 
     def __post_init__(self) -> None:
+        for spec in self.overrides:
+            parse_override(spec)  # raises WorkflowError naming the malformed --set
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
         if self.concurrency < 1 or self.jobs < 1:
@@ -121,7 +124,8 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
             with ComfyClient(url) as client:
                 environment = environment or collect_environment(client)
             on_cpu = (environment.get("device") or {}).get("type") == "cpu"
-            jobs = _prepare_jobs(group, base, out, on_cpu, skipped, say)
+            extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
+            jobs = _prepare_jobs(extended, base, out, on_cpu, skipped, say)
             if not jobs:
                 continue
             say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
@@ -310,6 +314,7 @@ def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any
         f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
         f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
         f"run order: {order} ({how})",
+        *([f"for every variant: `{'`, `'.join(settings.overrides)}` (--set)"] if settings.overrides else []),
         f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
         f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
     ]

@@ -26,7 +26,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import LeanVideoError, WorkspaceError
+from runner.errors import LeanVideoError, WorkflowError, WorkspaceError
 from runner.workspace import REPO_ROOT
 
 
@@ -48,6 +48,14 @@ def add_bench_parser(subparsers: Any) -> None:
         default=[],
         help="use this running server instead of starting ours (repeat for --load over several); "
         "variants that need server flags are then skipped",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NODE.INPUT=VALUE",
+        help="set an input in every variant, after the variant's own (e.g. 9.width=512); repeatable",
     )
     parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
     parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
@@ -104,8 +112,9 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             load=args.load,
             concurrency=args.concurrency,
             jobs=args.jobs,
+            overrides=tuple(args.overrides),
         )
-    except ValueError as exc:
+    except (ValueError, WorkflowError) as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     if (out / "bench.json").exists():

@@ -20,6 +20,12 @@ def test_bad_soak_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "at least 10 rounds" in capsys.readouterr().out
 
 
+def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(TINY), "--out", str(tmp_path), "--set", "9.steps=8", "--set", "width=64"]) == 2
+    assert "--set 'width=64': expected NODE.input=VALUE" in capsys.readouterr().out
+    assert not (tmp_path / "bench.json").exists()
+
+
 def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bench.json").write_text("{}", encoding="utf-8")
     assert main([str(TINY), "--out", str(tmp_path)]) == 2

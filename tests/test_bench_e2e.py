@@ -44,6 +44,7 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
         str(TINY),
         *("--out", str(out), "--warmups", "0", "--repeats", "2", "--consistency"),
         *("--soak", "10", "--load", "--concurrency", "2", "--jobs", "2"),
+        *("--set", "14.filename_prefix=leanvideo/bench_e2e"),
     )
     print(text)
     assert code == 0
@@ -110,6 +111,12 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert markdown in text.replace("\r", "") or "| 20-step baseline |" in text
     assert (out / "report.csv").read_text(encoding="utf-8").count("\n") == 6
     assert (out / "workflows" / "8-step-attention-acceleration.api.json").is_file()
+    for variant in variants.values():  # --set reached every variant's runs, after the variant's own
+        for run in variant["runs"]:
+            record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))
+            assert record["overrides"][-1]["spec"] == "14.filename_prefix=leanvideo/bench_e2e"
+            assert record["outputs"][0]["server_name"].startswith("bench_e2e_")
+    assert "- for every variant: `14.filename_prefix=leanvideo/bench_e2e` (--set)" in markdown
     pytest.importorskip("matplotlib")
     assert (out / "total_time.png").is_file() and (out / "phases.png").is_file()
 
