@@ -9,6 +9,7 @@
 #   REPEATS=1 WARMUPS=1   per variant; the warmup takes the first load and any compilation
 #   BUDGET_S=600          whole-script budget; a family that cannot start with 120 s left is skipped
 #   KEEP=0                1 keeps the synthetic model files after the run (they are ≈ 26 GB per family)
+#   BENCH_ARGS=""         more `leanvideo bench` options, e.g. "--set 9.length=65" (fewer LTXV frames)
 #
 # 1. Linear layers: W8A8 and W8A16 against bf16 at LTXV-13B and Wan-14B shapes, on the GPU
 #    (benchmarks/int8_bench.py; 4096 activation rows, about a video DiT's token count per frame chunk).
@@ -25,6 +26,7 @@ REPEATS="${REPEATS:-1}"
 WARMUPS="${WARMUPS:-1}"
 BUDGET_S="${BUDGET_S:-600}"
 KEEP="${KEEP:-0}"
+read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
 PY=.venv/bin/python
 START=$(date +%s)
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
@@ -52,7 +54,7 @@ for family in $FAMILIES; do
   echo "== 2. $family: $matrix, $WARMUPS warmup + $REPEATS repeat(s) per variant ($(left) s left)"
   status=0
   timeout "$(left)" .venv/bin/leanvideo bench "$matrix" --out "$OUT/$family" \
-    --repeats "$REPEATS" --warmups "$WARMUPS" || status=$?
+    --repeats "$REPEATS" --warmups "$WARMUPS" "${BENCH_EXTRA[@]}" || status=$?
   [ "$status" -eq 0 ] || echo "$family: bench exited $status (124: out of budget)"
   [ -f "$OUT/$family/report.md" ] && cat "$OUT/$family/report.md"
   if [ "$KEEP" != 1 ]; then
