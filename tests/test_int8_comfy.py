@@ -24,6 +24,7 @@ from runner.workspace import Workspace
 
 DIT_SQNR_DB = 35.0  # tiny DiT output, INT8 vs bf16 weights (measured ≈ 46 dB)
 LORA_SQNR_DB = 30.0  # INT8 + merged LoRA vs float + LoRA
+PROMPT = "a red fox running through fresh snow"
 
 
 @pytest.fixture(scope="module")
@@ -176,15 +177,27 @@ def test_bad_files_fail_before_comfy_builds_anything(
         )
 
 
-def test_clip_l_text_encoder_quantized_on_load(comfy: SimpleNamespace, tiny_models: FixtureSet) -> None:
-    path = tiny_models.text_encoder
-    int8_clip = comfy.loading.load_text_encoder_int8([path], "stable_diffusion")
-    float_clip = comfy.sd.load_clip([str(path)], clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION)
-    layer = int8_clip.cond_stage_model.clip_l.transformer.text_model.encoder.layers[0].self_attn.q_proj
+@pytest.fixture(scope="module")
+def int8_clip_l(comfy: SimpleNamespace, tiny_models: FixtureSet) -> Any:
+    return comfy.loading.load_text_encoder_int8([tiny_models.text_encoder], "stable_diffusion")
+
+
+@pytest.fixture(scope="module")
+def int8_clip_l_conditioning(int8_clip_l: Any) -> torch.Tensor:
+    """The INT8 CLIP-L's conditioning for :data:`PROMPT`."""
+    return int8_clip_l.encode_from_tokens(int8_clip_l.tokenize(PROMPT))
+
+
+def test_clip_l_text_encoder_quantized_on_load(
+    comfy: SimpleNamespace, tiny_models: FixtureSet, int8_clip_l: Any, int8_clip_l_conditioning: torch.Tensor
+) -> None:
+    float_clip = comfy.sd.load_clip(
+        [str(tiny_models.text_encoder)], clip_type=comfy.sd.CLIPType.STABLE_DIFFUSION
+    )
+    layer = int8_clip_l.cond_stage_model.clip_l.transformer.text_model.encoder.layers[0].self_attn.q_proj
     assert comfy.ops.is_int8(layer.weight)
-    tokens = float_clip.tokenize("a red fox running through fresh snow")
-    reference = float_clip.encode_from_tokens(tokens)
-    measured = sqnr_db(reference, int8_clip.encode_from_tokens(tokens))
+    reference = float_clip.encode_from_tokens(float_clip.tokenize(PROMPT))
+    measured = sqnr_db(reference, int8_clip_l_conditioning)
     print(f"CLIP-L conditioning SQNR, INT8 vs fp16: {measured:.2f} dB")
     assert measured >= 25.0
 
@@ -225,3 +238,89 @@ def test_lora_side_branch_is_exact_and_leaves_int8_weights_alone(
     assert side_db >= merged_db - 0.5  # no requantization error added
     assert module.lora_branches == []
     assert torch.equal(_run_dit(patcher, dit_inputs), before)
+
+
+class _Handed(Exception):
+    """Raised by the spy once it has seen the state dict: nothing after it is under test."""
+
+
+def _spy_on_text_encoder_state_dicts(
+    comfy: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, *, build: bool
+) -> list[tuple[dict[str, torch.Tensor], Any]]:
+    """Record (state dict, clip type) of every call our loader makes to ComfyUI's text encoder
+    builder; ``build=False`` stops there (raises :class:`_Handed`) instead of building."""
+    handed: list[tuple[dict[str, torch.Tensor], Any]] = []
+    load_state_dicts = comfy.sd.load_text_encoder_state_dicts
+
+    def spy(state_dicts: list[dict[str, torch.Tensor]], **kwargs: Any) -> Any:
+        handed.append((dict(state_dicts[0]), kwargs["clip_type"]))
+        if not build:
+            raise _Handed
+        return load_state_dicts(state_dicts, **kwargs)
+
+    monkeypatch.setattr(comfy.sd, "load_text_encoder_state_dicts", spy)
+    return handed
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(workspace: Workspace) -> Path:
+    """A real SentencePiece model: the pinned ComfyUI's T5 tokenizer."""
+    return workspace.comfyui_dir / "comfy/text_encoders/t5_pile_tokenizer/tokenizer.model"
+
+
+def _blob(path: Path) -> torch.Tensor:
+    return torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+
+
+def test_text_encoder_hands_its_tokenizer_blob_to_comfyui(
+    comfy: SimpleNamespace,
+    tiny_models: FixtureSet,
+    int8_clip_l_conditioning: torch.Tensor,
+    tokenizer_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Comfy-Org's UMT5-XXL carries its SentencePiece tokenizer as the uint8 tensor ``spiece_model``;
+    ComfyUI builds Wan's tokenizer from the state dict's entry. A UMT5-XXL is 11 GB, so CLIP-L with the
+    blob added stands in: quantized on load, it must encode as without the blob, and the state dict
+    our loader gives ComfyUI must carry the blob unchanged, enough for Wan's tokenizer to work."""
+    import sentencepiece
+    from comfy.text_encoders.wan import WanT5Tokenizer
+
+    path = tmp_path / "clip_l-spiece.safetensors"
+    save_file({**read_tensors(tiny_models.text_encoder), "spiece_model": _blob(tokenizer_file)}, str(path))
+    handed = _spy_on_text_encoder_state_dicts(comfy, monkeypatch, build=True)
+    clip = comfy.loading.load_text_encoder_int8([path], "wan")
+    [(state_dict, clip_type)] = handed
+    assert clip_type == comfy.sd.CLIPType.WAN
+    assert state_dict["spiece_model"].numpy().tobytes() == tokenizer_file.read_bytes()
+    assert torch.equal(clip.encode_from_tokens(clip.tokenize(PROMPT)), int8_clip_l_conditioning)
+
+    # What load_text_encoder_state_dicts builds for CLIPType.WAN from a UMT5-XXL state dict.
+    wan_tokenizer = WanT5Tokenizer(tokenizer_data={"spiece_model": state_dict["spiece_model"]})
+    ids = [token for token, _ in wan_tokenizer.tokenize_with_weights(PROMPT)["umt5xxl"][0]]
+    expected = sentencepiece.SentencePieceProcessor(model_file=str(tokenizer_file), add_eos=True).encode(
+        PROMPT
+    )
+    assert ids[: len(expected)] == expected and set(ids[len(expected) :]) == {0}  # 0: padding
+
+
+def test_pre_quantized_text_encoder_hands_its_tokenizer_blob_to_comfyui(
+    comfy: SimpleNamespace, tokenizer_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LeanVideo INT8 text encoder file keeps the blob, and the loader hands it on unchanged."""
+    source, target = tmp_path / "te.safetensors", tmp_path / "te-int8.safetensors"
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    save_file(
+        {"encoder.block.0.layer.0.SelfAttention.q.weight": weight, "spiece_model": _blob(tokenizer_file)},
+        str(source),
+    )
+    quantize_file(source, target, family="text_encoder")
+    handed = _spy_on_text_encoder_state_dicts(comfy, monkeypatch, build=False)
+    with pytest.raises(_Handed):
+        comfy.loading.load_text_encoder_int8(
+            [target], "wan", comfy.loading.Int8LoadOptions(quantize_on_load=False)
+        )
+    [(state_dict, _)] = handed
+    assert state_dict["encoder.block.0.layer.0.SelfAttention.q.weight"].dtype == torch.int8
+    assert state_dict["spiece_model"].numpy().tobytes() == tokenizer_file.read_bytes()

@@ -1,5 +1,6 @@
 """INT8 file formats: detection and reading of every supported layout, streaming quantization with
-its round trip, family rules, and the bad-input errors (each naming the file and the tensor)."""
+its round trip, family rules, auxiliary byte blobs (a text encoder's tokenizer) passed through, and the
+bad-input errors (each naming the file and the tensor)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import torch
 from leanvideo.int8 import Int8WeightConfig, dequantize, sqnr_db
 from leanvideo.int8.convert import quantize_file, quantize_state_dict
 from leanvideo.int8.export import to_layout
+from leanvideo.int8.files import read_header
 from leanvideo.int8.formats import read_int8_file
-from leanvideo.int8.formats.common import config_from_tensor
+from leanvideo.int8.formats.common import config_from_tensor, config_to_tensor
 from leanvideo.int8.policy import plan_quantization
 from leanvideo.int8.spec import Int8FormatError
 from safetensors.torch import save_file
+
+from runner.workspace import Workspace
 
 
 def _ltxv_like() -> dict[str, torch.Tensor]:
@@ -113,8 +117,6 @@ def test_our_format_round_trips_through_quantize_file(tmp_path: Path) -> None:
 
 
 def loaded_header_entry(path: Path) -> str:
-    from leanvideo.int8.files import read_header
-
     return read_header(path).metadata["_quantization_metadata"]
 
 
@@ -183,3 +185,93 @@ def test_text_encoder_rules_quantize_clip_and_t5_projections_only() -> None:
         "encoder.block.0.layer.0.SelfAttention.q",
         "encoder.block.0.layer.1.DenseReluDense.wi_0",
     }
+
+
+# --- auxiliary byte blobs: a text encoder's tokenizer travels in the file (Comfy-Org's UMT5-XXL) ---
+
+
+@pytest.fixture(scope="module")
+def spiece_model(workspace: Workspace) -> torch.Tensor:
+    """A real SentencePiece model (the pinned ComfyUI's T5 tokenizer) as the uint8 tensor files carry."""
+    data = (workspace.comfyui_dir / "comfy/text_encoders/t5_pile_tokenizer/tokenizer.model").read_bytes()
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _umt5_like(spiece_model: torch.Tensor) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+
+    def normal(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=generator) * 0.02).to(torch.float16)
+
+    tensors = {"shared.weight": normal(100, 64), "encoder.final_layer_norm.weight": normal(64)}
+    for block in range(2):
+        prefix = f"encoder.block.{block}.layer."
+        for name in ("q", "k", "v", "o"):
+            tensors[f"{prefix}0.SelfAttention.{name}.weight"] = normal(64, 64)
+        tensors[prefix + "1.DenseReluDense.wi_0.weight"] = normal(128, 64)
+        tensors[prefix + "1.DenseReluDense.wo.weight"] = normal(64, 128)
+    return {**tensors, "spiece_model": spiece_model}
+
+
+def test_float_file_with_a_tokenizer_blob_reads_as_float(tmp_path: Path, spiece_model: torch.Tensor) -> None:
+    path = _write_bad(tmp_path, _umt5_like(spiece_model), "umt5.safetensors")
+    loaded = read_int8_file(path)
+    assert loaded.format == "float"
+    assert torch.equal(loaded.tensors["spiece_model"], spiece_model)
+
+
+def test_quantize_file_copies_the_tokenizer_blob_and_the_result_loads(
+    tmp_path: Path, spiece_model: torch.Tensor
+) -> None:
+    source, target = tmp_path / "umt5.safetensors", tmp_path / "umt5-int8.safetensors"
+    save_file(_umt5_like(spiece_model), str(source))
+    report = quantize_file(source, target, family="text_encoder")
+    assert report.verified and len(report.layer_sqnr_db) == 12
+    assert read_header(target).dtypes["spiece_model"] == "U8"
+    loaded = read_int8_file(target)
+    assert loaded.format == "leanvideo"
+    assert loaded.tensors["spiece_model"].numpy().tobytes() == spiece_model.numpy().tobytes()
+    assert loaded.tensors["encoder.block.0.layer.0.SelfAttention.q.weight"].dtype == torch.int8
+
+
+@pytest.mark.parametrize("layout", ["comfy_native", "comfy_native_header", "lightx2v", "int8_fast"])
+def test_pre_quantized_files_with_a_tokenizer_blob_load(
+    tmp_path: Path, spiece_model: torch.Tensor, layout: str
+) -> None:
+    source = _umt5_like(spiece_model)
+    config = Int8WeightConfig("tensor" if layout == "int8_fast" else "row")
+    plan = plan_quantization({k: tuple(v.shape) for k, v in source.items()}, "text_encoder", config)
+    tensors, metadata = to_layout(quantize_state_dict(source, plan), layout)
+    path = tmp_path / f"{layout}.safetensors"
+    save_file(tensors, str(path), metadata)
+    loaded = read_int8_file(path)
+    assert loaded.format == ("comfy_native" if layout.startswith("comfy") else layout)
+    assert torch.equal(loaded.tensors["spiece_model"], spiece_model)
+
+
+def test_blobs_do_not_hide_real_errors(tmp_path: Path, spiece_model: torch.Tensor) -> None:
+    float_te = _umt5_like(spiece_model)
+    q, k = (f"encoder.block.0.layer.0.SelfAttention.{name}.weight" for name in ("q", "k"))
+    no_scale = {**float_te, q: torch.zeros(64, 64, dtype=torch.int8)}
+    with pytest.raises(Int8FormatError, match=rf"int8 weight '{q}' has no scale"):
+        read_int8_file(_write_bad(tmp_path, no_scale, "no-scale.safetensors"))
+    packed_4bit = {**float_te, k: torch.zeros(32, 64, dtype=torch.uint8)}
+    with pytest.raises(Int8FormatError, match=rf"nf4\.safetensors: uint8 tensor '{k}' is named like a layer"):
+        read_int8_file(_write_bad(tmp_path, packed_4bit, "nf4.safetensors"))
+    native = {
+        "w.weight": torch.zeros(8, 16, dtype=torch.int8),
+        "w.weight_scale": torch.ones(8, 1),
+        "w.comfy_quant": config_to_tensor(Int8WeightConfig()),
+        "v.bias": torch.zeros(8, dtype=torch.uint8),
+        "spiece_model": spiece_model,
+    }
+    with pytest.raises(Int8FormatError, match=r"native\.safetensors: uint8 tensor 'v\.bias' is named like"):
+        read_int8_file(_write_bad(tmp_path, native, "native.safetensors"))
+    for name, tensor in (
+        ("tokens", torch.zeros(4, dtype=torch.int8)),
+        (k, torch.zeros(4, dtype=torch.uint8)),
+    ):
+        bad = _write_bad(tmp_path, {**float_te, name: tensor}, "odd.safetensors")
+        with pytest.raises(Int8FormatError, match=rf"odd\.safetensors: tensor '{name}' is [IU]8; only float"):
+            quantize_file(bad, tmp_path / "out.safetensors", family="text_encoder")
+    assert not (tmp_path / "out.safetensors").exists()

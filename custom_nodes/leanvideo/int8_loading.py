@@ -136,7 +136,11 @@ def load_text_encoder_int8(
     *,
     embedding_directory: Any = None,
 ) -> Any:
-    """A ComfyUI ``CLIP`` from INT8 (or float, quantized on load) text encoder files."""
+    """A ComfyUI ``CLIP`` from INT8 (or float, quantized on load) text encoder files.
+
+    Auxiliary byte blobs stay in the state dicts handed to ComfyUI: it builds some tokenizers from
+    them (``spiece_model`` for Wan's UMT5-XXL, ACE's T5, Gemma; ``tekken_model`` for Mistral).
+    """
     options = options or Int8LoadOptions()
     state_dicts = []
     for path in paths:

@@ -35,6 +35,7 @@ from .spec import (
     WEIGHT_SUFFIX,
     Int8FormatError,
     Int8WeightConfig,
+    is_auxiliary,
 )
 from .writer import StreamingWriter
 
@@ -101,16 +102,18 @@ def quantize_file(
     """Stream ``source`` (a float safetensors file) into ``target`` in the LeanVideo INT8 format.
 
     Refuses to overwrite ``target``. A key prefix such as ``model.diffusion_model.`` is kept as is;
-    the family rules match on the key after it.
+    the family rules match on the key after it. Auxiliary uint8 blobs (a text encoder's
+    ``spiece_model`` tokenizer, see :func:`~leanvideo.int8.spec.is_auxiliary`) are copied unchanged.
     """
     if target.exists():
         raise FileExistsError(f"{target} exists; refusing to overwrite it")
     header = read_header(source)
-    if any(dtype not in ("BF16", "F16", "F32") for dtype in header.dtypes.values()):
-        odd = next(k for k, d in header.dtypes.items() if d not in ("BF16", "F16", "F32"))
-        raise Int8FormatError(
-            f"{source}: tensor {odd!r} is {header.dtypes[odd]}; only float files are quantized"
-        )
+    for key, dtype in header.dtypes.items():
+        if dtype not in _FLOAT_DTYPES and not is_auxiliary(key, dtype):
+            raise Int8FormatError(
+                f"{source}: tensor {key!r} is {dtype}; only float files are quantized "
+                "(auxiliary uint8 blobs such as spiece_model are copied as they are)"
+            )
     prefix = _common_prefix(header.shapes)
     relative = {key[len(prefix) :]: shape for key, shape in header.shapes.items()}
     plan = {
@@ -165,7 +168,8 @@ def quantize_file(
     return report
 
 
-_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_DTYPES = {**_FLOAT_DTYPES, "U8": torch.uint8}  # U8: auxiliary blobs, copied unchanged
 
 
 def _scale_shape(config: Int8WeightConfig, out_features: int, in_features: int) -> tuple[int, ...]:

@@ -7,6 +7,9 @@ A quantized linear layer ``<layer>`` is stored as three tensors (see ``docs/int8
   ``[out, in / block_size]`` (per block of ``block_size`` input columns);
 - ``<layer>.comfy_quant``: uint8 bytes of a JSON :class:`Int8WeightConfig` (ComfyUI's per-layer entry).
 
+Auxiliary byte blobs that belong to no layer (a text encoder's tokenizer, e.g. ``spiece_model``; see
+:func:`is_auxiliary`) pass through reading, quantizing and loading unchanged.
+
 Example::
 
     config = Int8WeightConfig(granularity="row", convrot=True)
@@ -26,6 +29,9 @@ COMFY_METADATA_VERSION = "1.0"
 SCALE_SUFFIX = ".weight_scale"
 WEIGHT_SUFFIX = ".weight"
 CONFIG_SUFFIX = ".comfy_quant"
+INPUT_SCALE_SUFFIX = ".input_scale"
+# Names of a layer's tensors in any format we read; a uint8 tensor named so is never auxiliary.
+LAYER_SUFFIXES = (WEIGHT_SUFFIX, ".bias", SCALE_SUFFIX, CONFIG_SUFFIX, INPUT_SCALE_SUFFIX)
 QMAX = 127
 DEFAULT_CONVROT_GROUP = 256
 
@@ -40,6 +46,20 @@ _GRANULARITY_OF: dict[str, Granularity] = {
 
 class Int8FormatError(ValueError):
     """A file or tensor does not follow an INT8 layout we can read; the message names it."""
+
+
+def is_auxiliary(key: str, dtype: str) -> bool:
+    """Whether tensor ``key`` of safetensors dtype ``dtype`` (``'U8'``, ``'BF16'``, …) is an auxiliary
+    byte blob: uint8 and not named like a layer tensor. Text encoder files carry their tokenizer so
+    (``spiece_model`` in UMT5/T5/Gemma files, ``tekken_model`` in Mistral ones); ComfyUI reads it from
+    the state dict, so it is kept byte for byte.
+
+    Example::
+
+        is_auxiliary("spiece_model", "U8")  # True
+        is_auxiliary("blocks.0.q.weight", "U8")  # False: a layer tensor
+    """
+    return dtype == "U8" and not key.endswith(LAYER_SUFFIXES)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Canonical layout (what the ComfyUI ops load): per quantized layer ``<layer>.weight`` int8 ``[out, in]``,
 ``<layer>.weight_scale`` float32 (``[]``, ``[out, 1]`` or ``[out, in / block]``) and
 ``<layer>.comfy_quant`` (uint8 JSON of :class:`~leanvideo.int8.spec.Int8WeightConfig`). Everything
-else passes through unchanged.
+else, auxiliary byte blobs such as a tokenizer's ``spiece_model`` included, passes through unchanged.
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ from typing import Any
 import torch
 
 from ..quantize import check_weight_shape
-from ..spec import CONFIG_SUFFIX, SCALE_SUFFIX, WEIGHT_SUFFIX, Int8FormatError, Int8WeightConfig
+from ..spec import (
+    CONFIG_SUFFIX,
+    INPUT_SCALE_SUFFIX,
+    SCALE_SUFFIX,
+    WEIGHT_SUFFIX,
+    Int8FormatError,
+    Int8WeightConfig,
+    is_auxiliary,
+)
 
-DROPPED_SUFFIXES = (".input_scale",)  # static activation scales: we quantize activations dynamically
+DROPPED_SUFFIXES = (INPUT_SCALE_SUFFIX,)  # static activation scales: we quantize activations dynamically
 
 
 def config_to_tensor(config: Int8WeightConfig) -> torch.Tensor:
@@ -116,6 +124,11 @@ def canonicalize(
                 )
         elif key.endswith(DROPPED_SUFFIXES):
             continue
+        elif tensor.dtype == torch.uint8 and not (key.endswith(CONFIG_SUFFIX) or is_auxiliary(key, "U8")):
+            raise Int8FormatError(
+                f"{source}: uint8 tensor {key!r} is named like a layer tensor; INT8 formats store only "
+                "comfy_quant configs and auxiliary byte blobs (e.g. spiece_model) as uint8"
+            )
         elif tensor.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8):
             raise Int8FormatError(
                 f"{source}: tensor {key!r} has dtype {tensor.dtype}, which no INT8 format uses"
