@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -74,3 +76,29 @@ def comfy_server(
     )
     with ComfyServer(config) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def comfy(workspace: Workspace, tiny_models: FixtureSet) -> SimpleNamespace:
+    """The pinned ComfyUI's modules and our INT8 loading code, imported in this process (on the CPU
+    when there is no CUDA), for tests that load models without a server."""
+    if str(workspace.comfyui_dir) not in sys.path:
+        sys.path.append(str(workspace.comfyui_dir))
+    import comfy.cli_args
+    import torch
+
+    comfy.cli_args.args.cpu = comfy.cli_args.args.cpu or not torch.cuda.is_available()
+    import comfy.lora
+    import comfy.model_management
+    import comfy.sd
+    import comfy.utils
+    from leanvideo import int8_loading, int8_ops
+
+    return SimpleNamespace(
+        mm=comfy.model_management,
+        sd=comfy.sd,
+        utils=comfy.utils,
+        lora=comfy.lora,
+        loading=int8_loading,
+        ops=int8_ops,
+    )

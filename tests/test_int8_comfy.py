@@ -4,7 +4,6 @@ against the bf16 model, LoRA merge-on-patch against a float LoRA reference, exac
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,24 +24,6 @@ from runner.workspace import Workspace
 DIT_SQNR_DB = 35.0  # tiny DiT output, INT8 vs bf16 weights (measured ≈ 46 dB)
 LORA_SQNR_DB = 30.0  # INT8 + merged LoRA vs float + LoRA
 PROMPT = "a red fox running through fresh snow"
-
-
-@pytest.fixture(scope="module")
-def comfy(workspace: Workspace, tiny_models: FixtureSet) -> SimpleNamespace:
-    """ComfyUI's modules, imported in this process (on the CPU when there is no CUDA)."""
-    if str(workspace.comfyui_dir) not in sys.path:
-        sys.path.append(str(workspace.comfyui_dir))
-    import comfy.cli_args
-
-    comfy.cli_args.args.cpu = comfy.cli_args.args.cpu or not torch.cuda.is_available()
-    import comfy.lora
-    import comfy.sd
-    import comfy.utils
-    from leanvideo import int8_loading, int8_ops
-
-    return SimpleNamespace(
-        sd=comfy.sd, utils=comfy.utils, lora=comfy.lora, loading=int8_loading, ops=int8_ops
-    )
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ int8 weights, their scales and every float tensor. A text encoder once counted o
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,25 +22,6 @@ from leanvideo.int8.policy import plan_quantization
 from safetensors.torch import save_file
 
 from runner.fixtures import FixtureSet
-from runner.workspace import Workspace
-
-
-@pytest.fixture(scope="module")
-def comfy(workspace: Workspace, tiny_models: FixtureSet) -> SimpleNamespace:
-    """ComfyUI's modules, imported in this process (on the CPU when there is no CUDA)."""
-    if str(workspace.comfyui_dir) not in sys.path:
-        sys.path.append(str(workspace.comfyui_dir))
-    import comfy.cli_args
-
-    comfy.cli_args.args.cpu = comfy.cli_args.args.cpu or not torch.cuda.is_available()
-    import comfy.lora
-    import comfy.model_management
-    import comfy.utils
-    from leanvideo import int8_loading, int8_ops
-
-    return SimpleNamespace(
-        mm=comfy.model_management, lora=comfy.lora, utils=comfy.utils, loading=int8_loading, ops=int8_ops
-    )
 
 
 def _resident_bytes(comfy: SimpleNamespace, model: torch.nn.Module) -> int:
