@@ -5,10 +5,10 @@ shipped workflow name, under the names users have them, into a models folder:
 
 - ``ltxv-13b``: ``diffusion_models/ltxv-13b-0.9.7-dev-int8.safetensors`` (13.0 B-parameter DiT in the
   LeanVideo INT8 format, as ``leanvideo quantize`` writes it), ``vae/ltxv-13b-0.9.7-vae.safetensors``
-  (the 0.9.5+ VAE, bf16), ``text_encoders/t5xxl_fp16.safetensors`` (T5-XXL encoder, fp16) and
+  (the 0.9.5+ VAE, bf16), ``text_encoders/t5xxl_int8.safetensors`` (T5-XXL encoder, INT8) and
   ``loras/ltxv-13b-0.9.7-distilled-lora128.safetensors`` (rank 128, bf16);
 - ``wan-14b``: ``diffusion_models/wan2.1_t2v_14B_int8.safetensors`` (14.3 B, INT8),
-  ``vae/wan_2.1_vae.safetensors``, ``text_encoders/umt5_xxl_fp16.safetensors`` (with a stand-in
+  ``vae/wan_2.1_vae.safetensors``, ``text_encoders/umt5_xxl_int8.safetensors`` (INT8, with a stand-in
   tokenizer, :func:`stand_in_tokenizer`) and the rank-32 LightX2V-style step-distill LoRA.
 
 Key names and shapes come from the pinned ComfyUI's own classes (:mod:`runner.fixtures.layouts`), so
@@ -48,7 +48,7 @@ from runner.fixtures.ltxv import lora_specs
 from runner.fixtures.tensors import TensorSpec, init_rule, read_safetensors_metadata, seed_for
 
 STAMP_KEY = "leanvideo_synthetic"
-SYNTH_FORMAT = 2  # bump when generated values or layouts change (2: UMT5 carries a tokenizer)
+SYNTH_FORMAT = 3  # bump when generated values or layouts change (3: INT8 text encoders)
 LORA_B_STD = 0.01  # non-zero so the LoRA changes the output, small so 48 blocks stay finite
 
 LTXV_13B_TRANSFORMER = {
@@ -133,7 +133,13 @@ FAMILIES: dict[str, Family] = {
                 metadata=_ltxv_dit_metadata(LTXV_13B_TRANSFORMER),
             ),
             SynthFile("vae/ltxv-13b-0.9.7-vae.safetensors", "vae", "float"),
-            SynthFile("text_encoders/t5xxl_fp16.safetensors", "text_encoder", "float", torch.float16),
+            SynthFile(
+                "text_encoders/t5xxl_int8.safetensors",
+                "text_encoder",
+                "int8",
+                torch.float16,
+                int8_family="text_encoder",
+            ),
             SynthFile("loras/ltxv-13b-0.9.7-distilled-lora128.safetensors", "dit", "lora", lora_rank=128),
         ),
         dit_layout="dit",
@@ -149,10 +155,11 @@ FAMILIES: dict[str, Family] = {
             SynthFile("diffusion_models/wan2.1_t2v_14B_int8.safetensors", "dit", "int8", int8_family="wan"),
             SynthFile("vae/wan_2.1_vae.safetensors", "vae", "float"),
             SynthFile(
-                "text_encoders/umt5_xxl_fp16.safetensors",
+                "text_encoders/umt5_xxl_int8.safetensors",
                 "text_encoder",
-                "float",
+                "int8",
                 torch.float16,
+                int8_family="text_encoder",
                 metadata={"tokenizer": STAND_IN_TOKENIZER_NOTE},
                 tokenizer=True,
             ),
