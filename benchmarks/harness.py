@@ -71,10 +71,13 @@ class BenchSettings:
     concurrency: int = 2
     jobs: int = 8
     overrides: tuple[str, ...] = ()  # NODE.input=VALUE for every variant, after the variant's own
+    budget_s: float | None = None  # no run (or soak/load) starts after this many seconds
 
     def __post_init__(self) -> None:
         for spec in self.overrides:
             parse_override(spec)  # raises WorkflowError naming the malformed --set
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
         if self.concurrency < 1 or self.jobs < 1:
@@ -116,7 +119,16 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     modes_out: dict[str, Any] = {}
     order = settings.order or matrix.order
     sequence = 0  # the next run's place in the whole matrix's run order
+    deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
+    out_of_time = f"the time budget (--budget-s {settings.budget_s or 0:g}) ran out before its measured runs"
+
+    def past_deadline() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     for server_args, group in _group_by_server_args(matrix.variants):
+        if past_deadline():
+            skipped.update({variant.name: out_of_time for variant in group})
+            continue
         with open_server(matrix, settings, server_args, out, say) as (url, why_not):
             if url is None:
                 skipped.update({variant.name: why_not for variant in group})
@@ -138,11 +150,16 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
                 repeats=settings.repeats,
                 first_sequence=sequence,
                 failures=failed,
+                deadline=deadline,
             )
             sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
-            runs.update(group_runs)
+            for name, variant_runs in group_runs.items():
+                if all(run.warmup for run in variant_runs):
+                    skipped[name] = out_of_time
+                else:
+                    runs[name] = variant_runs
             for job in jobs:
-                if job.variant.name == matrix.baseline and job.variant.name not in failed:
+                if job.variant.name == matrix.baseline and job.variant.name in runs and not past_deadline():
                     modes_out.update(
                         _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
                     )
@@ -315,6 +332,14 @@ def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any
         f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
         f"run order: {order} ({how})",
         *([f"for every variant: `{'`, `'.join(settings.overrides)}` (--set)"] if settings.overrides else []),
+        *(
+            [
+                f"time budget {settings.budget_s:g} s: no run started after it, so a variant may have fewer "
+                "measured runs than asked (see n in report.csv)"
+            ]
+            if settings.budget_s is not None
+            else []
+        ),
         f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
         f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
     ]

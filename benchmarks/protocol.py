@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,8 @@ def run_variants(
     repeats: int | None = None,
     first_sequence: int | None = None,
     failures: dict[str, str] | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, list[RunMeasure]]:
     """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
 
@@ -269,7 +271,8 @@ def run_variants(
     ``failures`` a failing run raises (see :func:`run_once`). With it, a variant whose prompt fails or
     is rejected (an optimisation that does not work on this machine: a compile error, out of memory)
     gets its error in ``failures``, its runs dropped and its remaining runs cancelled, and the other
-    variants go on; a server that stops answering still raises.
+    variants go on; a server that stops answering still raises. No run starts after ``deadline``
+    (read from ``clock``): the runs made so far are returned.
     """
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
@@ -277,6 +280,9 @@ def run_variants(
     runs: dict[str, list[RunMeasure]] = {name: [] for name in by_name}
     schedule = plan_runs(list(by_name), total_warmups, total_repeats, order)
     for position, planned in enumerate(schedule):
+        if deadline is not None and clock() >= deadline:
+            logger.warning("time budget used up: %d planned run(s) not made", len(schedule) - position)
+            break
         if planned.variant not in runs:  # failed earlier
             continue
         job = by_name[planned.variant]

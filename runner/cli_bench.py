@@ -57,6 +57,13 @@ def add_bench_parser(subparsers: Any) -> None:
         metavar="NODE.INPUT=VALUE",
         help="set an input in every variant, after the variant's own (e.g. 9.width=512); repeatable",
     )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start no run after this many seconds; the report covers the runs made (default: no limit)",
+    )
     parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
     parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
     parser.add_argument(
@@ -113,6 +120,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             concurrency=args.concurrency,
             jobs=args.jobs,
             overrides=tuple(args.overrides),
+            budget_s=args.budget_s,
         )
     except (ValueError, WorkflowError) as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")

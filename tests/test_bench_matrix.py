@@ -209,3 +209,36 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
     ran.clear()
     with pytest.raises(PromptFailedError, match="out of memory"):
         run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
+
+
+def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--budget-s``: the clock is checked before every run; the runs made so far are kept."""
+    matrix = load_matrix(TINY)
+    clock = iter(range(100))  # one tick per check
+    ran: list[str] = []
+
+    def fake_run(path: Path, options: RunOptions) -> Any:
+        ran.append(path.stem)
+        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
+        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
+        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+
+    monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
+    monkeypatch.setattr(protocol, "run_workflow", fake_run)
+    jobs = [
+        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
+        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
+    ]
+    runs = run_variants(
+        matrix,
+        jobs,
+        "http://127.0.0.1:1",
+        order="interleaved",
+        warmups=1,
+        repeats=3,
+        deadline=3.0,
+        clock=lambda: float(next(clock)),
+    )
+    assert ran == ["a", "b", "a"]  # checks at 0, 1, 2 pass; at 3 the budget is used up
+    assert [r.warmup for r in runs["20-step baseline"]] == [True, False]
+    assert [r.warmup for r in runs["8-step distill"]] == [True]  # the harness reports it as skipped
