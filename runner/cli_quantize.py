@@ -18,15 +18,18 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leanvideo.int8.convert import QuantizeReport, quantize_file
-from leanvideo.int8.files import read_header
-from leanvideo.int8.policy import FAMILY_RULES, guess_family
-from leanvideo.int8.spec import FORMAT_VERSION, Int8FormatError, Int8WeightConfig
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from leanvideo.int8.convert import QuantizeReport
+
+# The families of leanvideo.int8.policy.FAMILY_RULES (a test keeps them equal). Listed here so that
+# building the parser, and so `leanvideo --help` or any other command, does not import torch.
+FAMILIES = ("flux", "hunyuan_video", "ltxv", "text_encoder", "wan")
 
 WORST_LAYERS_SHOWN = 5
 
@@ -36,15 +39,15 @@ def add_quantize_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "quantize",
         help="write a float safetensors model as LeanVideo INT8",
-        description=f"Quantize IN (bf16/fp16/fp32 safetensors) to OUT in the LeanVideo INT8 format "
-        f"v{FORMAT_VERSION} (ComfyUI-native metadata included). Sensitive layers stay in high precision.",
+        description="Quantize IN (bf16/fp16/fp32 safetensors) to OUT in the LeanVideo INT8 format "
+        "(ComfyUI-native metadata included). Sensitive layers stay in high precision.",
     )
     parser.add_argument("input", type=Path, metavar="IN", help="float .safetensors file")
     parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")
     parser.add_argument(
         "--family",
         default="auto",
-        choices=["auto", *sorted(FAMILY_RULES)],
+        choices=["auto", *FAMILIES],
         help="model family whose keep-in-high-precision rules apply (default: guessed from the keys)",
     )
     parser.add_argument(
@@ -63,6 +66,11 @@ def add_quantize_parser(subparsers: Any) -> None:
 
 def run_quantize(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo quantize`` for parsed ``args``; returns the exit code."""
+    from leanvideo.int8.convert import quantize_file
+    from leanvideo.int8.files import read_header
+    from leanvideo.int8.policy import guess_family
+    from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
+
     try:
         config = Int8WeightConfig(
             granularity=args.granularity,
@@ -99,6 +107,8 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
 
 
 def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
+    from leanvideo.int8.spec import FORMAT_VERSION
+
     values = list(report.layer_sqnr_db.values())
     return {
         "source": str(report.source),
