@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import protocol
-from benchmarks.matrix import MatrixError, load_matrix
+from benchmarks.matrix import Matrix, MatrixError, load_matrix
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
@@ -136,11 +136,28 @@ def test_plan_runs_rejects_bad_arguments() -> None:
         plan_runs(["A", "A"], 0, 1, "interleaved")
 
 
+def _fake_record(options: RunOptions) -> Any:
+    """What ``run_workflow`` returns, reduced to what the protocol reads."""
+    timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
+    record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
+    return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+
+
+def _two_jobs(tmp_path: Path) -> tuple[Matrix, list[VariantRun]]:
+    """The tiny matrix and jobs for its baseline (workflow ``a``) and distill (``b``) variants."""
+    matrix = load_matrix(TINY)
+    jobs = [
+        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
+        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
+    ]
+    return matrix, jobs
+
+
 def test_run_variants_defeats_the_cache_before_every_run_in_plan_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No server: the /free call and the runner are replaced by fakes that log what was called."""
-    matrix = load_matrix(TINY)
+    matrix, jobs = _two_jobs(tmp_path)
     calls: list[str] = []
 
     def fake_defeat(server: str, mode: str, **_: Any) -> None:
@@ -148,16 +165,10 @@ def test_run_variants_defeats_the_cache_before_every_run_in_plan_order(
 
     def fake_run(path: Path, options: RunOptions) -> Any:
         calls.append(f"run:{path.stem}")
-        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
-        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
-        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+        return _fake_record(options)
 
     monkeypatch.setattr(protocol, "defeat_cache", fake_defeat)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
-    jobs = [
-        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
-        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
-    ]
     runs = run_variants(
         matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=2, first_sequence=10
     )
@@ -176,23 +187,17 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
 ) -> None:
     """An optimisation that fails on this machine (here: the distill's second run) loses its runs and
     keeps its error; the baseline's runs go on. Without ``failures`` the error propagates."""
-    matrix = load_matrix(TINY)
+    matrix, jobs = _two_jobs(tmp_path)
     ran: list[str] = []
 
     def fake_run(path: Path, options: RunOptions) -> Any:
         ran.append(path.stem)
         if path.stem == "b" and ran.count("b") == 2:
             raise PromptFailedError("node 11 (SamplerCustom): CUDA out of memory.\nTried to allocate 2 GiB")
-        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
-        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
-        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+        return _fake_record(options)
 
     monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
-    jobs = [
-        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
-        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
-    ]
     failures: dict[str, str] = {}
     runs = run_variants(
         matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3, failures=failures
@@ -213,22 +218,16 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
 
 def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--budget-s``: the clock is checked before every run; the runs made so far are kept."""
-    matrix = load_matrix(TINY)
+    matrix, jobs = _two_jobs(tmp_path)
     clock = iter(range(100))  # one tick per check
     ran: list[str] = []
 
     def fake_run(path: Path, options: RunOptions) -> Any:
         ran.append(path.stem)
-        timing = {"wall_s": 1.0, "queue_s": 0.0, "server_execution_s": 0.9, "phases": {}}
-        record = {"timing": timing, "nodes": [], "telemetry": {"available": False}, "outputs": []}
-        return SimpleNamespace(record=record, record_path=options.out_dir / "run.json")
+        return _fake_record(options)
 
     monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
-    jobs = [
-        VariantRun(matrix.variant(name), tmp_path / f"{key}.api", tmp_path / key)
-        for key, name in (("a", "20-step baseline"), ("b", "8-step distill"))
-    ]
     runs = run_variants(
         matrix,
         jobs,
