@@ -36,11 +36,9 @@ from pathlib import Path
 
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight
-from leanvideo.int8.convert import int8_metadata
-from leanvideo.int8.formats.common import config_to_tensor
+from leanvideo.int8.convert import declare_int8_layer, int8_metadata, write_int8_layer
 from leanvideo.int8.policy import plan_quantization
-from leanvideo.int8.quantize import expected_scale_shape
-from leanvideo.int8.spec import CONFIG_SUFFIX, SCALE_SUFFIX, WEIGHT_SUFFIX
+from leanvideo.int8.spec import WEIGHT_SUFFIX
 from leanvideo.int8.writer import StreamingWriter
 
 from runner.fixtures.layouts import LayoutRequest, read_layouts
@@ -270,12 +268,7 @@ def _write(
             for spec in specs:
                 layer = spec.key.removesuffix(WEIGHT_SUFFIX)
                 if spec.key.endswith(WEIGHT_SUFFIX) and layer in plan:
-                    writer.declare(spec.key, torch.int8, spec.shape)
-                    scale_shape = expected_scale_shape(spec.shape, plan[layer])
-                    writer.declare(layer + SCALE_SUFFIX, torch.float32, scale_shape)
-                    writer.declare(
-                        layer + CONFIG_SUFFIX, torch.uint8, tuple(config_to_tensor(plan[layer]).shape)
-                    )
+                    declare_int8_layer(writer, layer, spec.shape, plan[layer])
                 else:
                     writer.declare(spec.key, file.dtype, spec.shape)
             for key, tensor in (extra or {}).items():
@@ -288,9 +281,7 @@ def _write(
                 layer = spec.key.removesuffix(WEIGHT_SUFFIX)
                 if spec.key.endswith(WEIGHT_SUFFIX) and layer in plan:
                     packed = quantize_weight(tensor.to(torch.bfloat16), plan[layer], name=spec.key)
-                    writer.write(spec.key, packed.qdata)
-                    writer.write(layer + SCALE_SUFFIX, packed.scale.to(torch.float32))
-                    writer.write(layer + CONFIG_SUFFIX, config_to_tensor(packed.config))
+                    write_int8_layer(writer, layer, packed)
                 else:
                     writer.write(spec.key, tensor.to(file.dtype))
         os.replace(partial, path)

@@ -24,7 +24,7 @@ import torch
 from .files import TensorReader, read_header
 from .formats.common import config_to_tensor
 from .policy import plan_quantization
-from .quantize import expected_scale_shape, quantize_weight, weight_sqnr_db
+from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
     COMFY_METADATA_KEY,
     COMFY_METADATA_VERSION,
@@ -132,14 +132,7 @@ def quantize_file(
             StreamingWriter(partial, int8_metadata(plan, header.metadata)) as writer,
         ):
             for layer, layer_config in plan.items():  # declare the int8 layout before any data is written
-                writer.declare(layer + WEIGHT_SUFFIX, torch.int8, header.shapes[layer + WEIGHT_SUFFIX])
-                out_features, in_features = header.shapes[layer + WEIGHT_SUFFIX]
-                writer.declare(
-                    layer + SCALE_SUFFIX, torch.float32, _scale_shape(layer_config, out_features, in_features)
-                )
-                writer.declare(
-                    layer + CONFIG_SUFFIX, torch.uint8, tuple(config_to_tensor(layer_config).shape)
-                )
+                declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
             for key in keys:
                 if not (key.endswith(WEIGHT_SUFFIX) and key[: -len(WEIGHT_SUFFIX)] in plan):
                     writer.declare(key, _DTYPES[header.dtypes[key]], header.shapes[key])
@@ -150,9 +143,7 @@ def quantize_file(
                 if layer in plan:
                     packed = quantize_weight(tensor, plan[layer], name=key)
                     report.layer_sqnr_db[layer] = weight_sqnr_db(tensor, packed)
-                    writer.write(key, packed.qdata)
-                    writer.write(layer + SCALE_SUFFIX, packed.scale)
-                    writer.write(layer + CONFIG_SUFFIX, config_to_tensor(packed.config))
+                    write_int8_layer(writer, layer, packed)
                     del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
                 else:
                     writer.write(key, tensor)
@@ -172,8 +163,20 @@ _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.floa
 _DTYPES = {**_FLOAT_DTYPES, "U8": torch.uint8}  # U8: auxiliary blobs, copied unchanged
 
 
-def _scale_shape(config: Int8WeightConfig, out_features: int, in_features: int) -> tuple[int, ...]:
-    return expected_scale_shape((out_features, in_features), config)
+def declare_int8_layer(
+    writer: StreamingWriter, layer: str, shape: tuple[int, ...], config: Int8WeightConfig
+) -> None:
+    """Declare ``layer``'s three tensors (int8 weight, float32 scale, comfy_quant config) in ``writer``."""
+    writer.declare(layer + WEIGHT_SUFFIX, torch.int8, shape)
+    writer.declare(layer + SCALE_SUFFIX, torch.float32, expected_scale_shape(shape, config))
+    writer.declare(layer + CONFIG_SUFFIX, torch.uint8, tuple(config_to_tensor(config).shape))
+
+
+def write_int8_layer(writer: StreamingWriter, layer: str, packed: Int8Weight) -> None:
+    """Write the tensors :func:`declare_int8_layer` declared for ``layer``."""
+    writer.write(layer + WEIGHT_SUFFIX, packed.qdata)
+    writer.write(layer + SCALE_SUFFIX, packed.scale)
+    writer.write(layer + CONFIG_SUFFIX, config_to_tensor(packed.config))
 
 
 def _common_prefix(shapes: Mapping[str, tuple[int, ...]]) -> str:
