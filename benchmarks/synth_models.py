@@ -182,6 +182,10 @@ def random_value(namespace: str, spec: TensorSpec, device: torch.device) -> torc
         return torch.ones(spec.shape, device=device)
     if kind == "arange":
         return torch.arange(spec.numel, dtype=torch.float32, device=device).reshape(spec.shape)
+    return _seeded_normal(namespace, spec, std, device)
+
+
+def _seeded_normal(namespace: str, spec: TensorSpec, std: float, device: torch.device) -> torch.Tensor:
     generator = torch.Generator(device=device).manual_seed(seed_for(namespace, spec.key) % 2**63)
     return torch.randn(spec.shape, generator=generator, device=device).mul_(std)
 
@@ -206,8 +210,7 @@ def _lora_specs(family: Family, dit_layout: Sequence[TensorSpec], rank: int) -> 
 
 def _lora_value(namespace: str, spec: TensorSpec, device: torch.device) -> torch.Tensor:
     if spec.key.endswith((".lora_B.weight", ".lora_up.weight")):
-        generator = torch.Generator(device=device).manual_seed(seed_for(namespace, spec.key) % 2**63)
-        return torch.randn(spec.shape, generator=generator, device=device).mul_(LORA_B_STD)
+        return _seeded_normal(namespace, spec, LORA_B_STD, device)
     return random_value(namespace, spec, device)
 
 
@@ -218,21 +221,27 @@ def stamp(family: Family, file: SynthFile, layers: int) -> str:
     )
 
 
+def _stamp_of(path: Path) -> str | None:
+    """The synthetic stamp in ``path``'s metadata; ``None`` for a file without one or not readable."""
+    try:
+        return read_safetensors_metadata(path).get(STAMP_KEY)
+    except (OSError, ValueError):
+        return None
+
+
 def is_synthetic(path: Path) -> bool:
     """Whether ``path`` is a file this module wrote (it carries the stamp)."""
-    try:
-        return STAMP_KEY in read_safetensors_metadata(path)
-    except (OSError, ValueError):
-        return False
+    return _stamp_of(path) is not None
 
 
 def _check_target(path: Path, expected_stamp: str, force: bool) -> bool:
     """True when ``path`` must be (re)written; refuses to touch a file without our stamp."""
     if not path.exists():
         return True
-    if not is_synthetic(path):
+    found = _stamp_of(path)
+    if found is None:
         raise SynthError(f"{path} exists and is not a synthetic LeanVideo file; refusing to overwrite it")
-    return force or read_safetensors_metadata(path).get(STAMP_KEY) != expected_stamp
+    return force or found != expected_stamp
 
 
 def stand_in_tokenizer(comfyui_dir: Path) -> torch.Tensor:
