@@ -62,6 +62,12 @@ def is_auxiliary(key: str, dtype: str) -> bool:
     return dtype == "U8" and not key.endswith(LAYER_SUFFIXES)
 
 
+def is_allowed_uint8(key: str) -> bool:
+    """Whether a uint8 tensor named ``key`` is one INT8 formats store: a layer's ``comfy_quant`` config
+    or an auxiliary byte blob (:func:`is_auxiliary`); any other uint8 layer tensor is refused."""
+    return key.endswith(CONFIG_SUFFIX) or is_auxiliary(key, "U8")
+
+
 @dataclass(frozen=True)
 class Int8WeightConfig:
     """How one weight is quantized: scale granularity, optional blocks and Hadamard rotation.

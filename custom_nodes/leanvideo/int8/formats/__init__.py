@@ -19,7 +19,7 @@ from types import ModuleType
 import torch
 
 from ..files import FileHeader, read_header, read_tensors
-from ..spec import COMFY_METADATA_KEY, CONFIG_SUFFIX, Int8FormatError, is_auxiliary
+from ..spec import COMFY_METADATA_KEY, Int8FormatError, is_allowed_uint8
 from . import comfy_native, float, int8_fast, leanvideo, lightx2v
 from .common import canonicalize
 
@@ -56,7 +56,7 @@ def _describe_unknown(header: FileHeader) -> str:
             layer = key.removesuffix(".weight")
             if f"{layer}.weight_scale" not in header.dtypes:
                 return f"int8 weight {key!r} has no scale {layer + '.weight_scale'!r}"
-        if dtype == "U8" and not (key.endswith(CONFIG_SUFFIX) or is_auxiliary(key, dtype)):
+        if dtype == "U8" and not is_allowed_uint8(key):
             return f"uint8 tensor {key!r} is named like a layer tensor; no supported INT8 format stores one"
         if dtype not in ("I8", "U8", "BF16", "F16", "F32"):
             return f"tensor {key!r} has dtype {dtype}, which no supported INT8 format uses"

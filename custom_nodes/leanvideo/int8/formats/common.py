@@ -22,7 +22,7 @@ from ..spec import (
     WEIGHT_SUFFIX,
     Int8FormatError,
     Int8WeightConfig,
-    is_auxiliary,
+    is_allowed_uint8,
 )
 
 DROPPED_SUFFIXES = (INPUT_SCALE_SUFFIX,)  # static activation scales: we quantize activations dynamically
@@ -124,7 +124,7 @@ def canonicalize(
                 )
         elif key.endswith(DROPPED_SUFFIXES):
             continue
-        elif tensor.dtype == torch.uint8 and not (key.endswith(CONFIG_SUFFIX) or is_auxiliary(key, "U8")):
+        elif tensor.dtype == torch.uint8 and not is_allowed_uint8(key):
             raise Int8FormatError(
                 f"{source}: uint8 tensor {key!r} is named like a layer tensor; INT8 formats store only "
                 "comfy_quant configs and auxiliary byte blobs (e.g. spiece_model) as uint8"
