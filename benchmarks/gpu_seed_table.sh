@@ -1,66 +1,116 @@
 #!/usr/bin/env bash
-# The seed-table benchmark on an NVIDIA GPU machine with no downloads, inside a time budget.
+# The GPU proof: the seed's optimisation table on an NVIDIA GPU, with no downloads, inside a time budget.
 #
-#   bash benchmarks/gpu_seed_table.sh [OUT_DIR]
+#   bash benchmarks/gpu_seed_table.sh --kit device-kit      # on the GPU machine (no network, no install)
+#   bash benchmarks/gpu_seed_table.sh                       # where `python3 install.py` was run
+#   bash benchmarks/gpu_seed_table.sh --kit KIT --cpu       # the CPU rehearsal: tiny matrix, same path
 #
-# Needs `python3 install.py` done (venv + pinned ComfyUI) and about 30 GB of free disk per family.
+# --kit DIR  install the device kit (python -m benchmarks.device_kit build) into a temporary folder
+#            with pip --no-index and run from it with the machine's own python3 and torch;
+#            without it, the venv and ComfyUI of `python3 install.py`
+# --cpu      no GPU: FAMILIES defaults to the tiny matrix and the kernel table is left out
+# RESULTS    working folder (default: a new folder under $TMPDIR or /tmp, printed)
 # Settings (environment):
-#   FAMILIES="ltxv-13b"   families to run, in order (add wan-14b: its 20-step baseline alone is minutes)
+#   FAMILIES="ltxv-13b"   in order: ltxv-13b, wan-14b (full-size random weights, ≈ 20–30 GB each), tiny
+#   BUDGET_S=540          whole-script budget, kit install included; the report is written when it ends
+#   RUN_RESERVE_S=150     no benchmark run starts later than this before the budget's end (20 with --cpu)
 #   REPEATS=1 WARMUPS=1   per variant; the warmup takes the first load and any compilation
-#   BUDGET_S=600          whole-script budget; a family that cannot start with 120 s left is skipped
-#   KEEP=0                1 keeps the synthetic model files after the run (they are ≈ 26 GB per family)
+#   KEEP=0                1 keeps the synthetic model files after the run
 #   BENCH_ARGS=""         more `leanvideo bench` options, e.g. "--set 9.length=65" (fewer LTXV frames)
+#   PYTHON=python3        the interpreter used with --kit
 #
-# 1. Linear layers: W8A8 and W8A16 against bf16 at LTXV-13B and Wan-14B shapes, on the GPU
-#    (benchmarks/int8_bench.py; 4096 activation rows, about a video DiT's token count per frame chunk).
+# 1. The GPU (nvidia-smi) and the INT8 linear-layer table: W8A8 and W8A16 against bf16 at LTXV-13B and
+#    Wan-14B shapes (benchmarks/int8_bench.py, 4096 activation rows).
 # 2. Per family: full-size random-weight models written on the GPU under the release file names
-#    (python -m benchmarks.synth_models; files that are not synthetic are never touched), then the
-#    real-size matrix (seed_table.toml / seed_table_wan.toml) with real CUDA peaks, NVML energy, and
-#    the compile and attention variants actually run; then the synthetic files are removed.
-# Everything lands in OUT_DIR: gpu.csv, int8_linear.{json,txt}, <family>/report.md, CSV, plots, runs.
-set -euo pipefail
+#    (python -m benchmarks.synth_models), then its matrix (seed_table.toml, seed_table_wan.toml or
+#    seed_table_tiny.toml) with real CUDA peaks, NVML energy, the compile and attention variants.
+# 3. Always, even when time ran out or a step failed: python -m benchmarks.proof_report hands back
+#    summary.json, report.md, log.txt, the CSVs and the plots (8 files at most) into $OUT when it is
+#    set, else into RESULTS/handback.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${1:-bench-gpu-$(date -u +%Y%m%d-%H%M%S)}"
-FAMILIES="${FAMILIES:-ltxv-13b}"
-REPEATS="${REPEATS:-1}"
-WARMUPS="${WARMUPS:-1}"
-BUDGET_S="${BUDGET_S:-600}"
-KEEP="${KEEP:-0}"
-read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
-PY=.venv/bin/python
+KIT="" CPU=0 RESULTS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kit) KIT="${2:?--kit needs a folder}"; shift 2 ;;
+    --cpu) CPU=1; shift ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1 (--kit DIR, --cpu)" >&2; exit 2 ;;
+    *) RESULTS="$1"; shift ;;
+  esac
+done
 START=$(date +%s)
+BUDGET_S="${BUDGET_S:-540}"
+REPEATS="${REPEATS:-1}" WARMUPS="${WARMUPS:-1}" KEEP="${KEEP:-0}"
+if [ "$CPU" = 1 ]; then
+  FAMILIES="${FAMILIES:-tiny}" DEVICE=cpu RUN_RESERVE_S="${RUN_RESERVE_S:-20}"
+else
+  FAMILIES="${FAMILIES:-ltxv-13b}" DEVICE=cuda RUN_RESERVE_S="${RUN_RESERVE_S:-150}"
+fi
+read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
+RESULTS="${RESULTS:-${TMPDIR:-/tmp}/leanvideo-proof-$(date -u +%Y%m%d-%H%M%S)}"
+HANDBACK="${OUT:-$RESULTS/handback}"
+mkdir -p "$RESULTS"
+LOG="$RESULTS/log.txt"
+exec > >(tee -a "$LOG") 2>&1
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.csv"
-df -h . | tee "$OUT/disk.txt"
 
-echo "== 1. linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
-timeout 120 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
-  --out "$OUT/int8_linear.json" >"$OUT/int8_linear.txt" || echo "int8_bench failed or timed out"
-grep -A12 "^linear on" "$OUT/int8_linear.txt" || true
+PY=.venv/bin/python
+LEANVIDEO=(.venv/bin/leanvideo)
+finish() {
+  echo "== 3. hand back ($(left) s left): $HANDBACK"
+  "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG"
+  echo "done in $(($(date +%s) - START)) s; everything in $RESULTS"
+}
+trap finish EXIT
+
+if [ -n "$KIT" ]; then
+  PY="${PYTHON:-python3}"
+  echo "== 0. device kit $KIT -> ${TMPDIR:-/tmp}/leanvideo-kit ($("$PY" -V), $(left) s left)"
+  exports=$("$PY" -m benchmarks.device_kit install "$KIT" --into "${TMPDIR:-/tmp}/leanvideo-kit") || exit 3
+  eval "$exports"
+  export PYTHONPATH LEANVIDEO_COMFYUI LEANVIDEO_WORKSPACE
+  LEANVIDEO=("$PY" -m runner.cli)
+fi
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+
+if [ "$CPU" = 1 ]; then
+  echo "name" >"$RESULTS/gpu.csv"
+  echo "none (--cpu)" >>"$RESULTS/gpu.csv"
+  echo "== 1. INT8 linear layers: left out with --cpu (GPU kernels)"
+else
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$RESULTS/gpu.csv"
+  df -h "${TMPDIR:-/tmp}" | tee "$RESULTS/disk.txt"
+  echo "== 1. INT8 linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
+  timeout 90 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
+    --out "$RESULTS/int8_linear.json" >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"
+  grep -A14 "^linear on" "$RESULTS/int8_linear.txt" || tail -5 "$RESULTS/int8_linear.txt"
+fi
 
 for family in $FAMILIES; do
   case "$family" in
     ltxv-13b) matrix=benchmarks/seed_table.toml ;;
     wan-14b) matrix=benchmarks/seed_table_wan.toml ;;
-    *) echo "unknown family $family (ltxv-13b, wan-14b)" >&2; exit 2 ;;
+    tiny) matrix=benchmarks/seed_table_tiny.toml ;;
+    *) echo "unknown family $family (ltxv-13b, wan-14b, tiny)"; exit 2 ;;
   esac
-  if [ "$(left)" -lt 120 ]; then
+  if [ "$(left)" -lt $((RUN_RESERVE_S + 30)) ]; then
     echo "== $family: skipped, $(left) s of the ${BUDGET_S} s budget left"
     continue
   fi
-  echo "== 2. $family: synthetic full-size models on the GPU ($(left) s left)"
-  timeout "$(left)" "$PY" -m benchmarks.synth_models "$family" --device cuda | tee "$OUT/synth-$family.txt"
+  if [ "$family" != tiny ]; then
+    echo "== 2. $family: synthetic full-size models on the GPU ($(left) s left)"
+    timeout "$(left)" "$PY" -m benchmarks.synth_models "$family" --device "$DEVICE" | tee "$RESULTS/synth-$family.txt"
+  fi
   echo "== 2. $family: $matrix, $WARMUPS warmup + $REPEATS repeat(s) per variant ($(left) s left)"
-  # --budget-s: no run starts once the budget is used (the report covers what ran); the last run
-  # and the report get the remaining 60 s, and `timeout` is only the hard stop.
-  status=0
-  timeout "$(left)" .venv/bin/leanvideo bench "$matrix" --out "$OUT/$family" \
-    --repeats "$REPEATS" --warmups "$WARMUPS" --budget-s "$(($(left) - 60))" "${BENCH_EXTRA[@]}" || status=$?
-  [ "$status" -eq 0 ] || echo "$family: bench exited $status (124: out of budget)"
-  [ -f "$OUT/$family/report.md" ] && cat "$OUT/$family/report.md"
-  if [ "$KEEP" != 1 ]; then
+  # --budget-s: no run starts after it (the report covers what ran); `timeout` is only the hard stop,
+  # 30 s before the budget's end so that the hand-back still happens.
+  status=0 runs_until=$(($(left) - RUN_RESERVE_S))
+  [ "$runs_until" -ge 10 ] || runs_until=10
+  timeout "$(($(left) - 30))" "${LEANVIDEO[@]}" bench "$matrix" --out "$RESULTS/$family" \
+    --repeats "$REPEATS" --warmups "$WARMUPS" --budget-s "$runs_until" "${BENCH_EXTRA[@]}" || status=$?
+  [ "$status" -eq 0 ] || echo "$family: bench exited $status (124: stopped at the budget)"
+  if [ "$family" != tiny ] && [ "$KEEP" != 1 ]; then
     "$PY" -m benchmarks.synth_models "$family" --remove
   fi
 done
-echo "done in $(($(date +%s) - START)) s; results in $OUT"

@@ -37,6 +37,10 @@ from runner.workspace import NODE_PACK_DIR
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+HEADLESS_PAGE = (
+    "<!doctype html><title>ComfyUI (headless)</title>"
+    "<p>This ComfyUI runs without its frontend package: use the API (LeanVideo's runner).</p>\n"
+)
 RECORD_NAME = "server.json"
 # Folder names ComfyUI looks models up under, mapped to the sub-folders of our models folder.
 MODEL_FOLDERS: dict[str, tuple[str, ...]] = {
@@ -106,6 +110,21 @@ def cuda_available(python: Path) -> bool:
     return probe.stdout.strip() == "True"
 
 
+def frontend_installed(python: Path) -> bool:
+    """Whether ``python`` can import ComfyUI's frontend package (a device kit leaves it out)."""
+    probe = "import importlib.util as u, sys; sys.exit(u.find_spec('comfyui_frontend_package') is None)"
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, timeout=60, check=False)
+    return result.returncode == 0
+
+
+def write_headless_page(config: ServerConfig) -> Path:
+    """An empty page for ``--front-end-root``: the server runs headless without the frontend package."""
+    root = config.state_dir / "frontend"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "index.html").write_text(HEADLESS_PAGE, encoding="utf-8")
+    return root
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True when nothing listens on ``host:port`` (bound the way aiohttp binds, with SO_REUSEADDR)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -146,7 +165,7 @@ def write_extra_model_paths(config: ServerConfig) -> Path:
     return path
 
 
-def build_command(config: ServerConfig, *, cpu: bool) -> list[str]:
+def build_command(config: ServerConfig, *, cpu: bool, front_end_root: Path | None = None) -> list[str]:
     """The ComfyUI command line for ``config``; user flags come last so they can override ours."""
     command = [
         str(config.python),
@@ -171,6 +190,8 @@ def build_command(config: ServerConfig, *, cpu: bool) -> list[str]:
     ]
     if cpu and "--cpu" not in config.extra_args:
         command.append("--cpu")
+    if front_end_root is not None and "--front-end-root" not in config.extra_args:
+        command += ["--front-end-root", str(front_end_root)]
     command.extend(config.extra_args)
     return command
 
@@ -226,7 +247,11 @@ class ComfyServer:
             (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
         write_extra_model_paths(config)
         cpu = config.cpu if config.cpu is not None else not cuda_available(config.python)
-        command = build_command(config, cpu=cpu)
+        front_end_root = None
+        if not frontend_installed(config.python):
+            front_end_root = write_headless_page(config)
+            logger.warning("no ComfyUI frontend package for %s: the server runs headless", config.python)
+        command = build_command(config, cpu=cpu, front_end_root=front_end_root)
         logger.info("starting ComfyUI: %s", " ".join(command))
         with config.log_path.open("wb") as log:
             self._process = subprocess.Popen(
