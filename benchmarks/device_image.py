@@ -47,16 +47,21 @@ def read_device_image(path: Path = DEVICE_IMAGE) -> dict[str, str]:
 
 
 def root_requirements(comfyui_dir: Path) -> list[tuple[Requirement, str]]:
-    """ComfyUI's requirements.txt and LeanVideo's own (with the node pack's), each with its origin."""
+    """ComfyUI's requirements.txt and LeanVideo's own (the node pack's, with SageAttention for the
+    GPU), each with its origin."""
     found: list[tuple[Requirement, str]] = []
     for line in (comfyui_dir / "requirements.txt").read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             found.append((Requirement(line), "ComfyUI"))
-    for line in (REPO_ROOT / "custom_nodes" / "requirements.txt").read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            found.append((Requirement(line), "leanvideo nodes"))
+    for name, origin in (
+        ("requirements.txt", "leanvideo nodes"),
+        ("requirements-sage.txt", "leanvideo sage"),
+    ):
+        for line in (REPO_ROOT / "custom_nodes" / name).read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                found.append((Requirement(line), origin))
     for spec in importlib.metadata.requires("leanvideo") or []:
         req = Requirement(spec)
         if req.marker is None or "extra" not in str(req.marker):

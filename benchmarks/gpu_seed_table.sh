@@ -16,7 +16,9 @@
 #   RUN_RESERVE_S=150     no benchmark run starts later than this before the budget's end (20 with --cpu)
 #   REPEATS=1 WARMUPS=1   per variant; the warmup takes the first load and any compilation
 #   KEEP=0                1 keeps the synthetic model files after the run
-#   BENCH_ARGS=""         more `leanvideo bench` options, e.g. "--set 9.length=65" (fewer LTXV frames)
+#   BENCH_ARGS=""         more `leanvideo bench` options, e.g. "--set 9.length=65" (fewer LTXV frames),
+#                         "--variant 8-step-attention-acceleration --baseline 8-step-distill --server-warmups 1"
+#   KERNELS=1             0 leaves out the INT8 linear-layer table
 #   PYTHON=python3        the interpreter used with --kit
 #
 # 1. The GPU (nvidia-smi) and the INT8 linear-layer table: W8A8 and W8A16 against bf16 at LTXV-13B and
@@ -75,12 +77,14 @@ fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 
 if [ "$CPU" = 1 ]; then
-  echo "name" >"$RESULTS/gpu.csv"
-  echo "none (--cpu)" >>"$RESULTS/gpu.csv"
-  echo "== 1. INT8 linear layers: left out with --cpu (GPU kernels)"
+  printf 'name\nnone (--cpu)\n' >"$RESULTS/gpu.csv"
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$RESULTS/gpu.csv"
   df -h "${TMPDIR:-/tmp}" | tee "$RESULTS/disk.txt"
+fi
+if [ "$CPU" = 1 ] || [ "${KERNELS:-1}" = 0 ]; then
+  echo "== 1. INT8 linear layers: left out (--cpu or KERNELS=0)"
+else
   echo "== 1. INT8 linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
   timeout 90 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
     --out "$RESULTS/int8_linear.json" >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"

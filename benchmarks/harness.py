@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
-from benchmarks.matrix import ORDERS, Matrix, Variant
+from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
 from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variants
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
@@ -72,6 +71,7 @@ class BenchSettings:
     jobs: int = 8
     overrides: tuple[str, ...] = ()  # NODE.input=VALUE for every variant, after the variant's own
     budget_s: float | None = None  # no run (or soak/load) starts after this many seconds
+    server_warmups: int = 0  # discarded runs of a group's first variant right after its server starts
 
     def __post_init__(self) -> None:
         for spec in self.overrides:
@@ -80,6 +80,8 @@ class BenchSettings:
             raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
+        if self.server_warmups < 0:
+            raise ValueError(f"--server-warmups must be ≥ 0, got {self.server_warmups}")
         if self.concurrency < 1 or self.jobs < 1:
             raise ValueError(f"--concurrency and --jobs must be ≥ 1, got {self.concurrency}, {self.jobs}")
         if self.order is not None and self.order not in ORDERS:
@@ -98,11 +100,6 @@ class BenchOutcome:
     plot_error: str | None = None
     modes: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def slug(name: str) -> str:
-    """A file-name-safe form of a variant name (``"+ graph compile"`` → ``graph-compile``)."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
 
 
 def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
@@ -151,6 +148,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
                 first_sequence=sequence,
                 failures=failed,
                 deadline=deadline,
+                server_warmups=settings.server_warmups,
             )
             sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
             for name, variant_runs in group_runs.items():
@@ -218,7 +216,7 @@ def open_server(
         write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
     config = ServerConfig(
         comfyui_dir=workspace.comfyui_dir,
-        state_dir=out / "servers" / (slug(" ".join(server_args)) if server_args else "default"),
+        state_dir=out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default"),
         models_dir=workspace.models_dir,
         python=workspace.python,
         port=pick_free_port(),
@@ -246,12 +244,12 @@ def _prepare_jobs(
             say(f"{variant.name}: skipped ({skipped[variant.name]})")
             continue
         path = _write_variant_workflow(variant, base, out)
-        jobs.append(VariantRun(variant, path, out / "runs" / slug(variant.name)))
+        jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name)))
     return jobs
 
 
 def _write_variant_workflow(variant: Variant, base: dict[str, Any], out: Path) -> Path:
-    path = out / "workflows" / f"{slug(variant.name)}.api.json"
+    path = out / "workflows" / f"{variant_slug(variant.name)}.api.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(variant.build_workflow(base), indent=2) + "\n", encoding="utf-8")
     return path
@@ -331,6 +329,14 @@ def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any
         f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
         f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
         f"run order: {order} ({how})",
+        *(
+            [
+                f"{settings.server_warmups} discarded run(s) of each server's first variant right after "
+                "the server started (CUDA and library initialisation, page cache)"
+            ]
+            if settings.server_warmups
+            else []
+        ),
         *([f"for every variant: `{'`, `'.join(settings.overrides)}` (--set)"] if settings.overrides else []),
         *(
             [

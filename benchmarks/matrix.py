@@ -37,8 +37,10 @@ Example::
 from __future__ import annotations
 
 import copy
+import re
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,35 @@ class Matrix:
             if variant.name == name:
                 return variant
         raise MatrixError(f"{self.path}: no variant named {name!r}")
+
+
+def select_variants(matrix: Matrix, names: Sequence[str] = (), baseline: str | None = None) -> Matrix:
+    """``matrix`` with only the variants ``names`` (exact names or their slugs), in file order.
+
+    ``baseline`` (a name or slug) replaces the matrix's baseline and quality reference. The baseline
+    and reference always stay in: speed-ups and frame quality are measured against them in the same
+    session. Raises :class:`MatrixError` naming an unknown variant and the choices.
+    """
+    chosen = {_find_variant(matrix, name).name for name in names}
+    new_baseline = _find_variant(matrix, baseline).name if baseline else matrix.baseline
+    new_reference = new_baseline if baseline else matrix.reference
+    if chosen:
+        chosen |= {new_baseline, new_reference}
+    variants = tuple(v for v in matrix.variants if not chosen or v.name in chosen)
+    return replace(matrix, variants=variants, baseline=new_baseline, reference=new_reference)
+
+
+def variant_slug(name: str) -> str:
+    """A file-name-safe form of a variant name (``"8-step + graph compile"`` → ``8-step-graph-compile``)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
+
+
+def _find_variant(matrix: Matrix, name: str) -> Variant:
+    for variant in matrix.variants:
+        if name in (variant.name, variant_slug(variant.name)):
+            return variant
+    choices = ", ".join(variant_slug(v.name) for v in matrix.variants)
+    raise MatrixError(f"{matrix.path}: no variant {name!r}; the variants are {choices}")
 
 
 def load_matrix(path: Path) -> Matrix:

@@ -264,6 +264,7 @@ def run_variants(
     failures: dict[str, str] | None = None,
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    server_warmups: int = 0,
 ) -> dict[str, list[RunMeasure]]:
     """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
 
@@ -272,13 +273,18 @@ def run_variants(
     is rejected (an optimisation that does not work on this machine: a compile error, out of memory)
     gets its error in ``failures``, its runs dropped and its remaining runs cancelled, and the other
     variants go on; a server that stops answering still raises. No run starts after ``deadline``
-    (read from ``clock``): the runs made so far are returned.
+    (read from ``clock``): the runs made so far are returned. ``server_warmups`` discarded runs of the
+    first job's variant come before everything else.
     """
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
     by_name = {job.variant.name: job for job in jobs}
     runs: dict[str, list[RunMeasure]] = {name: [] for name in by_name}
     schedule = plan_runs(list(by_name), total_warmups, total_repeats, order)
+    # Server warmups come first, on the first variant, indexed -1, -2 …: they absorb what only the
+    # server's first prompt pays (CUDA context, library initialisation) and never reach the statistics.
+    first = next(iter(by_name))
+    schedule = [PlannedRun(first, -1 - i, True) for i in range(server_warmups)] + schedule
     for position, planned in enumerate(schedule):
         if deadline is not None and clock() >= deadline:
             logger.warning("time budget used up: %d planned run(s) not made", len(schedule) - position)

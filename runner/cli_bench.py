@@ -64,6 +64,28 @@ def add_bench_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="start no run after this many seconds; the report covers the runs made (default: no limit)",
     )
+    parser.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this variant (name or slug, e.g. 8-step-graph-compile; repeatable); the baseline "
+        "and the quality reference always run too",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="measure speed-ups and frame quality against this variant instead of the matrix's baseline",
+    )
+    parser.add_argument(
+        "--server-warmups",
+        type=int,
+        default=0,
+        metavar="N",
+        help="discard N runs of each server's first variant right after it starts (default 0)",
+    )
     parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
     parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
     parser.add_argument(
@@ -102,9 +124,9 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo bench``; returns the exit code (errors propagate as :mod:`runner.errors`)."""
     _ensure_benchmarks_importable()
     from benchmarks.harness import BenchSettings, run_matrix
-    from benchmarks.matrix import load_matrix
+    from benchmarks.matrix import load_matrix, select_variants
 
-    matrix = load_matrix(args.matrix.resolve())
+    matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
     out = (args.out or Path("bench-out") / args.matrix.stem).resolve()
     try:
         settings = BenchSettings(
@@ -121,6 +143,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             jobs=args.jobs,
             overrides=tuple(args.overrides),
             budget_s=args.budget_s,
+            server_warmups=args.server_warmups,
         )
     except (ValueError, WorkflowError) as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
