@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import json
 import shutil
@@ -48,7 +47,7 @@ from packaging.version import Version
 
 from benchmarks.device_image import ImageError, read_device_image, root_requirements
 from runner.install_comfy import build_tree
-from runner.pin import InstallError, load_pin, verify_tree
+from runner.pin import InstallError, load_pin, sha256_file, verify_tree
 
 KIT_SCHEMA = "leanvideo.device_kit"
 KIT_VERSION = 1
@@ -178,7 +177,7 @@ def _download(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
     path = new[0]
     name, version = path.name.split("-")[:2]
     return Wheel(
-        canonicalize_name(name), str(Version(version)), path.name, path.stat().st_size, _sha256(path)
+        canonicalize_name(name), str(Version(version)), path.name, path.stat().st_size, sha256_file(path)
     )
 
 
@@ -189,14 +188,6 @@ def _wheel_requirements(path: Path, extras: set[str]) -> list[tuple[str, tuple[s
         message = Parser().parsestr(archive.read(metadata).decode("utf-8"))
     requested = ("", *sorted(extras))
     return [(spec, requested) for spec in message.get_all("Requires-Dist") or []]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def build_kit(out: Path, target: Target, *, max_mib: float = DEFAULT_MAX_MIB) -> dict[str, Any]:
@@ -231,7 +222,7 @@ def build_kit(out: Path, target: Target, *, max_mib: float = DEFAULT_MAX_MIB) ->
             "tree_digest": pin["tree_digest"],
             "archive": archive.name,
             "size": archive.stat().st_size,
-            "sha256": _sha256(archive),
+            "sha256": sha256_file(archive),
         },
         "wheels": [vars(w) for w in wheels],
         "provided_by_image": {name: sorted(set(origins)) for name, origins in sorted(provided.items())},
@@ -254,7 +245,7 @@ def install_kit(kit: Path, into: Path) -> dict[str, str]:
     for path, sha256 in files:
         if not path.is_file():
             raise KitError(f"{path} is missing: the kit is incomplete (was it carried whole?)")
-        if _sha256(path) != sha256:
+        if sha256_file(path) != sha256:
             raise KitError(f"{path} does not match its sha256 in {kit / 'kit.json'}")
     site, comfyui = into / "site", into / "ComfyUI"
     if into.exists():

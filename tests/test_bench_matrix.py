@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import protocol
-from benchmarks.matrix import Matrix, MatrixError, load_matrix
+from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
@@ -216,10 +216,8 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
         run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
 
 
-def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--budget-s``: the clock is checked before every run; the runs made so far are kept."""
-    matrix, jobs = _two_jobs(tmp_path)
-    clock = iter(range(100))  # one tick per check
+def _record_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace the server calls with fakes; the list returned fills with each run's workflow stem."""
     ran: list[str] = []
 
     def fake_run(path: Path, options: RunOptions) -> Any:
@@ -228,6 +226,14 @@ def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
+    return ran
+
+
+def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--budget-s``: the clock is checked before every run; the runs made so far are kept."""
+    matrix, jobs = _two_jobs(tmp_path)
+    clock = iter(range(100))  # one tick per check
+    ran = _record_runs(monkeypatch)
     runs = run_variants(
         matrix,
         jobs,
@@ -241,3 +247,54 @@ def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.Mo
     assert ran == ["a", "b", "a"]  # checks at 0, 1, 2 pass; at 3 the budget is used up
     assert [r.warmup for r in runs["20-step baseline"]] == [True, False]
     assert [r.warmup for r in runs["8-step distill"]] == [True]  # the harness reports it as skipped
+
+
+def test_server_warmups_run_the_first_variant_first_and_stay_out_of_the_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--server-warmups 2``: two discarded runs of the group's first variant (indices -1, -2) before
+    the planned schedule, which is unchanged."""
+    matrix, jobs = _two_jobs(tmp_path)
+    ran = _record_runs(monkeypatch)
+    runs = run_variants(
+        matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=0, repeats=1, server_warmups=2
+    )
+    assert ran == ["a", "a", "a", "b"]
+    assert [(r.index, r.warmup) for r in runs["20-step baseline"]] == [(-1, True), (-2, True), (0, False)]
+    assert [(r.index, r.warmup) for r in runs["8-step distill"]] == [(0, False)]
+
+
+def test_select_variants_by_name_or_slug_keeps_the_baseline_and_reference() -> None:
+    matrix = load_matrix(TINY)
+    picked = select_variants(matrix, ["8-step-graph-compile", "8-step distill"])
+    assert [v.name for v in picked.variants] == [
+        "20-step baseline",
+        "8-step distill",
+        "8-step + graph compile",
+    ]
+    assert picked.baseline == picked.reference == "20-step baseline"
+    # inherited settings survive the selection (they were folded in when the file was read)
+    assert (
+        picked.variant("8-step + graph compile").overrides
+        == matrix.variant("8-step + graph compile").overrides
+    )
+
+
+def test_select_variants_with_another_baseline_measures_against_it() -> None:
+    matrix = load_matrix(TINY)
+    picked = select_variants(matrix, ["8-step-attention-acceleration"], baseline="8-step-distill")
+    assert [v.name for v in picked.variants] == ["8-step distill", "8-step + attention acceleration"]
+    assert picked.baseline == picked.reference == "8-step distill"
+    assert select_variants(matrix) == matrix  # nothing asked: the matrix as it is
+    everything = select_variants(matrix, baseline="8-step distill")
+    assert len(everything.variants) == 5 and everything.baseline == "8-step distill"
+
+
+def test_select_variants_names_an_unknown_variant_and_the_choices() -> None:
+    matrix = load_matrix(TINY)
+    with pytest.raises(
+        MatrixError, match=r"no variant 'compile'; the variants are 20-step-baseline, 8-step-distill"
+    ):
+        select_variants(matrix, ["compile"])
+    with pytest.raises(MatrixError, match="no variant 'fast'"):
+        select_variants(matrix, baseline="fast")

@@ -14,7 +14,14 @@ import psutil
 import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
-from runner.server import ComfyServer, ServerConfig, build_command, port_is_free
+from runner.server import (
+    ComfyServer,
+    ServerConfig,
+    build_command,
+    frontend_installed,
+    port_is_free,
+    write_headless_page,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +61,23 @@ def test_server_gets_its_own_folders_and_loopback(server_config: ServerConfig) -
         ("--database-url", f"sqlite:///{server_config.state_dir / 'comfyui.db'}"),
     ):
         assert command[command.index(flag) + 1] == str(expected)
+
+
+def test_without_the_frontend_package_the_server_gets_an_empty_page(
+    server_config: ServerConfig, tmp_path: Path
+) -> None:
+    """The device kit leaves the frontend package out: ComfyUI then serves our page instead."""
+    assert frontend_installed(server_config.python)  # the installed venv has it
+    bare = tmp_path / "bare" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare.parents[1])], check=True)
+    assert not frontend_installed(bare)
+    root = write_headless_page(server_config)
+    assert "headless" in (root / "index.html").read_text(encoding="utf-8")
+    command = build_command(server_config, cpu=True, front_end_root=root)
+    assert command[command.index("--front-end-root") + 1] == str(root)
+    assert "--front-end-root" not in build_command(server_config, cpu=True)
+    theirs = ServerConfig(**{**server_config.__dict__, "extra_args": ("--front-end-root", "/srv/ui")})
+    assert build_command(theirs, cpu=True, front_end_root=root).count("--front-end-root") == 1
 
 
 def test_port_in_use_is_a_clear_error(server_config: ServerConfig) -> None:
