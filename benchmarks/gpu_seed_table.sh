@@ -72,7 +72,7 @@ if [ -n "$KIT" ]; then
   exports=$("$PY" -m benchmarks.device_kit install "$KIT" --into "${TMPDIR:-/tmp}/leanvideo-kit") || exit 3
   eval "$exports"
   export PYTHONPATH LEANVIDEO_COMFYUI LEANVIDEO_WORKSPACE
-  LEANVIDEO=("$PY" -m runner.cli)
+  LEANVIDEO=("$PY" -m runner.cli.main)
 fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 

@@ -3,7 +3,7 @@
 Variants with the same ``server_args`` share one server; their runs are made in the run order
 (``BenchSettings.order``, else the matrix's ``order``: ``interleaved`` by default, see
 :mod:`benchmarks.protocol`). Each other set of flags gets a server of its own, started after the
-previous one stopped, through :class:`runner.server.ComfyServer` (each with its own state folder under
+previous one stopped, through :class:`runner.local.server.ComfyServer` (each with its own state folder under
 ``OUT/servers``). The report keeps the file order. With ``BenchSettings.servers`` set, the harness uses
 the first of those running servers instead (``--load`` spreads over all of them) and skips variants
 that need launch flags, saying so in the table.
@@ -37,12 +37,12 @@ from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variant
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
-from runner.client import ComfyClient
 from runner.fixtures import write_fixtures
-from runner.run import collect_environment
-from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workflow import load_workflow, parse_override
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.graph.workflow import load_workflow, parse_override
+from runner.jobs.run import collect_environment
+from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 

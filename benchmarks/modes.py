@@ -32,8 +32,8 @@ import numpy as np
 
 from benchmarks.protocol import RunMeasure
 from benchmarks.stats import drift_verdict, percentile, summarize
-from runner.run import RunOptions, run_workflow
-from runner.workflow import find_seeds, load_workflow
+from runner.graph.workflow import find_seeds, load_workflow
+from runner.jobs.run import RunOptions, run_workflow
 
 CONSISTENCY_PSNR_DB = 40.0
 _C1 = (0.01 * 255) ** 2

@@ -43,7 +43,7 @@ import httpx
 
 from benchmarks.matrix import ORDERS, Matrix, Variant
 from runner.errors import PromptFailedError, WorkflowError
-from runner.run import RunOptions, run_workflow
+from runner.jobs.run import RunOptions, run_workflow
 
 logger = logging.getLogger(__name__)
 

@@ -29,15 +29,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from runner.graph.workflow import load_workflow
+from runner.jobs.run import collect_environment
+from runner.local.workspace import WORKFLOWS_DIR
+from runner.tracking.prompt import run_prompt
+from runner.tracking.record import workflow_digest
+from runner.transport.client import ComfyClient
 
-from runner.client import ComfyClient  # noqa: E402
-from runner.record import workflow_digest  # noqa: E402
-from runner.run import collect_environment  # noqa: E402
-from runner.workflow import load_workflow  # noqa: E402
-
-WORKFLOW = REPO / "workflows" / "ltxv_tiny_t2v.api.json"
+WORKFLOW = WORKFLOWS_DIR / "ltxv_tiny_t2v.api.json"
 GOAL_MS = 30.0
 RESULT_VERSION = 1
 
@@ -56,7 +55,7 @@ def run_jobs(client: ComfyClient, workflow: dict[str, Any], count: int, first_se
     for index in range(count):
         workflow["11"]["inputs"]["noise_seed"] = first_seed + index
         cpu = time.process_time()
-        result = client.run(workflow, timeout=300)
+        result = run_prompt(client, workflow, timeout=300)
         cpu_ms = (time.process_time() - cpu) * 1000
         if result.server_seconds is None:
             raise RuntimeError(f"prompt {result.prompt_id} has no server execution window")
@@ -109,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         return measure(args.server, args)
     from runner.fixtures import write_fixtures
-    from runner.server import ComfyServer, ServerConfig, pick_free_port
-    from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+    from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+    from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
     ws = find_workspace()
     write_fixtures(ws.models_dir, ws.comfyui_dir, python=ws.python)

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.matrix import Matrix
 from benchmarks.results import VariantResult
-from runner.record import write_run_record
+from runner.tracking.record import write_run_record
 
 BENCH_SCHEMA = "leanvideo.bench"
 BENCH_VERSION = 1

@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--remove", action="store_true", help="delete this family's synthetic files")
     args = parser.parse_args(argv)
 
-    from runner.workspace import find_workspace
+    from runner.local.workspace import find_workspace
 
     workspace = find_workspace()
     models_dir = args.models_dir or workspace.models_dir

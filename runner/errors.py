@@ -16,7 +16,7 @@ branch of the tree to its own exit code so scripts can tell failures apart::
         ├── PromptTimeoutError      exit 7   the prompt did not finish in time (it was interrupted)
         └── PromptCancelledError    exit 130 the user pressed Ctrl-C (the prompt was interrupted)
 
-A :class:`PromptFailedError` carries the partial :class:`~runner.client.PromptResult` in ``result``
+A :class:`PromptFailedError` carries the partial :class:`~runner.transport.client.PromptResult` in ``result``
 when there is one, so callers can still write a (partial) run record.
 """
 

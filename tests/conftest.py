@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from runner.demo import DEMO_WORKFLOW, load_workflow
 from runner.errors import WorkspaceError
 from runner.fixtures import FixtureSet, write_fixtures
-from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, find_workspace
+from runner.jobs.demo import DEMO_WORKFLOW, load_workflow
+from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, find_workspace
 
 
 @pytest.fixture(scope="session")

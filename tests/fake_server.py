@@ -14,7 +14,7 @@ Example::
         fake.finish(prompt_id)
 
     with FakeComfy(script) as fake:
-        result = ComfyClient(fake.url).run(WORKFLOW, timeout=10)
+        result = run_prompt(ComfyClient(fake.url), WORKFLOW, timeout=10)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from runner.server import pick_free_port
+from runner.local.server import pick_free_port
 
 Script = Callable[["FakeComfy", str], Awaitable[None]]
 

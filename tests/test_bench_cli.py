@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks.harness import BenchSettings, open_server
 from benchmarks.matrix import load_matrix
-from runner.cli_bench import add_bench_parser, main
-from runner.workspace import REPO_ROOT
+from runner.cli.bench import add_bench_parser, main
+from runner.local.workspace import REPO_ROOT
 
 TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
 

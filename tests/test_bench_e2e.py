@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from runner.cli_bench import add_bench_parser, run_bench
+from runner.cli.bench import add_bench_parser, run_bench
 from runner.fixtures import FixtureSet
-from runner.workspace import REPO_ROOT
+from runner.local.workspace import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

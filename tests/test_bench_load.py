@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from runner.cli_bench import add_bench_parser, run_bench
+from runner.cli.bench import add_bench_parser, run_bench
 from runner.fixtures import FixtureSet
-from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
+from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
 
 pytestmark = pytest.mark.integration
 

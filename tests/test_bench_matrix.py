@@ -15,9 +15,9 @@ from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
 from runner.errors import PromptFailedError
-from runner.run import RunOptions
-from runner.workflow import load_workflow
-from runner.workspace import REPO_ROOT, WORKFLOWS_DIR
+from runner.graph.workflow import load_workflow
+from runner.jobs.run import RunOptions
+from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
 
 TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
 FULL = REPO_ROOT / "benchmarks" / "seed_table.toml"

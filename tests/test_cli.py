@@ -12,15 +12,15 @@ import httpx
 import psutil
 import pytest
 
-from runner.server import find_running_servers
-from runner.workspace import Workspace
+from runner.local.server import find_running_servers
+from runner.local.workspace import Workspace
 
 pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", *args],
+        [sys.executable, "-m", "runner.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -71,7 +71,7 @@ def test_serve_on_a_taken_port_exits_4_with_a_clear_message(workspace: Workspace
 
 def test_the_cli_starts_without_importing_torch() -> None:
     """`leanvideo --help` (and every command until it needs torch) stays fast: 0.4 s, not 2.3 s."""
-    code = "import sys, runner.cli; runner.cli.build_parser(); print('torch' in sys.modules)"
+    code = "import sys, runner.cli.main; runner.cli.main.build_parser(); print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
@@ -79,6 +79,6 @@ def test_the_cli_starts_without_importing_torch() -> None:
 def test_quantize_families_match_the_policy() -> None:
     from leanvideo.int8.policy import FAMILY_RULES
 
-    from runner.cli_quantize import FAMILIES
+    from runner.cli.quantize import FAMILIES
 
     assert tuple(sorted(FAMILY_RULES)) == FAMILIES

@@ -1,10 +1,10 @@
-"""The message → event table of runner.events, on scripted message streams (no server)."""
+"""The message → event table of runner.tracking.events, on scripted message streams (no server)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from runner.events import PromptTracker, class_type_of, phase_of, phase_seconds
+from runner.tracking.events import PromptTracker, class_type_of, phase_of, phase_seconds
 
 WORKFLOW: dict[str, Any] = {
     "1": {"class_type": "CheckpointLoaderSimple", "inputs": {}},

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from runner.client import ClientEvent, ComfyClient, PromptResult
 from runner.errors import (
     PromptCancelledError,
     PromptFailedError,
@@ -20,8 +19,12 @@ from runner.errors import (
     PromptTimeoutError,
     ServerUnreachableError,
 )
-from runner.outputs import download_outputs
-from runner.run import RunOptions, run_workflow
+from runner.jobs.run import RunOptions, run_workflow
+from runner.tracking.events import ClientEvent
+from runner.tracking.outputs import download_outputs
+from runner.tracking.prompt import run_prompt
+from runner.tracking.result import PromptResult
+from runner.transport.client import ComfyClient
 from tests.fake_server import OUTPUTS, VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
 
@@ -70,7 +73,7 @@ def test_socket_drop_while_the_prompt_finishes_is_reconciled_from_history(tmp_pa
         fake.finish(pid)  # it finishes while the client is away: executing{node: null} is lost
 
     with FakeComfy(script) as fake, client(fake) as comfy:
-        result = comfy.run(WORKFLOW, timeout=20)
+        result = run_prompt(comfy, WORKFLOW, timeout=20)
         assert result.status == "success" and result.reconnects == 1
         assert result.server_seconds is not None and result.server_seconds > 0
         assert_single_submission_and_download(fake, result, tmp_path)
@@ -86,7 +89,7 @@ def test_socket_drop_mid_run_resumes_following_without_duplicates(tmp_path: Path
         await finish_normally(fake, pid)
 
     with FakeComfy(script) as fake, client(fake) as comfy:
-        result = comfy.run(WORKFLOW, timeout=20)
+        result = run_prompt(comfy, WORKFLOW, timeout=20)
         assert result.status == "success" and result.reconnects == 1
         sampler = next(node for node in result.nodes if node.node_id == "2")
         assert sampler.steps == 3 and len(sampler.step_seconds) == 3
@@ -104,7 +107,7 @@ def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
         client(fake, reconnect_timeout=0.8) as comfy,
         pytest.raises(ServerUnreachableError, match="could not reconnect") as caught,
     ):
-        comfy.run(WORKFLOW, timeout=20)
+        run_prompt(comfy, WORKFLOW, timeout=20)
     result = caught.value.result
     assert isinstance(result, PromptResult) and result.partial and result.status == "unreachable"
     assert caught.value.exit_code == 4
@@ -119,7 +122,7 @@ def test_a_server_restart_is_reported_as_a_lost_prompt() -> None:
 
     with FakeComfy(script) as fake, client(fake) as comfy:
         with pytest.raises(PromptLostError, match="restarted") as caught:
-            comfy.run(WORKFLOW, timeout=20)
+            run_prompt(comfy, WORKFLOW, timeout=20)
         assert sum(1 for call in fake.calls if call[0] == "POST /prompt") == 1
     assert caught.value.result.status == "lost"
 
@@ -130,7 +133,7 @@ def test_the_history_race_is_waited_out(tmp_path: Path) -> None:
         await finish_normally(fake, pid)
 
     with FakeComfy(script, history_misses=3) as fake, client(fake) as comfy:
-        result = comfy.run(WORKFLOW, timeout=20)
+        result = run_prompt(comfy, WORKFLOW, timeout=20)
         assert sum(1 for call in fake.calls if call == ("GET /history", result.prompt_id)) >= 4
         assert_single_submission_and_download(fake, result, tmp_path)
 
@@ -154,7 +157,7 @@ def test_garbage_and_foreign_messages_are_ignored(tmp_path: Path) -> None:
         await finish_normally(fake, pid)
 
     with FakeComfy(script) as fake, client(fake) as comfy:
-        result = comfy.run(WORKFLOW, timeout=20)
+        result = run_prompt(comfy, WORKFLOW, timeout=20)
         assert result.status == "success" and result.error is None and result.reconnects == 0
         assert_single_submission_and_download(fake, result, tmp_path)
 
@@ -165,7 +168,7 @@ def test_timeout_cancels_the_prompt_on_the_server() -> None:
 
     with FakeComfy(script) as fake, client(fake) as comfy:
         with pytest.raises(PromptTimeoutError) as caught:
-            comfy.run(WORKFLOW, timeout=0.5)
+            run_prompt(comfy, WORKFLOW, timeout=0.5)
         pid = caught.value.result.prompt_id
         assert ("POST /queue", {"delete": [pid]}) in fake.calls
         assert ("POST /interrupt", {"prompt_id": pid}) in fake.calls
@@ -180,7 +183,7 @@ def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:
 
     with FakeComfy(start_and_enter_node_2) as fake, client(fake) as comfy:
         with pytest.raises(PromptCancelledError) as caught:
-            comfy.run(WORKFLOW, timeout=20, on_event=press_ctrl_c_on_first_step)
+            run_prompt(comfy, WORKFLOW, timeout=20, on_event=press_ctrl_c_on_first_step)
         result = caught.value.result
         assert ("POST /interrupt", {"prompt_id": result.prompt_id}) in fake.calls
         assert ("POST /queue", {"delete": [result.prompt_id]}) in fake.calls
@@ -193,7 +196,7 @@ def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:
 def test_token_and_headers_reach_http_and_the_websocket() -> None:
     with FakeComfy(lambda fake, pid: finish_normally(fake, pid)) as fake:
         with client(fake, token="s3cret", headers={"X-Trace": "1"}) as comfy:
-            comfy.run(WORKFLOW, timeout=20)
+            run_prompt(comfy, WORKFLOW, timeout=20)
         assert ("auth /ws", "Bearer s3cret") in fake.calls
         assert ("auth /prompt", "Bearer s3cret") in fake.calls
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from runner.cli import main
-from runner.convert import convert_ui_workflow
+from runner.cli.main import main
 from runner.errors import WorkflowError
-from runner.server import ComfyServer
-from runner.workflow import validate_workflow
+from runner.graph.convert import convert_ui_workflow
+from runner.graph.workflow import validate_workflow
+from runner.local.server import ComfyServer
 
 OBJECT_INFO: dict[str, Any] = {
     "CheckpointLoaderSimple": {

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from runner.client import ComfyClient
-from runner.convert import convert_ui_workflow
 from runner.errors import WorkflowError
-from runner.server import ComfyServer
+from runner.graph.convert import convert_ui_workflow
+from runner.local.server import ComfyServer
+from runner.transport.client import ComfyClient
 from tests.browser import open_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]

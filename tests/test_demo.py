@@ -11,9 +11,9 @@ from pathlib import Path
 import av
 import pytest
 
-from runner.demo import DEMO_WORKFLOW, load_workflow, run_demo
 from runner.errors import WorkflowError
-from runner.workspace import Workspace
+from runner.jobs.demo import DEMO_WORKFLOW, load_workflow, run_demo
+from runner.local.workspace import Workspace
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def test_demo_writes_a_playable_video_and_a_record(workspace: Workspace, tmp_pat
 def test_demo_cli_prints_the_table_and_paths(workspace: Workspace, tmp_path: Path) -> None:
     out = tmp_path / "cli-out"
     done = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "demo", "--out", str(out)],
+        [sys.executable, "-m", "runner.cli.main", "demo", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

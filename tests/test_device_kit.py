@@ -18,8 +18,8 @@ from packaging.utils import canonicalize_name
 
 from benchmarks.device_image import ImageError, make_image_venv, read_device_image
 from benchmarks.device_kit import DEFAULT_MAX_MIB, KitError, install_kit
-from runner.pin import load_pin, sha256_file
-from runner.workspace import REPO_ROOT, Workspace
+from runner.install.pin import load_pin, sha256_file
+from runner.local.workspace import REPO_ROOT, Workspace
 
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
 DEVICE_COMMAND_LIMIT = 2000  # characters of one device call

@@ -32,8 +32,8 @@ from runner.fixtures.tensors import (
     seed_for,
     write_safetensors,
 )
-from runner.pin import sha256_file
-from runner.workspace import Workspace
+from runner.install.pin import sha256_file
+from runner.local.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_WORKFLOW = REPO / "workflows" / "ltxv_tiny_t2v.api.json"

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-import runner.install_comfy as install_comfy
-import runner.pin as comfy_pin
+import runner.install.comfy as install_comfy
+import runner.install.pin as comfy_pin
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""``leanvideo quantize`` (runner/cli_quantize.py), driven through its own argparse parser."""
+"""``leanvideo quantize`` (runner/cli/quantize.py), driven through its own argparse parser."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from leanvideo.int8.formats import read_int8_file
 from rich.console import Console
 
-from runner.cli_quantize import add_quantize_parser, run_quantize
+from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
 
 

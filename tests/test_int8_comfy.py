@@ -19,7 +19,7 @@ from leanvideo.int8.spec import Int8FormatError
 from safetensors.torch import save_file
 
 from runner.fixtures import FixtureSet
-from runner.workspace import Workspace
+from runner.local.workspace import Workspace
 
 DIT_SQNR_DB = 35.0  # tiny DiT output, INT8 vs bf16 weights (measured ≈ 46 dB)
 LORA_SQNR_DB = 30.0  # INT8 + merged LoRA vs float + LoRA

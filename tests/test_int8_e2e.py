@@ -22,11 +22,13 @@ from PIL import Image
 from rich.console import Console
 from safetensors.torch import save_file
 
-from runner.cli_quantize import add_quantize_parser, run_quantize
-from runner.client import ComfyClient
+from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
-from runner.server import ComfyServer
-from runner.workspace import Workspace
+from runner.local.server import ComfyServer
+from runner.local.workspace import Workspace
+from runner.tracking.outputs import download_file
+from runner.tracking.prompt import run_prompt
+from runner.transport.client import ComfyClient
 
 pytestmark = pytest.mark.integration
 
@@ -87,9 +89,9 @@ def _workflow(
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
-    result = client.run(workflow, timeout=300)
+    result = run_prompt(client, workflow, timeout=300)
     items = result.outputs["14"]["images"]
-    paths = [client.download(item, directory) for item in items]
+    paths = [download_file(client, item, directory) for item in items]
     return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
 
 

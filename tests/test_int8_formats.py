@@ -19,7 +19,7 @@ from leanvideo.int8.policy import plan_quantization
 from leanvideo.int8.spec import Int8FormatError
 from safetensors.torch import save_file
 
-from runner.workspace import Workspace
+from runner.local.workspace import Workspace
 
 
 def _ltxv_like() -> dict[str, torch.Tensor]:

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from runner.client import ComfyClient
-from runner.server import ComfyServer
+from runner.local.server import ComfyServer
+from runner.tracking.outputs import download_file
+from runner.tracking.prompt import run_prompt
+from runner.transport.client import ComfyClient
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +40,8 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
-    result = client.run(workflow, timeout=300)
-    paths = [client.download(item, directory) for item in result.outputs["14"]["images"]]
+    result = run_prompt(client, workflow, timeout=300)
+    paths = [download_file(client, item, directory) for item in result.outputs["14"]["images"]]
     return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
 
 

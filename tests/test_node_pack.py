@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.server import ComfyServer, ServerConfig
-from runner.workspace import REPO_ROOT
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +40,13 @@ def test_repository_cloned_into_custom_nodes_loads_as_a_pack(
 def test_tiny_workflow_runs_on_the_shared_server(
     comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
 ) -> None:
-    from runner.client import ComfyClient, output_files
+    from runner.tracking.prompt import run_prompt
+    from runner.tracking.result import output_files
+    from runner.transport.client import ComfyClient
 
     client = ComfyClient(comfy_server.url)
     try:
-        result = client.run(tiny_workflow, timeout=300)
+        result = run_prompt(client, tiny_workflow, timeout=300)
     finally:
         client.close()
     assert result.status == "success"

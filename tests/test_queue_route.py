@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from benchmarks.protocol import defeat_cache
-from runner.client import ComfyClient
-from runner.server import ComfyServer
+from runner.local.server import ComfyServer
+from runner.transport.client import ComfyClient
 
 pytestmark = pytest.mark.integration
 

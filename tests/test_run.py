@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.cli import main
-from runner.client import ClientEvent
-from runner.demo import DEMO_WORKFLOW
+from runner.cli.main import main
 from runner.errors import PromptCancelledError, WorkflowError
-from runner.run import RunOptions, run_workflow
-from runner.server import ComfyServer
+from runner.jobs.demo import DEMO_WORKFLOW
+from runner.jobs.run import RunOptions, run_workflow
+from runner.local.server import ComfyServer
+from runner.tracking.events import ClientEvent
 
 pytestmark = pytest.mark.integration
 
@@ -173,7 +173,15 @@ def test_cli_workflow_validate(
 
 
 def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "runner.cli", "run", str(DEMO_WORKFLOW), "--server", comfy_server.url]
+    command = [
+        sys.executable,
+        "-m",
+        "runner.cli.main",
+        "run",
+        str(DEMO_WORKFLOW),
+        "--server",
+        comfy_server.url,
+    ]
     command += ["--set", f"11.noise_seed={fresh_seed()}", "--set", "9.steps=3000", "--out", str(tmp_path)]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ

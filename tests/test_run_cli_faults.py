@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import main
+from runner.cli.main import main
 from tests.fake_server import WORKFLOW, FakeComfy, now_ms
 
 

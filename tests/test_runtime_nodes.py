@@ -15,10 +15,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from runner.client import ComfyClient, output_files
 from runner.fixtures import FixtureSet
-from runner.server import ComfyServer, ServerConfig
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, REPO_ROOT
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, REPO_ROOT
+from runner.tracking.prompt import run_prompt
+from runner.tracking.result import output_files
+from runner.transport.client import ComfyClient
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +56,7 @@ def test_freevram_workflow_frees_models_and_reloads_what_decode_needs(
         "inputs": {"value": [FREE, 0], "mode": "unload all", "free_ram": False},
     }
     workflow[DECODE]["inputs"]["samples"] = ["17", 0]
-    result = client.run(_fresh(workflow), timeout=300)
+    result = run_prompt(client, _fresh(workflow), timeout=300)
 
     first, second = _free_vram_report(result.outputs, FREE), _free_vram_report(result.outputs, "17")
     print("Free VRAM report:", json.dumps({k: first[k] for k in ("unloaded", "steps", "seconds")}))
@@ -83,7 +85,7 @@ def test_freevram_workflow_frees_models_and_reloads_what_decode_needs(
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["mode"] = "unload text encoders only"
-    result = client.run(_fresh(workflow), timeout=300)
+    result = run_prompt(client, _fresh(workflow), timeout=300)
     report = _free_vram_report(result.outputs, FREE)
     assert report["unloaded"] == ["SD1ClipModel"], report
     assert "LTXV" in report["kept"]
@@ -104,7 +106,7 @@ def test_free_ram_drops_comfyui_cache_so_rss_falls_after_the_prompt(fresh_server
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["free_ram"] = True
     with ComfyClient(comfy_server.url) as client:
-        result = client.run(_fresh(workflow), timeout=300)
+        result = run_prompt(client, _fresh(workflow), timeout=300)
     report = _free_vram_report(result.outputs, FREE)
     assert "node cache dropped after this prompt" in report["steps"]
     record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{result.prompt_id}").json()
@@ -145,9 +147,11 @@ def test_patched_attention_output_equals_unpatched_on_cpu(
     client: ComfyClient, comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
 ) -> None:
     output_dir = comfy_server.config.output_dir
-    plain = client.run(_latent_workflow(tiny_workflow, mode=None, prefix="attn/plain"), timeout=300)
-    patched = client.run(_latent_workflow(tiny_workflow, mode="auto", prefix="attn/auto"), timeout=300)
-    sage = client.run(_latent_workflow(tiny_workflow, mode="sage", prefix="attn/sage"), timeout=300)
+    plain = run_prompt(client, _latent_workflow(tiny_workflow, mode=None, prefix="attn/plain"), timeout=300)
+    patched = run_prompt(
+        client, _latent_workflow(tiny_workflow, mode="auto", prefix="attn/auto"), timeout=300
+    )
+    sage = run_prompt(client, _latent_workflow(tiny_workflow, mode="sage", prefix="attn/sage"), timeout=300)
 
     assert patched.outputs[PATCH]["text"] == ["attention: auto → sdpa (no CUDA device: PyTorch SDPA)"]
     assert "attention left unchanged" in sage.outputs[PATCH]["text"][0]
@@ -169,7 +173,7 @@ def test_free_vram_as_a_sink_keeps_the_connected_model(
             "inputs": {"value": ["1", 0], "mode": "unload all but the connected model", "free_ram": False},
         },
     }
-    report = _free_vram_report(client.run(workflow, timeout=120).outputs, "30")
+    report = _free_vram_report(run_prompt(client, workflow, timeout=120).outputs, "30")
     loaded = {m["name"]: m["kind"] for m in report["before"]["loaded_models"]}
     assert report["kept"] == [name for name, kind in loaded.items() if kind == "diffusion_model"]
     assert sorted(report["unloaded"]) == sorted(

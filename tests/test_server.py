@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
-from runner.server import (
+from runner.local.server import (
     ComfyServer,
     ServerConfig,
     build_command,
@@ -104,7 +104,7 @@ def test_server_dies_with_its_parent(server_config: ServerConfig, tmp_path: Path
         f"""
         import os, signal
         from pathlib import Path
-        from runner.server import ComfyServer, ServerConfig
+        from runner.local.server import ComfyServer, ServerConfig
         server = ComfyServer(ServerConfig(
             comfyui_dir=Path({str(server_config.comfyui_dir)!r}),
             state_dir=Path({str(tmp_path / "orphan")!r}),

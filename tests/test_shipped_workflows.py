@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.record import workflow_digest
-from runner.server import ComfyServer
-from runner.workflow import load_workflow, validate_workflow
-from runner.workspace import WORKFLOWS_DIR
+from runner.graph.workflow import load_workflow, validate_workflow
+from runner.local.server import ComfyServer
+from runner.local.workspace import WORKFLOWS_DIR
+from runner.tracking.record import workflow_digest
 
 MANIFEST = json.loads((WORKFLOWS_DIR / "manifest.json").read_text(encoding="utf-8"))["workflows"]
 CHANGELOG = (WORKFLOWS_DIR / "CHANGELOG.md").read_text(encoding="utf-8")

@@ -29,9 +29,9 @@ from benchmarks.synth_models import (
 )
 from runner.fixtures.layouts import read_layouts
 from runner.fixtures.tensors import read_safetensors_header
-from runner.server import ComfyServer
-from runner.workflow import load_workflow, validate_workflow
-from runner.workspace import REPO_ROOT, Workspace
+from runner.graph.workflow import load_workflow, validate_workflow
+from runner.local.server import ComfyServer
+from runner.local.workspace import REPO_ROOT, Workspace
 
 REAL_SIZE_MATRICES = {"seed_table.toml": "ltxv-13b", "seed_table_wan.toml": "wan-14b"}
 MODEL_INPUTS = ("unet_name", "clip_name", "vae_name", "lora_name", "ckpt_name")

@@ -9,8 +9,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runner.client import ComfyClient
-from runner.server import ComfyServer
+from runner.local.server import ComfyServer
+from runner.tracking.prompt import run_prompt
+from runner.transport.client import ComfyClient
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def test_telemetry_reflects_a_prompt(comfy_server: ComfyServer, tiny_workflow: d
     tiny_workflow["3"]["inputs"]["text"] += f" ({uuid.uuid4().hex})"  # encode and sample again
     client = ComfyClient(url)
     try:
-        result = client.run(tiny_workflow, timeout=300)
+        result = run_prompt(client, tiny_workflow, timeout=300)
     finally:
         client.close()
 

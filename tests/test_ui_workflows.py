@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.server import ComfyServer
-from runner.workspace import REPO_ROOT, WORKFLOWS_DIR
+from runner.local.server import ComfyServer
+from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
 from tests.browser import open_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]

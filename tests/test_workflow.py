@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from runner.errors import WorkflowError
-from runner.workflow import apply_overrides, find_seeds, load_workflow, parse_override, validate_workflow
+from runner.graph.workflow import (
+    apply_overrides,
+    find_seeds,
+    load_workflow,
+    parse_override,
+    validate_workflow,
+)
 
 OBJECT_INFO: dict[str, Any] = {
     "CheckpointLoaderSimple": {

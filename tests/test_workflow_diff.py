@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.workflow_diff import Change, diff_workflows, summarize
+from runner.graph.diff import Change, diff_workflows, summarize
 
 
 def test_identical_workflows_have_no_changes_whatever_the_key_order(tiny_workflow: dict[str, Any]) -> None:
@@ -59,7 +59,7 @@ def test_expansion_and_subgraph_ids_sort_and_compare() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "runner.cli", "workflow", "diff", *args]
+    command = [sys.executable, "-m", "runner.cli.main", "workflow", "diff", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
 
 PACK_DIR = Path(__file__).resolve().parent
-PIN_FILE = PACK_DIR.parents[1] / "runner" / "comfy_pin.json"
+PIN_FILE = PACK_DIR / "comfy_pin.json"  # package data; the installer reads the same file
 
 
 def read_pin() -> dict[str, Any]:

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Any, NoReturn
 
-from runner.client import DEFAULT_SERVER
-from runner.run import RunOptions
+from runner.jobs.run import RunOptions
+from runner.transport.client import DEFAULT_SERVER
 
 
 def _usage_error(message: str) -> NoReturn:

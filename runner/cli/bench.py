@@ -1,22 +1,19 @@
 """``leanvideo bench MATRIX.toml``: the benchmark harness's command line (parse, call, render).
 
-The harness itself lives in the repository's ``benchmarks/`` package, beside the matrices it runs; it is
-not part of the installed wheel (the matrices and the GPU script are source-checkout material). This
-module puts the checkout root on ``sys.path`` when ``benchmarks`` is not importable yet, and says so
-plainly when there is no checkout.
+The harness itself is the ``benchmarks`` package, installed with LeanVideo beside the matrices it runs.
+The CLI is the only part of ``runner`` that may import it (an import contract says so).
 
 Example::
 
     leanvideo bench benchmarks/seed_table_tiny.toml --out bench-out
     leanvideo bench benchmarks/seed_table_tiny.toml --soak 10 --load --concurrency 2 --jobs 8
     leanvideo bench M.toml --order sequential --repeats 5      # each variant's runs back to back
-    python -m runner.cli_bench benchmarks/seed_table_tiny.toml      # the same, without the main CLI
+    python -m runner.cli.bench benchmarks/seed_table_tiny.toml      # the same, without the main CLI
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -27,7 +24,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.errors import LeanVideoError, WorkflowError, WorkspaceError
-from runner.workspace import REPO_ROOT
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -106,25 +102,13 @@ def add_bench_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print bench.json instead of the table")
 
 
-def _ensure_benchmarks_importable() -> None:
-    ours = REPO_ROOT / "benchmarks"
-    spec = importlib.util.find_spec("benchmarks")
-    if spec is not None:
-        if spec.origin and Path(spec.origin).resolve().parent == ours:
-            return
-        raise WorkspaceError(f"another `benchmarks` package ({spec.origin}) shadows LeanVideo's {ours}")
-    if not (ours / "harness.py").is_file():
-        raise WorkspaceError(
-            f"`leanvideo bench` needs a LeanVideo source checkout (no benchmarks/ under {REPO_ROOT})"
-        )
-    sys.path.insert(0, str(REPO_ROOT))
-
-
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo bench``; returns the exit code (errors propagate as :mod:`runner.errors`)."""
-    _ensure_benchmarks_importable()
-    from benchmarks.harness import BenchSettings, run_matrix
-    from benchmarks.matrix import load_matrix, select_variants
+    try:
+        from benchmarks.harness import BenchSettings, run_matrix
+        from benchmarks.matrix import load_matrix, select_variants
+    except ImportError as exc:
+        raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
 
     matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
     out = (args.out or Path("bench-out") / args.matrix.stem).resolve()
@@ -183,7 +167,7 @@ def _headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m runner.cli_bench MATRIX.toml …``: the ``bench`` command on its own."""
+    """``python -m runner.cli.bench MATRIX.toml …``: the ``bench`` command on its own."""
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_bench_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])

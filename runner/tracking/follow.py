@@ -1,9 +1,10 @@
 """Follow one submitted prompt over the websocket until it is done, surviving drops and restarts.
 
-:func:`follow_prompt` reads messages into a :class:`~runner.events.PromptTracker` (the message → event
-table is in :mod:`runner.events`). On a drop it reconnects with exponential backoff (0.1 s doubling to
-2 s, for at most ``client.reconnect_timeout``) and reconciles: the ``/history/{id}`` entry when the
-prompt finished meanwhile, else ``/queue`` (still there: keep following), else
+:func:`follow_prompt` reads messages into a :class:`~runner.tracking.events.PromptTracker` (the
+message → event table is in :mod:`runner.tracking.events`). On a drop it reconnects with exponential
+backoff (0.1 s doubling to 2 s, for at most ``client.reconnect_timeout``) and reconciles: the
+``/history/{id}`` entry when the prompt finished meanwhile, else ``/queue`` (still there: keep
+following), else
 :class:`~runner.errors.PromptLostError` (the server restarted and forgot it). A socket quiet for
 ``client.idle_check`` seconds is reconciled the same way. After ``executing{node: null}`` the history
 entry is polled until it is written (the websocket/history race).
@@ -25,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import websocket
 
 from runner.errors import PromptLostError, ServerError, ServerUnreachableError
-from runner.events import ClientEvent, PromptTracker
+from runner.tracking.events import ClientEvent, PromptTracker
 
 if TYPE_CHECKING:
-    from runner.client import ComfyClient
+    from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Example::
 
-    result = client.run(workflow)
+    result = run_prompt(client, workflow)
     print(result.status, result.wall_seconds, result.server_seconds, result.phases)
 """
 
@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.events import NodeTiming, PromptTracker, phase_seconds
+from runner.tracking.events import NodeTiming, PromptTracker, phase_seconds
 
 
 @dataclass
@@ -78,20 +78,6 @@ def output_files(outputs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             if isinstance(value, list):
                 found += [(node_id, v) for v in value if isinstance(v, dict) and "filename" in v]
     return found
-
-
-def describe_rejection(body: dict[str, Any]) -> str:
-    """One readable message from a 400 answer of ``POST /prompt``, naming nodes and inputs."""
-    error = body.get("error", {})
-    lines = [f"server rejected the workflow: {error.get('message', 'unknown error')}"]
-    if error.get("details"):
-        lines[0] += f" ({error['details']})"
-    for node_id, node in body.get("node_errors", {}).items():
-        for item in node.get("errors", []):
-            name = item.get("extra_info", {}).get("input_name", "")
-            where = f"node {node_id} ({node.get('class_type', '?')})" + (f" input {name!r}" if name else "")
-            lines.append(f"  {where}: {item.get('message', '')} {item.get('details', '')}".rstrip())
-    return "\n".join(lines)
 
 
 def describe_failure(result: PromptResult) -> str:

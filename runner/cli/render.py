@@ -18,8 +18,8 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runner.events import ClientEvent, phase_of
-from runner.workflow import Problem
+from runner.graph.workflow import Problem
+from runner.tracking.events import ClientEvent, phase_of
 
 # Figures of the node pack's per-prompt telemetry record shown in the summary.
 TELEMETRY_ROWS = (
@@ -57,7 +57,7 @@ class RunProgress:
             self._progress.stop()
 
     def update(self, event: ClientEvent) -> None:
-        """Apply one :class:`~runner.events.ClientEvent` (pass this method as ``on_event``)."""
+        """Apply one :class:`~runner.tracking.events.ClientEvent` (pass this method as ``on_event``)."""
         if not self._started:  # shown from the first event on: nothing while validating and submitting
             self._started = True
             self._progress.start()

@@ -22,12 +22,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.client import DEFAULT_SERVER, ComfyClient, PromptResult
 from runner.errors import LeanVideoError, ServerError, WorkflowError
-from runner.follow import EventHandler
-from runner.outputs import OutputFile, download_outputs
-from runner.record import build_run_record, collect_server_info, write_run_record
-from runner.workflow import Override, apply_overrides, find_seeds, load_workflow, validate_workflow
+from runner.graph.workflow import Override, apply_overrides, find_seeds, load_workflow, validate_workflow
+from runner.tracking.follow import EventHandler
+from runner.tracking.outputs import OutputFile, download_outputs
+from runner.tracking.prompt import run_prompt
+from runner.tracking.record import build_run_record, collect_server_info, write_run_record
+from runner.tracking.result import PromptResult
+from runner.transport.client import DEFAULT_SERVER, ComfyClient
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +116,9 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
         # A folder per run (created when there is something to write): outputs never collide.
         run_dir = options.out_dir / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{prompt_id[:8]}"
         try:
-            result = client.run(workflow, timeout=options.timeout, on_event=on_event, prompt_id=prompt_id)
+            result = run_prompt(
+                client, workflow, timeout=options.timeout, on_event=on_event, prompt_id=prompt_id
+            )
         except LeanVideoError as exc:
             if isinstance(exc.result, PromptResult):
                 if exc.result.error is None:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from runner.workflow import Workflow, is_link, node_title
+from runner.graph.workflow import Workflow, is_link, node_title
 
 
 @dataclass(frozen=True)

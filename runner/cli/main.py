@@ -19,17 +19,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runner.cli_bench import add_bench_parser, run_bench
-from runner.cli_quantize import add_quantize_parser, run_quantize
-from runner.cli_server import add_server_arguments, run_options
-from runner.cli_workflow import add_workflow_parser, run_workflow_command
-from runner.demo import run_demo
+from runner.cli.bench import add_bench_parser, run_bench
+from runner.cli.quantize import add_quantize_parser, run_quantize
+from runner.cli.render import RunProgress, summary_table
+from runner.cli.server_options import add_server_arguments, run_options
+from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError
-from runner.render import RunProgress, summary_table
-from runner.run import run_workflow
-from runner.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
-from runner.workflow import load_workflow
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.graph.workflow import load_workflow
+from runner.jobs.demo import run_demo
+from runner.jobs.run import run_workflow
+from runner.local.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 DEFAULT_PORT = 8188
 EXIT_CODES = (

@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 
-from runner.client import ComfyClient
 from runner.errors import ServerError
-from runner.pin import sha256_file
+from runner.install.pin import sha256_file
+from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +129,11 @@ def download_file(
     return target
 
 
-def download_outputs(client: ComfyClient, outputs: dict[str, Any], run_dir: Path) -> list[OutputFile]:
-    """Download, size-check, hash and (for videos) probe every output file into ``run_dir``.
+def download_outputs(
+    client: ComfyClient, outputs: dict[str, Any], run_dir: Path, *, prefix: str = ""
+) -> list[OutputFile]:
+    """Download, size-check, hash and (for videos) probe every output file into ``run_dir``, each under
+    its server name (``prefix`` before it); a name taken gets ``_1``, ``_2`` …: nothing is overwritten.
 
     Raises:
         ServerError: a download failed or came back short.
@@ -139,7 +142,7 @@ def download_outputs(client: ComfyClient, outputs: dict[str, Any], run_dir: Path
     files: list[OutputFile] = []
     for node_id, kind, item in list_output_items(outputs):
         item = {"type": "output", **item}
-        name = Path(item["filename"]).name
+        name = prefix + Path(item["filename"]).name
         for _attempt in range(100):
             target = free_path(run_dir, name)
             try:

@@ -10,13 +10,13 @@ from typing import Any
 
 from rich.console import Console
 
-from runner.cli_server import add_server_arguments, run_options
-from runner.convert import convert_ui_workflow
+from runner.cli.render import problems_table
+from runner.cli.server_options import add_server_arguments, run_options
 from runner.errors import WorkflowError
-from runner.render import problems_table
-from runner.run import collect_environment
-from runner.workflow import apply_overrides, load_workflow, validate_workflow
-from runner.workflow_diff import diff_workflows, summarize
+from runner.graph.convert import convert_ui_workflow
+from runner.graph.diff import diff_workflows, summarize
+from runner.graph.workflow import apply_overrides, load_workflow, validate_workflow
+from runner.jobs.run import collect_environment
 
 
 def add_workflow_parser(sub: Any) -> None:

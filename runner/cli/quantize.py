@@ -4,7 +4,7 @@ Thin CLI over :func:`leanvideo.int8.convert.quantize_file`: it streams tensor by
 overwrite OUT, verifies the written file, and reports the size ratio and per-layer SQNR. Exit codes:
 0 ok, 1 bad input or OUT exists, 2 usage.
 
-Wiring (in ``runner/cli.py``)::
+Wiring (in ``runner/cli/main.py``)::
 
     add_quantize_parser(sub)
     ...

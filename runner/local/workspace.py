@@ -20,9 +20,9 @@ from pathlib import Path
 
 from runner.errors import WorkspaceError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_PACK_DIR = REPO_ROOT / "custom_nodes"
-FIXTURE_NODES_DIR = Path(__file__).resolve().parent / "fixtures" / "nodes"
+FIXTURE_NODES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
 WORKFLOWS_DIR = REPO_ROOT / "workflows"
 
 

@@ -32,10 +32,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from runner.client import PromptResult
-from runner.outputs import OutputFile
-from runner.pin import sha256_file
-from runner.workflow import Override
+from runner.graph.workflow import Override
+from runner.install.pin import sha256_file
+from runner.tracking.outputs import OutputFile
+from runner.tracking.result import PromptResult
 
 RECORD_SCHEMA = "leanvideo.run"
 RECORD_VERSION = 2

@@ -14,7 +14,7 @@ It follows what the v0.3.75 frontend's ``graphToPrompt`` does:
 - **muted** nodes (mode 2) are left out, and so are the links from them; **bypassed** nodes (mode 4)
   are left out and each link from one is followed through the bypassed node's input of the same slot
   (when the type fits) or of the first input of the output's type.
-- **subgraphs** are expanded by :mod:`runner.convert_subgraph` (inner ids ``"<instance>:<inner>"``).
+- **subgraphs** are expanded by :mod:`runner.graph.subgraph` (inner ids ``"<instance>:<inner>"``).
 - Notes (``Note``, ``MarkdownNote``) are dropped. Legacy group nodes (``workflow>…``) are not
   supported: they raise :class:`~runner.errors.WorkflowError` naming the node.
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.convert_subgraph import flatten_subgraphs
 from runner.errors import WorkflowError
+from runner.graph.subgraph import flatten_subgraphs
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]

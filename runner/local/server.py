@@ -32,7 +32,7 @@ import httpx
 import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
-from runner.workspace import NODE_PACK_DIR
+from runner.local.workspace import NODE_PACK_DIR
 
 logger = logging.getLogger(__name__)
 

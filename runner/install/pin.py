@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -18,7 +19,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-PIN_FILE = Path(__file__).resolve().parent / "comfy_pin.json"
+
+def _pack_dir() -> Path:
+    """The node pack's folder: in this checkout, else wherever the ``leanvideo`` package is installed."""
+    checkout = Path(__file__).resolve().parents[2] / "custom_nodes" / "leanvideo"
+    if checkout.is_dir():
+        return checkout
+    spec = importlib.util.find_spec("leanvideo")
+    if spec is None or spec.origin is None:
+        return checkout
+    return Path(spec.origin).parent
+
+
+# The pin is the node pack's package data: the pack reads it from its own folder at run time, the
+# installer from the same file.
+PIN_FILE = _pack_dir() / "comfy_pin.json"
 
 
 class InstallError(Exception):

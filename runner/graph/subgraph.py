@@ -2,7 +2,7 @@
 
 A subgraph instance (a node whose ``type`` is the id of one of ``definitions.subgraphs``) is replaced
 by its inner nodes, each under the id ``"<instance id>:<inner id>"`` (nested ones get a longer path,
-``"75:12:3"``). Its boundaries become plain reroutes, so :mod:`runner.convert` can follow links across
+``"75:12:3"``). Its boundaries become plain reroutes, so :mod:`runner.graph.convert` can follow links across
 them as it follows any other:
 
 - subgraph input ``k`` becomes a ``Reroute`` fed by the link into the instance's input ``k``; when that

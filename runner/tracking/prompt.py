@@ -1,0 +1,136 @@
+"""Run one prompt: submit it, follow it to the end over the websocket, survive drops, collect results.
+
+Submitting: the websocket is opened *before* the prompt is posted, with a ``prompt_id`` the client
+chooses, so no event of our prompt can be missed. :mod:`runner.tracking.events` documents the table
+mapping server messages to client events; ``executing{node: null}`` is taken as completion, and the
+history entry is then polled until it is written (the websocket/history race).
+
+Following, and what goes wrong (:mod:`runner.tracking.follow` does the following):
+
+- **socket drop**: reconnect with exponential backoff (0.1 s doubling to 2 s, for at most
+  ``reconnect_timeout``), then reconcile: ``GET /history/{id}`` (finished while we were away) else
+  ``GET /queue`` (still running or pending: keep following) else :class:`PromptLostError` (the server
+  restarted and forgot it). Nodes whose events fell into the gap get their result from history.
+- **server gone**: :class:`ServerUnreachableError` once reconnecting has failed for ``reconnect_timeout``.
+- **quiet socket**: every ``idle_check`` seconds without a message the client reconciles as well.
+- **timeout**: the prompt is removed from the queue and interrupted; :class:`PromptTimeoutError`.
+- **Ctrl-C**: the same clean-up, then :class:`PromptCancelledError` (exit 130) carrying the partial
+  result. Both carry ``result`` so a partial run record can be written.
+
+Example::
+
+    with ComfyClient("http://127.0.0.1:8188") as client:
+        result = run_prompt(client, workflow, timeout=600)
+    for node in result.nodes:
+        print(node.node_id, node.class_type, node.seconds)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+from runner.errors import (
+    PromptCancelledError,
+    PromptFailedError,
+    PromptLostError,
+    PromptTimeoutError,
+    ServerError,
+    ServerUnreachableError,
+)
+from runner.tracking.events import PromptTracker
+from runner.tracking.follow import EventHandler, FollowTimeout, close_socket, follow_prompt
+from runner.tracking.result import PromptResult, describe_failure, result_from_tracker
+from runner.transport.client import ComfyClient, Workflow
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["run_prompt"]
+
+
+def run_prompt(
+    client: ComfyClient,
+    workflow: Workflow,
+    *,
+    timeout: float = 1800.0,
+    on_event: EventHandler | None = None,
+    prompt_id: str | None = None,
+) -> PromptResult:
+    """Submit ``workflow``, follow it to the end and return its timings and outputs.
+
+    Raises:
+        WorkflowError: the server's validation rejected the workflow (names the node and input).
+        PromptFailedError: execution failed or was interrupted (``result`` holds what happened).
+        PromptTimeoutError: not finished within ``timeout`` seconds; it was cancelled on the server.
+        PromptCancelledError: Ctrl-C; the prompt was cancelled on the server.
+        PromptLostError, ServerUnreachableError: the server restarted or went away.
+    """
+    prompt_id = prompt_id or str(uuid.uuid4())
+    tracker = PromptTracker(prompt_id, workflow)
+    emit = on_event or (lambda event: None)
+    sock = client.connect_websocket()
+    submitted, wall_start = time.monotonic(), time.time()
+    deadline = submitted + timeout
+    reconnects = [0]
+    try:
+        try:
+            client.submit(workflow, prompt_id)
+        except BaseException:
+            close_socket(sock)
+            raise
+        entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
+    except KeyboardInterrupt:
+        result = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
+        raise PromptCancelledError(f"prompt {prompt_id} cancelled; removed from the server", result) from None
+    except (PromptLostError, ServerUnreachableError) as exc:
+        tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
+        exc.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects[0])
+        exc.result.partial = True
+        raise
+    except FollowTimeout:
+        result = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
+        raise PromptTimeoutError(
+            f"prompt {prompt_id} did not finish within {timeout:g} s; it was interrupted", result
+        ) from None
+    result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects[0])
+    if result.status != "success":
+        raise PromptFailedError(describe_failure(result), result)
+    return result
+
+
+def _abandon(
+    client: ComfyClient,
+    tracker: PromptTracker,
+    wall_start: float,
+    submitted: float,
+    reconnects: int,
+    status: str,
+) -> PromptResult:
+    """Cancel the prompt on the server and return what is known of it, marked partial."""
+    logger.warning("cancelling prompt %s on %s (%s)", tracker.prompt_id, client.base_url, status)
+    running = tracker.current_node
+    client.cancel(tracker.prompt_id)
+    entry: dict[str, Any] | None = None
+    with contextlib.suppress(ServerError):
+        give_up = time.monotonic() + 5.0
+        while entry is None and time.monotonic() < give_up:
+            entry = client.history_entry(tracker.prompt_id)
+            if entry is None and not client.is_queued(tracker.prompt_id):
+                break
+            time.sleep(0.05)
+    if entry is not None:
+        tracker.apply_history(entry)
+    tracker.status = status
+    result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects)
+    result.partial = True
+    where = f"while node {running} was running" if running else "before any node ran"
+    result.error = {
+        "node_id": running,
+        "class_type": tracker.class_type(running) if running else None,
+        "exception_type": None,
+        "message": f"{status} {where}",
+    }
+    return result

@@ -1,0 +1,184 @@
+"""The transport to one ComfyUI server: plain HTTP calls and the websocket, nothing more.
+
+:class:`ComfyClient` posts prompts (``POST /prompt``, a 400 answer turned into a
+:class:`~runner.errors.WorkflowError` naming each node and input), reads ``/history``, ``/queue``,
+``/object_info``, ``/system_stats`` and the node pack's routes, cancels, opens the websocket and streams
+``/view``. Following a prompt to its end is :func:`runner.tracking.prompt.run_prompt`'s job, and
+downloading outputs :mod:`runner.tracking.outputs`'.
+
+Behind a proxy, ``headers`` and ``token`` (sent as ``Authorization: Bearer``) go with every HTTP request
+and the websocket handshake.
+
+Example::
+
+    with ComfyClient("http://127.0.0.1:8188", token="…") as client:
+        stats = client.get_json("/system_stats")
+        prompt_id = client.submit(workflow)
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+import httpx
+import websocket
+
+from runner.errors import ServerError, WorkflowError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SERVER = "http://127.0.0.1:8188"
+TELEMETRY_ROUTE = "/leanvideo/telemetry/prompts/{prompt_id}"
+
+Workflow = dict[str, Any]
+
+__all__ = ["DEFAULT_SERVER", "ComfyClient", "describe_rejection"]
+
+
+class ComfyClient:
+    """A small synchronous client for one ComfyUI server; see the module docstring."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_SERVER,
+        *,
+        client_id: str | None = None,
+        http_timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        token: str | None = None,
+        reconnect_timeout: float = 60.0,
+        idle_check: float = 2.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.client_id = client_id or uuid.uuid4().hex
+        self.headers = dict(headers or {})
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.reconnect_timeout = reconnect_timeout
+        self.idle_check = idle_check
+        self._http = httpx.Client(base_url=self.base_url, timeout=http_timeout, headers=self.headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ComfyClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- plain HTTP -------------------------------------------------------------------------------
+
+    def get_json(self, path: str) -> Any:
+        """GET ``path`` and decode the JSON answer."""
+        try:
+            response = self._http.get(path)
+        except httpx.TransportError as exc:
+            raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}: {exc}") from exc
+        if response.status_code != 200:
+            raise ServerError(
+                f"GET {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
+            )
+        return response.json()
+
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            return self._http.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}: {exc}") from exc
+
+    def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
+        """POST the workflow to ``/prompt``; returns the prompt id (ours, not the server's)."""
+        prompt_id = prompt_id or str(uuid.uuid4())
+        body = {"prompt": workflow, "client_id": self.client_id, "prompt_id": prompt_id}
+        response = self._post("/prompt", body)
+        if response.status_code == 400:
+            raise WorkflowError(describe_rejection(response.json()))
+        if response.status_code != 200:
+            raise ServerError(f"POST /prompt answered {response.status_code}: {response.text[:300]}")
+        return prompt_id
+
+    def cancel(self, prompt_id: str) -> None:
+        """Remove ``prompt_id`` from the queue, then interrupt it if it is running (best effort)."""
+        for path, body in (("/queue", {"delete": [prompt_id]}), ("/interrupt", {"prompt_id": prompt_id})):
+            try:
+                self._post(path, body)
+            except ServerError as exc:
+                logger.warning("could not POST %s for %s: %s", path, prompt_id, exc)
+
+    def read_telemetry(self, prompt_id: str) -> dict[str, Any]:
+        """Per-prompt peak VRAM / RSS / energy from the node pack's telemetry route, when present.
+
+        Returns ``{"available": True, ...the route's fields}`` or ``{"available": False, "reason": …}``.
+        """
+        path = TELEMETRY_ROUTE.format(prompt_id=prompt_id)
+        try:
+            response = self._http.get(path)
+        except httpx.TransportError as exc:
+            return {"available": False, "reason": f"GET {path} failed: {exc}"}
+        if response.status_code == 404:
+            return {"available": False, "reason": f"GET {path} answered 404 (no telemetry for this prompt)"}
+        if response.status_code != 200:
+            return {"available": False, "reason": f"GET {path} answered {response.status_code}"}
+        try:
+            body = response.json()
+        except ValueError:
+            return {"available": False, "reason": f"GET {path} did not answer JSON"}
+        return (
+            {"available": True, **body}
+            if isinstance(body, dict)
+            else {"available": False, "reason": "not an object"}
+        )
+
+    def _ws_url(self) -> str:
+        return self.base_url.replace("http", "ws", 1) + f"/ws?clientId={self.client_id}"
+
+    def connect_websocket(self) -> websocket.WebSocket:
+        header = [f"{key}: {value}" for key, value in self.headers.items()]
+        try:
+            return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+        except (websocket.WebSocketException, OSError) as exc:
+            raise ServerError(f"cannot open the websocket of {self.base_url}: {exc}") from exc
+
+    def history_entry(self, prompt_id: str) -> dict[str, Any] | None:
+        """The prompt's ``/history/{id}`` entry, or ``None`` while it is not written (yet)."""
+        history = self.get_json(f"/history/{prompt_id}")
+        return dict(history[prompt_id]) if isinstance(history, dict) and prompt_id in history else None
+
+    def is_queued(self, prompt_id: str) -> bool:
+        """Whether ``/queue`` lists the prompt as running or pending."""
+        queue = self.get_json("/queue")
+        return any(
+            len(item) > 1 and item[1] == prompt_id
+            for key in ("queue_running", "queue_pending")
+            for item in queue.get(key, [])
+        )
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def open_view(self, item: dict[str, Any]) -> AbstractContextManager[httpx.Response]:
+        """Stream one output file (an entry of a node's ``images``/``gifs``/… list) from ``GET /view``.
+
+        Use as a context manager; :func:`runner.tracking.outputs.download_outputs` writes, checks and
+        hashes it.
+        """
+        params = {"filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": item["type"]}
+        return self._http.stream("GET", "/view", params=params)
+
+
+def describe_rejection(body: dict[str, Any]) -> str:
+    """One readable message from a 400 answer of ``POST /prompt``, naming nodes and inputs."""
+    error = body.get("error", {})
+    lines = [f"server rejected the workflow: {error.get('message', 'unknown error')}"]
+    if error.get("details"):
+        lines[0] += f" ({error['details']})"
+    for node_id, node in body.get("node_errors", {}).items():
+        for item in node.get("errors", []):
+            name = item.get("extra_info", {}).get("input_name", "")
+            where = f"node {node_id} ({node.get('class_type', '?')})" + (f" input {name!r}" if name else "")
+            lines.append(f"  {where}: {item.get('message', '')} {item.get('details', '')}".rstrip())
+    return "\n".join(lines)
