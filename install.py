@@ -157,7 +157,12 @@ def ensure_python(opts: Options) -> Path:
 
 def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old: Mapping[str, Any]) -> str:
     """pip-install torch, ComfyUI's requirements and this project unless the stamp matches; return it."""
-    inputs = ("pyproject.toml", "custom_nodes/requirements.txt", "tests/requirements.txt")
+    inputs = (
+        "pyproject.toml",
+        "custom_nodes/requirements.txt",
+        "tests/requirements.txt",
+        "benchmarks/requirements.txt",
+    )
     stamp = input_stamp([*(REPO / f for f in inputs), comfy / "requirements.txt"], pin_digest, python)
     probe = probe_python(python)
     check_python((probe["python"][0], probe["python"][1]))

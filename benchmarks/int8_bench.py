@@ -7,10 +7,10 @@ matmul on a CPU (what ComfyUI computes in there) and a bf16 matmul on a GPU, wit
 synchronised around every timed call.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
-with p10/p90; a warning marks spreads with stdev ≥ 10 % of the mean. The result is one versioned
-JSON record (with its environment) printed first, then a table. File and load measurements use one
-transformer block's Linear weights of the chosen model (random N(0, 0.02), bf16), with a warm page
-cache, so load time is CPU/memory-bound here, not disk-bound.
+with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
+mean. The result is one versioned JSON record (with its environment) printed first, then a table.
+File and load measurements use one transformer block's Linear weights of the chosen model (random
+N(0, 0.02), bf16), with a warm page cache, so load time is CPU/memory-bound here, not disk-bound.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +32,12 @@ from leanvideo.int8 import Int8WeightConfig, linear_w8a8, linear_w8a16, quantize
 from leanvideo.int8.formats import read_int8_file
 from safetensors.torch import load_file, save_file
 
+from benchmarks.stats import summarize
+
 RECORD_SCHEMA = "leanvideo.int8_bench"
-RECORD_VERSION = 2  # 2: linear rows on --device, "baseline" and "relative_to_baseline"
+# 2: linear rows on --device, "baseline" and "relative_to_baseline"; 3: p10/p90 linearly interpolated
+# (benchmarks.stats), where 2 took the run at index int(q · runs)
+RECORD_VERSION = 3
 # hidden size, FFN width and block count of the real models
 FP32 = "fp32 matmul (ComfyUI on CPU)"
 BF16 = "bf16 matmul"
@@ -64,16 +67,8 @@ def measure(
         function()
         wait()
         values.append(time.perf_counter() - started)
-    values.sort()
-    mean = statistics.fmean(values)
-    stdev = statistics.stdev(values) if len(values) > 1 else 0.0
-    return Timing(
-        median_s=statistics.median(values),
-        p10_s=values[max(0, int(0.1 * len(values)))],
-        p90_s=values[min(len(values) - 1, int(0.9 * len(values)))],
-        runs=len(values),
-        unstable=stdev >= 0.1 * mean,
-    )
+    summary = summarize(values)
+    return Timing(summary.median, summary.p10, summary.p90, summary.n, summary.spread_warning)
 
 
 def block_weights(hidden: int, ffn: int) -> dict[str, torch.Tensor]:

@@ -39,11 +39,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benchmarks.matrix import ORDERS, Matrix, Variant
 from runner.errors import PromptFailedError, WorkflowError
 from runner.jobs.run import RunOptions, run_workflow
+from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 
@@ -82,25 +81,29 @@ class RunMeasure:
 
 
 def defeat_cache(
-    server: str, mode: str, *, settle_s: float = FREE_SETTLE_S, timeout_s: float = FREE_APPLY_TIMEOUT_S
+    client: ComfyClient,
+    mode: str,
+    *,
+    settle_s: float = FREE_SETTLE_S,
+    timeout_s: float = FREE_APPLY_TIMEOUT_S,
 ) -> None:
     """``POST /free`` as the module docstring says for ``mode`` (``warm`` or ``cold``), then wait until
     the worker has applied it (``GET /leanvideo/queue`` lists no pending flag), or ``settle_s`` on a
-    server without the pack."""
-    body = {"free_memory": True, "unload_models": mode == "cold"}
-    response = httpx.post(f"{server}/free", json=body, timeout=30.0)
-    response.raise_for_status()
+    server without the pack. Raises :class:`~runner.errors.ServerError` when the server does not answer
+    or refuses."""
+    client.post_json("/free", {"free_memory": True, "unload_models": mode == "cold"})
     deadline = time.monotonic() + timeout_s
     while True:
-        answer = httpx.get(f"{server}/leanvideo/queue", timeout=30.0)
-        if answer.status_code == 404:
+        queue = client.get_json("/leanvideo/queue", missing_ok=True)
+        if queue is None:  # a server without the pack
             time.sleep(settle_s)
             return
-        answer.raise_for_status()
-        if not answer.json().get("pending_flags"):
+        if not queue.get("pending_flags"):
             return
         if time.monotonic() > deadline:
-            logger.warning("%s has not applied POST /free after %.0f s; running anyway", server, timeout_s)
+            logger.warning(
+                "%s has not applied POST /free after %.0f s; running anyway", client.base_url, timeout_s
+            )
             return
         time.sleep(FREE_POLL_S)
 
@@ -226,7 +229,8 @@ def run_once(
     options = RunOptions(
         server=server, out_dir=out_dir, overrides=variant.overrides, timeout=matrix.timeout_s
     )
-    defeat_cache(server, matrix.mode)
+    with options.make_client() as client:
+        defeat_cache(client, matrix.mode)
     outcome = run_workflow(workflow_path, options)
     run = measure_from_record(
         outcome.record, outcome.record_path, variant.name, index, warmup, sequence=sequence

@@ -203,7 +203,8 @@ def write_plots(results: Sequence[VariantResult], out_dir: Path) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise PlotError(
-            "PNG plots need matplotlib: `pip install matplotlib` (the Markdown and CSV were written)"
+            "PNG plots need matplotlib: `pip install 'leanvideo[bench]'` or `pip install matplotlib` "
+            "(the Markdown and CSV were written)"
         ) from exc
     measured = [r for r in results if r.total is not None]
     names = [r.name for r in measured]

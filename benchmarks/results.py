@@ -40,9 +40,6 @@ class VariantResult:
     def measured(self) -> list[RunMeasure]:
         return [run for run in self.runs if not run.warmup]
 
-    def total_times(self) -> list[float]:
-        return [run.total_s for run in self.measured]
-
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["runs"] = [run.to_json() for run in self.runs]

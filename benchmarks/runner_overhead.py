@@ -11,8 +11,8 @@ entry and reports:
   runner adds around the work (goal ≤ 30 ms per job, median);
 - ``runner cpu``: CPU time the runner process itself spent per job.
 
-Warm-up jobs are run first and kept apart from the measured ones. The spread is flagged when the
-standard deviation is ≥ 10 % of the mean.
+Warm-up jobs are run first and kept apart from the measured ones. Median, p10/p90 and the spread
+warning (standard deviation ≥ 10 % of the mean) come from :mod:`benchmarks.stats`.
 
     .venv/bin/python benchmarks/runner_overhead.py                 # starts its own server on a free port
     .venv/bin/python benchmarks/runner_overhead.py --server http://127.0.0.1:8188 --json result.json
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.stats import summarize
 from runner.graph.workflow import load_workflow
 from runner.jobs.run import collect_environment
 from runner.local.workspace import WORKFLOWS_DIR
@@ -38,7 +38,7 @@ from runner.transport.client import ComfyClient
 
 WORKFLOW = WORKFLOWS_DIR / "ltxv_tiny_t2v.api.json"
 GOAL_MS = 30.0
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: p10/p90 linearly interpolated (benchmarks.stats), not the nearest job
 
 
 @dataclass(frozen=True)
@@ -64,32 +64,23 @@ def run_jobs(client: ComfyClient, workflow: dict[str, Any], count: int, first_se
     return jobs
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-    return {
-        "median": statistics.median(ordered),
-        "mean": statistics.fmean(ordered),
-        "stdev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
-        "p10": pick(0.10),
-        "p90": pick(0.90),
-        "max": ordered[-1],
-    }
-
-
 def report(jobs: list[Job]) -> dict[str, dict[str, float]]:
-    stats = {name: summarize([getattr(job, name) for job in jobs]) for name in Job.__dataclass_fields__}
+    stats: dict[str, dict[str, float]] = {}
     print(f"{'ms per job':<14}{'median':>9}{'mean':>9}{'stdev':>9}{'p10':>9}{'p90':>9}{'max':>9}")
-    for name, row in stats.items():
-        print(
-            f"{name:<14}"
-            + "".join(f"{row[key]:>9.2f}" for key in ("median", "mean", "stdev", "p10", "p90", "max"))
-        )
-        if row["mean"] and row["stdev"] >= 0.1 * row["mean"]:
-            print(f"  warning: {name} is unstable (stdev {row['stdev']:.2f} ms ≥ 10 % of the mean)")
+    for name in Job.__dataclass_fields__:
+        summary = summarize([getattr(job, name) for job in jobs])
+        row = {
+            "median": summary.median,
+            "mean": summary.mean,
+            "stdev": summary.stdev,
+            "p10": summary.p10,
+            "p90": summary.p90,
+            "max": summary.maximum,
+        }
+        stats[name] = row
+        print(f"{name:<14}" + "".join(f"{value:>9.2f}" for value in row.values()))
+        if summary.spread_warning:
+            print(f"  warning: {name} is unstable (stdev {summary.stdev:.2f} ms ≥ 10 % of the mean)")
     return stats
 
 

@@ -101,16 +101,12 @@ class RankTest:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0–100) with linear interpolation, as ``numpy.percentile`` computes it."""
+    """The ``q``-th percentile (0–100) with linear interpolation (``numpy.percentile``'s default)."""
     if not values:
         raise ValueError("percentile of an empty sample")
     if not 0 <= q <= 100:
         raise ValueError(f"percentile q must be within 0..100, got {q}")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    lower = math.floor(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+    return float(np.percentile(values, q, method="linear"))
 
 
 def summarize(values: Sequence[float]) -> Summary:

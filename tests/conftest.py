@@ -1,4 +1,23 @@
-"""Shared fixtures: the installed workspace, free ports, and the real pinned ComfyUI server."""
+"""Shared fixtures: the installed workspace, free ports, and the real pinned ComfyUI server.
+
+Test tiers: every test is in exactly one, given by its marker.
+
+- ``unit``: no server, no ComfyUI (in this process or a child), no network; fast (under a minute in
+  all). Not written on tests: :func:`pytest_collection_modifyitems` gives it to every test not marked
+  with another tier, and refuses a test that asks for ``workspace`` (the installed ComfyUI) unmarked.
+- ``integration``: needs the installed workspace: starts the real pinned ComfyUI server or a ComfyUI
+  child process, imports ComfyUI, or builds from the package index.
+- ``browser``: drives the graph editor of a real server in headless Chromium.
+- ``gpu``: needs CUDA; skipped, with the reason, when ``torch.cuda.is_available()`` is false.
+
+Run them with::
+
+    .venv/bin/python -m pytest                  # everything (the README's command)
+    .venv/bin/python -m pytest -m unit          # the fast tier
+    .venv/bin/python -m pytest -m integration
+    .venv/bin/python -m pytest -m browser
+    .venv/bin/python -m pytest -m gpu
+"""
 
 from __future__ import annotations
 
@@ -16,6 +35,36 @@ from runner.fixtures import FixtureSet, write_fixtures
 from runner.jobs.demo import DEMO_WORKFLOW, load_workflow
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, find_workspace
+
+TIERS = ("unit", "integration", "browser", "gpu")
+INSTALLED_COMFYUI = "workspace"  # the fixture every fixture of the installed ComfyUI depends on
+NO_CUDA = "needs CUDA; torch.cuda.is_available() is False"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test without a tier `unit`; refuse one in two tiers, or unmarked but not a unit test."""
+    for item in items:
+        tiers = [tier for tier in TIERS if item.get_closest_marker(tier)]
+        if len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is in tiers {tiers}; a test is in exactly one of {TIERS}")
+        if tiers:
+            continue
+        if INSTALLED_COMFYUI in item.fixturenames:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the installed ComfyUI (fixture {INSTALLED_COMFYUI!r}), so it is no unit"
+                " test: mark it integration, browser or gpu"
+            )
+        item.add_marker(pytest.mark.unit)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a `gpu` test when there is no CUDA; torch is imported here only for such a test."""
+    if item.get_closest_marker("gpu"):
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip(NO_CUDA)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,8 @@ def _bench(*argv: str) -> tuple[int, str]:
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_bench_parser(parser.add_subparsers(dest="command"))
     buffer = io.StringIO()
-    code = run_bench(parser.parse_args(["bench", *argv]), Console(file=buffer, width=200))
+    # soft_wrap, as the CLI's own console: lines go out whole, at any width
+    code = run_bench(parser.parse_args(["bench", *argv]), Console(file=buffer, width=200, soft_wrap=True))
     return code, buffer.getvalue()
 
 
@@ -108,7 +109,8 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert "| 8-step + graph compile | skipped |" in markdown
     assert "- run order: interleaved (" in markdown
     assert "- with n=2 per variant no difference can reach p < 0.05" in markdown
-    assert markdown in text.replace("\r", "") or "| 20-step baseline |" in text
+    assert markdown in text  # the CLI prints the report as written
+    assert "| 20-step baseline |" in text
     assert (out / "report.csv").read_text(encoding="utf-8").count("\n") == 6
     assert (out / "workflows" / "8-step-attention-acceleration.api.json").is_file()
     for variant in variants.values():  # --set reached every variant's runs, after the variant's own
@@ -121,12 +123,16 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert (out / "total_time.png").is_file() and (out / "phases.png").is_file()
 
     soak = document["modes"]["soak"]
-    assert soak["rounds"] == 10 and soak["verdict"] in ("stable", "drifting")
+    # Cold mode frees the models and memory before every round: memory must not drift.
+    assert soak["rounds"] == 10 and soak["verdict"] == "stable", soak
     assert len(soak["series"]["peak_rss_bytes"]["rounds"]) == 10
     load = document["modes"]["load"]
     print({k: load[k] for k in ("throughput_jobs_per_min", "latency_s", "queue_wait_s", "execution_s")})
     assert load["jobs"] == 2 and load["concurrency"] == 2 and len(load["runs"]) == 2
-    assert sum(load["jobs_per_server"].values()) == 2 and load["verdict"] in ("keeping up", "saturated")
+    assert list(load["jobs_per_server"].values()) == [2]  # the baseline's server, the only one
+    # One server, two jobs sent at once: the second waits while the first runs, so the median queue
+    # wait (about half the first's execution) stays below the median execution (half of both).
+    assert load["verdict"] == "keeping up", load
     assert load["latency_s"]["p50"] <= load["latency_s"]["p95"] <= load["latency_s"]["p99"]
     assert load["throughput_jobs_per_min"] > 0
     assert load["execution_s"] > 0.05  # distinct seeds: the sampler really ran, nothing came from the cache

@@ -18,6 +18,7 @@ from runner.errors import PromptFailedError
 from runner.graph.workflow import load_workflow
 from runner.jobs.run import RunOptions
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
+from runner.transport.client import ComfyClient
 
 TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
 FULL = REPO_ROOT / "benchmarks" / "seed_table.toml"
@@ -160,7 +161,7 @@ def test_run_variants_defeats_the_cache_before_every_run_in_plan_order(
     matrix, jobs = _two_jobs(tmp_path)
     calls: list[str] = []
 
-    def fake_defeat(server: str, mode: str, **_: Any) -> None:
+    def fake_defeat(client: ComfyClient, mode: str, **_: Any) -> None:
         calls.append(f"free:{mode}")
 
     def fake_run(path: Path, options: RunOptions) -> Any:
@@ -196,7 +197,7 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
             raise PromptFailedError("node 11 (SamplerCustom): CUDA out of memory.\nTried to allocate 2 GiB")
         return _fake_record(options)
 
-    monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
+    monkeypatch.setattr(protocol, "defeat_cache", lambda client, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
     failures: dict[str, str] = {}
     runs = run_variants(
@@ -224,7 +225,7 @@ def _record_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         ran.append(path.stem)
         return _fake_record(options)
 
-    monkeypatch.setattr(protocol, "defeat_cache", lambda server, mode, **_: None)
+    monkeypatch.setattr(protocol, "defeat_cache", lambda client, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
     return ran
 

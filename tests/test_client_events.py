@@ -119,3 +119,24 @@ def test_node_ids_of_expansions_and_subgraphs_resolve_to_their_class() -> None:
         "save",
         "text_encode",
     ]
+
+
+def test_ksampler_nodes_are_timed_as_sampling_but_ksampler_select_is_not() -> None:
+    workflow = {
+        "5": {"class_type": "KSamplerSelect", "inputs": {}},
+        "6": {"class_type": "KSamplerAdvanced", "inputs": {}},
+        "54:73": {"class_type": "KSampler", "inputs": {}},
+    }
+    tracker = PromptTracker(PID, workflow)
+    feed(
+        tracker,
+        [
+            (0.0, "executing", {"prompt_id": PID, "node": "5"}),
+            (0.1, "executing", {"prompt_id": PID, "node": "54:73"}),
+            (1.1, "executing", {"prompt_id": PID, "node": "6"}),
+            (1.6, "executing", {"prompt_id": PID, "node": None}),
+        ],
+    )
+    assert phase_of("KSampler") == "sampling"
+    phases = phase_seconds(tracker.timings)
+    assert phases["sampling"] == 1.5 and phases["other"] == 0.1

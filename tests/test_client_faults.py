@@ -17,6 +17,7 @@ from runner.errors import (
     PromptFailedError,
     PromptLostError,
     PromptTimeoutError,
+    ServerError,
     ServerUnreachableError,
 )
 from runner.jobs.run import RunOptions, run_workflow
@@ -249,3 +250,19 @@ def test_an_execution_error_writes_a_record_naming_the_node(tmp_path: Path) -> N
         "message": "boom",
     }
     assert record["telemetry"]["available"] is True
+
+
+def test_post_json_and_routes_the_server_lacks() -> None:
+    """``post_json`` sends the body and refuses a non-2xx answer; ``missing_ok`` turns a GET 404 into None."""
+
+    async def no_prompt(fake: FakeComfy, pid: str) -> None:
+        raise AssertionError("nothing is submitted here")
+
+    with FakeComfy(no_prompt) as fake, client(fake) as comfy:
+        comfy.post_json("/interrupt", {"prompt_id": "p-0"})
+        assert fake.calls == [("POST /interrupt", {"prompt_id": "p-0"})]
+        with pytest.raises(ServerError, match=r"POST .*/free answered 404"):
+            comfy.post_json("/free", {"free_memory": True})
+        assert comfy.get_json("/leanvideo/queue", missing_ok=True) is None
+        with pytest.raises(ServerError, match=r"GET .*/leanvideo/queue answered 404"):
+            comfy.get_json("/leanvideo/queue")

@@ -242,6 +242,43 @@ def test_subgraphs_are_expanded_with_path_ids() -> None:
     assert api["4"]["inputs"]["model"] == ["5:7", 0]  # the instance's output is the inner node's
 
 
+def test_promoted_values_count_every_widget_type() -> None:
+    """A subgraph input of the frontend's AUDIO_RECORD widget takes its place in the instance's values,
+    so the values after it stay on their inputs (convert and subgraph share one widget-type table)."""
+    object_info = {**OBJECT_INFO, "RecordAudio": {"input": {"required": {"audio": ["AUDIO_RECORD", {}]}}}}
+    recorder = node(
+        9,
+        "RecordAudio",
+        [""],
+        inputs=[{"name": "audio", "type": "AUDIO_RECORD", "link": 4, "widget": {"name": "audio"}}],
+    )
+    subgraph = {
+        **SUBGRAPH,
+        "inputs": [{"name": "audio", "type": "AUDIO_RECORD"}, *SUBGRAPH["inputs"]],
+        "nodes": [*SUBGRAPH["nodes"], recorder],
+        "links": [
+            {**link, "origin_slot": link["origin_slot"] + 1} if link["origin_id"] == -10 else link
+            for link in SUBGRAPH["links"]
+        ]
+        + [{"id": 4, "origin_id": -10, "origin_slot": 0, "target_id": 9, "target_slot": 0}],
+    }
+    instance = node(
+        5,
+        "sub-1",
+        ["take-1.wav", 0.25],
+        inputs=[{"name": "model", "type": "MODEL", "link": 1}],
+        outputs=[{"type": "MODEL"}],
+    )
+    ui = {
+        "nodes": [node(1, "CheckpointLoaderSimple", ["a.safetensors"]), instance],
+        "links": [[1, 1, 0, 5, 1, "MODEL"]],
+        "definitions": {"subgraphs": [subgraph]},
+    }
+    api = convert_ui_workflow(ui, object_info)
+    assert api["5:9"]["inputs"] == {"audio": "take-1.wav"}
+    assert api["5:7"]["inputs"]["strength"] == 0.25
+
+
 @pytest.mark.integration
 def test_cli_converts_the_shipped_ltxv_template(
     comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -26,7 +26,7 @@ from runner.local.server import ComfyServer
 from runner.transport.client import ComfyClient
 from tests.browser import open_app
 
-pytestmark = [pytest.mark.integration, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 
 MIN_MATCHING = 180  # measured: 187 of 187 eligible templates match (the floor leaves room for a few)
 MIN_ELIGIBLE = 180

@@ -55,6 +55,7 @@ def local_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.integration
 def test_the_gpu_kit_fits_and_holds_exactly_what_the_image_lacks(
     gpu_kit: tuple[Path, dict[str, Any], str],
 ) -> None:
@@ -85,6 +86,7 @@ def test_the_gpu_kit_fits_and_holds_exactly_what_the_image_lacks(
     assert sha256_file(kit / "comfyui.tar.gz") == manifest["comfyui"]["sha256"]
 
 
+@pytest.mark.integration
 def test_a_second_build_refuses_to_overwrite_a_kit(gpu_kit: tuple[Path, dict[str, Any], str]) -> None:
     kit = gpu_kit[0]
     done = subprocess.run(
@@ -97,6 +99,7 @@ def test_a_second_build_refuses_to_overwrite_a_kit(gpu_kit: tuple[Path, dict[str
     assert done.returncode == 2 and "already holds a kit" in done.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(RUNNING == "3.12", reason="this Python is the kit's own")
 def test_install_refuses_a_kit_for_another_python(
     gpu_kit: tuple[Path, dict[str, Any], str], tmp_path: Path
@@ -105,6 +108,7 @@ def test_install_refuses_a_kit_for_another_python(
         install_kit(gpu_kit[0], tmp_path / "into")
 
 
+@pytest.mark.integration
 def test_install_names_a_tampered_file_and_installs_nothing(local_kit: Path, tmp_path: Path) -> None:
     kit = tmp_path / "kit"
     shutil.copytree(local_kit, kit)

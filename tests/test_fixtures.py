@@ -145,12 +145,14 @@ def test_tiny_workflow_is_wired_to_the_fixtures(tmp_path: Path) -> None:
 # --- written fixtures (need the pinned ComfyUI for the layouts) ----------------------------------
 
 
+@pytest.mark.integration
 def test_writes_are_byte_identical(fixtures: FixtureSet, forced_fixtures: FixtureSet) -> None:
     for first, second in zip(fixtures.paths(), forced_fixtures.paths(), strict=True):
         assert first.name == second.name
         assert sha256_file(first) == sha256_file(second), first.name
 
 
+@pytest.mark.integration
 def test_second_call_is_cheap_and_rewrites_nothing(fixtures: FixtureSet, comfyui_dir: Path) -> None:
     before = {path: path.stat().st_mtime_ns for path in fixtures.paths()}
     started = time.perf_counter()
@@ -162,6 +164,7 @@ def test_second_call_is_cheap_and_rewrites_nothing(fixtures: FixtureSet, comfyui
     assert elapsed < 1.0
 
 
+@pytest.mark.integration
 def test_damaged_file_is_rewritten(forced_fixtures: FixtureSet, comfyui_dir: Path) -> None:
     lora = forced_fixtures.lora
     expected = sha256_file(lora)
@@ -173,6 +176,7 @@ def test_damaged_file_is_rewritten(forced_fixtures: FixtureSet, comfyui_dir: Pat
     assert {path: path.stat().st_mtime_ns for path in untouched} == untouched
 
 
+@pytest.mark.integration
 def test_checkpoint_holds_dit_vae_and_config(fixtures: FixtureSet) -> None:
     header = read_safetensors_header(fixtures.checkpoint)
     config = json.loads(header["__metadata__"]["config"])
@@ -188,6 +192,7 @@ def test_checkpoint_holds_dit_vae_and_config(fixtures: FixtureSet) -> None:
     assert len(blocks) == TRANSFORMER_CONFIG["num_layers"]
 
 
+@pytest.mark.integration
 def test_dit_file_is_the_checkpoint_dit(fixtures: FixtureSet) -> None:
     safetensors_torch = pytest.importorskip("safetensors.torch")
     torch = pytest.importorskip("torch")
@@ -200,6 +205,7 @@ def test_dit_file_is_the_checkpoint_dit(fixtures: FixtureSet) -> None:
         assert torch.equal(value, checkpoint[f"model.diffusion_model.{key}"]), key
 
 
+@pytest.mark.integration
 def test_lora_keys_map_onto_dit_weights(fixtures: FixtureSet) -> None:
     dit = _shapes(fixtures.diffusion_model)
     lora = _shapes(fixtures.lora)
@@ -215,6 +221,7 @@ def test_lora_keys_map_onto_dit_weights(fixtures: FixtureSet) -> None:
     assert any(".ff.net.2" in module for module in modules)
 
 
+@pytest.mark.integration
 def test_all_values_are_finite_and_lora_b_is_not_zero(fixtures: FixtureSet) -> None:
     safetensors_torch = pytest.importorskip("safetensors.torch")
     for path in fixtures.paths():
@@ -224,6 +231,7 @@ def test_all_values_are_finite_and_lora_b_is_not_zero(fixtures: FixtureSet) -> N
                 assert value.abs().sum() > 0, key
 
 
+@pytest.mark.integration
 def test_clip_l_is_full_size_fp16_in_hf_layout(fixtures: FixtureSet) -> None:
     header = read_safetensors_header(fixtures.text_encoder)
     entries = {key: entry for key, entry in header.items() if key != "__metadata__"}
@@ -269,6 +277,7 @@ _NODE_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_mask_node_adds_an_all_ones_mask_without_mutating_input(comfyui_dir: Path) -> None:
     child = subprocess.run(
         [sys.executable, "-c", _NODE_PROBE, str(comfyui_dir), str(FIXTURE_NODES_DIR)],

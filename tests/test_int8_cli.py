@@ -14,6 +14,8 @@ from rich.console import Console
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
 
+pytestmark = pytest.mark.integration
+
 
 def _run(*argv: str) -> tuple[int, str]:
     parser = argparse.ArgumentParser(prog="leanvideo")

@@ -21,6 +21,8 @@ from safetensors.torch import save_file
 from runner.fixtures import FixtureSet
 from runner.local.workspace import Workspace
 
+pytestmark = pytest.mark.integration
+
 DIT_SQNR_DB = 35.0  # tiny DiT output, INT8 vs bf16 weights (measured ≈ 46 dB)
 LORA_SQNR_DB = 30.0  # INT8 + merged LoRA vs float + LoRA
 PROMPT = "a red fox running through fresh snow"

@@ -118,16 +118,15 @@ def test_int8_linear_falls_back_to_w8a16_without_cuda() -> None:
     packed = quantize_weight(weight, Int8WeightConfig())
     x = torch.randn(32, 256, dtype=torch.bfloat16)
     assert not w8a8_fits(x, packed)
-    for path in ("auto", "w8a8"):
-        out = int8_linear(x, packed, path=path)  # type: ignore[arg-type]
+    for route in ("auto", "w8a8"):
+        out = int8_linear(x, packed, route=route)  # type: ignore[arg-type]
         assert out.dtype == torch.bfloat16
         assert torch.equal(out, linear_w8a16(x, packed))
     with pytest.raises(ValueError, match="'fast'"):
-        int8_linear(x, packed, path="fast")  # type: ignore[arg-type]
+        int8_linear(x, packed, route="fast")  # type: ignore[arg-type]
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_w8a8_cuda_kernel_matches_reference() -> None:
     packed = quantize_weight(_weight(128, 256).cuda(), Int8WeightConfig())
     x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)

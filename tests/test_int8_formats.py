@@ -213,6 +213,7 @@ def _umt5_like(spiece_model: torch.Tensor) -> dict[str, torch.Tensor]:
     return {**tensors, "spiece_model": spiece_model}
 
 
+@pytest.mark.integration
 def test_float_file_with_a_tokenizer_blob_reads_as_float(tmp_path: Path, spiece_model: torch.Tensor) -> None:
     path = _write_bad(tmp_path, _umt5_like(spiece_model), "umt5.safetensors")
     loaded = read_int8_file(path)
@@ -220,6 +221,7 @@ def test_float_file_with_a_tokenizer_blob_reads_as_float(tmp_path: Path, spiece_
     assert torch.equal(loaded.tensors["spiece_model"], spiece_model)
 
 
+@pytest.mark.integration
 def test_quantize_file_copies_the_tokenizer_blob_and_the_result_loads(
     tmp_path: Path, spiece_model: torch.Tensor
 ) -> None:
@@ -234,6 +236,7 @@ def test_quantize_file_copies_the_tokenizer_blob_and_the_result_loads(
     assert loaded.tensors["encoder.block.0.layer.0.SelfAttention.q.weight"].dtype == torch.int8
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("layout", ["comfy_native", "comfy_native_header", "lightx2v", "int8_fast"])
 def test_pre_quantized_files_with_a_tokenizer_blob_load(
     tmp_path: Path, spiece_model: torch.Tensor, layout: str
@@ -249,6 +252,7 @@ def test_pre_quantized_files_with_a_tokenizer_blob_load(
     assert torch.equal(loaded.tensors["spiece_model"], spiece_model)
 
 
+@pytest.mark.integration
 def test_blobs_do_not_hide_real_errors(tmp_path: Path, spiece_model: torch.Tensor) -> None:
     float_te = _umt5_like(spiece_model)
     q, k = (f"encoder.block.0.layer.0.SelfAttention.{name}.weight" for name in ("q", "k"))

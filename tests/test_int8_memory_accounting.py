@@ -23,6 +23,8 @@ from safetensors.torch import save_file
 
 from runner.fixtures import FixtureSet
 
+pytestmark = pytest.mark.integration
+
 
 def _resident_bytes(comfy: SimpleNamespace, model: torch.nn.Module) -> int:
     """What ``model`` really holds: int8 data + scale of each INT8 weight, every other tensor."""

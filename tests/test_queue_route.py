@@ -44,6 +44,6 @@ def test_a_free_request_is_pending_until_the_running_prompt_ends(
         httpx.post(f"{url}/free", json={"free_memory": True, "unload_models": True}, timeout=10)
         assert _pending(url) == ["free_memory", "unload_models"]  # the worker is busy with the prompt
 
-        defeat_cache(url, "cold")  # returns once the worker has applied both requests
+        defeat_cache(client, "cold")  # returns once the worker has applied both requests
         assert _pending(url) == []
         assert client.history_entry(prompt_id) is not None  # …which it did after the prompt ended

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from leanvideo.attention_ops import (
     AttentionBackend,
     AttentionOverride,
     available_modes,
+    import_sage,
     resolve_backend,
     sdpa_kernel,
 )
@@ -179,10 +182,45 @@ def test_mode_resolution() -> None:
     assert available_modes()[:3] == ["auto", "sdpa", "sage"]
 
 
+def fake_sage_package(root: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put a ``sageattention`` package whose ``__init__`` is ``body`` first on the import path."""
+    (root / "sageattention").mkdir()
+    (root / "sageattention" / "__init__.py").write_text(body, encoding="utf-8")
+    monkeypatch.delitem(sys.modules, "sageattention", raising=False)
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_a_missing_sageattention_is_reported_as_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sageattention", None)  # makes the import fail as if absent
+    assert import_sage() == (None, "sageattention is not installed")
+    backend, plan = resolve_backend("auto", cuda_available=True)
+    assert backend is SDPA_BACKEND and plan.reason == "sageattention is not installed: PyTorch SDPA"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            "import triton_that_is_not_there\n",
+            "ModuleNotFoundError: No module named 'triton_that_is_not_there'",
+        ),
+        ("raise RuntimeError('Triton found no GPU')\n", "RuntimeError: Triton found no GPU"),
+    ],
+)
+def test_a_broken_sageattention_is_reported_as_a_failed_import(
+    body: str, error: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_sage_package(tmp_path, body, monkeypatch)
+    assert import_sage() == (None, f"sageattention failed to import: {error}")
+    backend, plan = resolve_backend("auto", cuda_available=True)
+    assert backend is SDPA_BACKEND and plan.reason == f"sageattention failed to import: {error}: PyTorch SDPA"
+    backend, plan = resolve_backend("sage", cuda_available=True)
+    assert backend is None and plan.reason.startswith(f"sageattention failed to import: {error}")
+    assert available_modes() == ["auto", "sdpa", "sage"]
+
+
 @pytest.mark.gpu
 def test_sage_on_cuda_matches_sdpa_and_leaves_k_alone() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
     sage = pytest.importorskip("sageattention")
     backend, plan = resolve_backend("sage", cuda_available=True, sage=sage)
     assert backend is not None, plan

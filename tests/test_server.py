@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from runner.local.server import (
     ComfyServer,
     ServerConfig,
     build_command,
+    find_running_servers,
     frontend_installed,
     port_is_free,
+    stop_background_server,
     write_headless_page,
 )
 
@@ -120,3 +123,27 @@ def test_server_dies_with_its_parent(server_config: ServerConfig, tmp_path: Path
     assert parent.returncode == -9, parent.stderr[-2000:]
     child = int(parent.stdout.strip())
     assert _wait_gone(child), f"ComfyUI pid {child} outlived its parent"
+
+
+def test_background_servers_are_found_by_command_line_and_stopped(tmp_path: Path) -> None:
+    """A record counts while its pid runs ``main.py`` with its port; stale records are removed."""
+    port = 48_123
+    # Stands in for a detached ComfyUI: its own process group, "main.py" and the port on its command line.
+    fake = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "main.py", "--port", str(port)],
+        start_new_session=True,
+    )
+    try:
+        records = {"live": (fake.pid, port), "other-port": (fake.pid, port + 1), "gone": (2**22 + 1, port)}
+        for name, (pid, record_port) in records.items():
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "server.json").write_text(json.dumps({"pid": pid, "port": record_port}))
+        found = find_running_servers(tmp_path)
+        assert [(r["pid"], r["port"]) for r in found] == [(fake.pid, port)]
+        assert sorted(p.parent.name for p in tmp_path.glob("*/server.json")) == ["live"]
+        stop_background_server(found[0], timeout=5.0)
+        assert fake.wait(timeout=5.0) == -15  # SIGTERM; until reaped here it was a zombie, taken as gone
+        assert find_running_servers(tmp_path) == [] and not (tmp_path / "live" / "server.json").exists()
+    finally:
+        fake.kill()
+        fake.wait()

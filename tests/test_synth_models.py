@@ -41,6 +41,7 @@ def _parameters(layout: Any) -> int:
     return sum(math.prod(spec.shape) for spec in layout)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("family", "expected"),
     [
@@ -57,6 +58,7 @@ def test_full_size_layouts_match_the_released_models(
     assert counts == pytest.approx(expected, rel=0.01)
 
 
+@pytest.mark.integration
 def test_the_synthetic_umt5_carries_a_tokenizer_comfyui_can_read(workspace: Workspace) -> None:
     """ComfyUI's Wan tokenizer reads the SentencePiece model from the UMT5 file (``spiece_model``);
     without one the text encoder fails with "invalid tokenizer"."""
@@ -81,6 +83,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.integration
 def test_depth_cut_wan_files_load_as_comfyui_expects(tmp_path: Path, workspace: Workspace) -> None:
     family = _small_wan(workspace)
     lines: list[str] = []
@@ -131,6 +134,7 @@ def test_depth_cut_wan_files_load_as_comfyui_expects(tmp_path: Path, workspace: 
     assert any("wrote" in line and "B parameters" in line for line in lines)
 
 
+@pytest.mark.integration
 def test_a_real_model_file_is_never_overwritten_or_removed(tmp_path: Path, workspace: Workspace) -> None:
     family = _small_wan(workspace)
     real = tmp_path / family.files[1].relative  # the VAE: a user's real file under that name

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+import types
 from typing import Any, NamedTuple
 
 import pytest
@@ -119,6 +122,61 @@ def test_nvml_absent_gives_null_fields_with_a_reason() -> None:
     if nvml.reason is None:
         pytest.skip("NVML is available here")
     assert nvml.memory_used() is None and nvml.energy_mj() is None
+
+
+class FakeNvmlError(Exception):
+    """Shaped like ``pynvml.NVMLError``: the NVML return code is ``value``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+def fake_pynvml(energy_failure: Exception) -> types.ModuleType:
+    """A ``pynvml`` whose energy counter raises ``energy_failure``."""
+
+    def fail(handle: object) -> int:
+        raise energy_failure
+
+    module = types.ModuleType("pynvml")
+    module.__dict__.update(
+        NVMLError=FakeNvmlError,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        NVML_ERROR_FUNCTION_NOT_FOUND=13,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda index: f"handle {index}",
+        nvmlDeviceGetTotalEnergyConsumption=fail,
+    )
+    return module
+
+
+@pytest.mark.parametrize("code", [3, 13])
+def test_a_gpu_without_energy_counter_gives_none_quietly(
+    code: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(FakeNvmlError(code)))
+    with caplog.at_level(logging.ERROR, logger="leanvideo.telemetry"):
+        assert Nvml().energy_mj() is None
+    assert caplog.records == []
+
+
+def test_other_nvml_energy_failures_are_logged_naming_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpu_is_lost = 15
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(FakeNvmlError(gpu_is_lost)))
+    nvml = Nvml()
+    with caplog.at_level(logging.ERROR, logger="leanvideo.telemetry"):
+        assert nvml.energy_mj() is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"NVML could not read the energy counter of GPU {nvml.gpu_index}: NVML error 15"
+    ]
+
+
+def test_energy_errors_that_are_not_nvml_errors_propagate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(TypeError("bad handle")))
+    with pytest.raises(TypeError, match="bad handle"):
+        Nvml().energy_mj()
 
 
 def test_metrics_parse_with_prometheus_own_parser(telemetry: Telemetry) -> None:

@@ -18,8 +18,6 @@ from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
 from tests.browser import open_app
 
-pytestmark = [pytest.mark.integration, pytest.mark.browser]
-
 UI_FILES = sorted(WORKFLOWS_DIR.glob("*.ui.json"))
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 LOAD_JS = """async (ui) => {
@@ -63,6 +61,7 @@ def test_every_ui_workflow_has_an_api_twin() -> None:
         assert _api_twin(path)
 
 
+@pytest.mark.browser
 def test_ui_workflows_load_in_the_editor_and_match_their_api_twin(editor_url: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     with open_app(editor_url) as page:
@@ -76,6 +75,7 @@ def test_ui_workflows_load_in_the_editor_and_match_their_api_twin(editor_url: st
             assert _semantic(loaded["output"]) == _semantic(_api_twin(path)), path.name
 
 
+@pytest.mark.browser
 def test_tiny_workflow_queued_from_the_page_makes_a_video(comfy_server: ComfyServer, editor_url: str) -> None:
     ui = json.loads((WORKFLOWS_DIR / "ltxv_tiny_t2v.ui.json").read_text())
     for node in ui["nodes"]:  # a new prompt text, so the run is not served from ComfyUI's cache
@@ -107,6 +107,7 @@ PACK_NODES = {
 }
 
 
+@pytest.mark.browser
 def test_pack_nodes_are_registered_in_the_editor_under_their_names(editor_url: str) -> None:
     """The editor's node search matches display names; each node must be there under its own."""
     with open_app(editor_url) as page:

@@ -46,6 +46,7 @@ Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | Non
 """``kernel(q, k, v, mask)`` on ``[B, H, N, D]`` tensors, returning ``[B, H, N, D]``."""
 
 AUTO, SDPA, SAGE = "auto", "sdpa", "sage"
+SAGE_NOT_INSTALLED = "sageattention is not installed"
 # SageAttention 2.x entry points, offered as modes when the installed package has them.
 SAGE_VARIANTS: tuple[str, ...] = (
     "sageattn_qk_int8_pv_fp16_triton",
@@ -91,17 +92,28 @@ def sdpa_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
 
 
-def sage_module() -> Any | None:
-    """The installed ``sageattention`` package, or None (it needs CUDA and Triton)."""
+def import_sage() -> tuple[Any | None, str | None]:
+    """``(the sageattention package, None)``, or ``(None, why it cannot be used)``.
+
+    Only the package itself missing means "not installed"; any other failure while importing it (a
+    dependency missing, Triton or a CUDA extension failing to initialise) is reported as what it is.
+    """
     try:
-        return importlib.import_module("sageattention")
-    except Exception:  # ImportError, or Triton failing to initialise without a GPU
-        return None
+        return importlib.import_module("sageattention"), None
+    except ModuleNotFoundError as exc:
+        if exc.name == "sageattention":
+            return None, SAGE_NOT_INSTALLED
+        failure: Exception = exc  # one of its own dependencies is missing
+    except Exception as exc:  # importing it sets up Triton and CUDA extensions, which may raise anything
+        failure = exc
+    reason = f"sageattention failed to import: {type(failure).__name__}: {failure}"
+    logger.warning("%s", reason)
+    return None, reason
 
 
 def available_modes() -> list[str]:
     """Modes for the node's menu: auto, sdpa, sage, then the sage variants the installed package has."""
-    module = sage_module()
+    module, _ = import_sage()
     variants = [name for name in SAGE_VARIANTS if module is not None and hasattr(module, name)]
     return [AUTO, SDPA, SAGE, *variants]
 
@@ -145,24 +157,25 @@ def resolve_backend(
 ) -> tuple[AttentionBackend | None, AttentionPlan]:
     """Map a mode to a backend. None means "keep the original attention" (the plan says why).
 
-    ``cuda_available`` and ``sage`` default to what this process has; tests pass them explicitly.
+    ``cuda_available`` and ``sage`` default to what this process has; tests pass them explicitly
+    (``sage=None``: not installed).
     """
     cuda = torch.cuda.is_available() if cuda_available is None else cuda_available
-    module = sage_module() if sage is ... else sage
+    module, sage_missing = import_sage() if sage is ... else (sage, SAGE_NOT_INSTALLED)
     if mode == SDPA:
         return SDPA_BACKEND, AttentionPlan(mode, "sdpa", "requested")
     if mode == AUTO:
         if not cuda:
             return SDPA_BACKEND, AttentionPlan(mode, "sdpa", "no CUDA device: PyTorch SDPA")
         if module is None:
-            return SDPA_BACKEND, AttentionPlan(mode, "sdpa", "sageattention is not installed: PyTorch SDPA")
+            return SDPA_BACKEND, AttentionPlan(mode, "sdpa", f"{sage_missing}: PyTorch SDPA")
         return make_sage_backend(module, "sageattn"), AttentionPlan(
             mode, "sageattn", "CUDA and sageattention"
         )
     if mode == SAGE or mode in SAGE_VARIANTS:
         function_name = "sageattn" if mode == SAGE else mode
         if module is None or not hasattr(module, function_name):
-            why = f"sageattention has no {function_name}" if module is not None else "sageattention missing"
+            why = f"sageattention has no {function_name}" if module is not None else sage_missing
             return None, AttentionPlan(mode, "original", f"{why}: attention left unchanged")
         return make_sage_backend(module, function_name), AttentionPlan(mode, function_name, "requested")
     raise ValueError(f"Unknown attention mode {mode!r}; expected one of {available_modes()}")

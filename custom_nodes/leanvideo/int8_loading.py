@@ -50,11 +50,11 @@ _FAMILIES: tuple[tuple[type[Any], str], ...] = (
 
 @dataclass(frozen=True)
 class Int8LoadOptions:
-    """How to load: ``compute_dtype`` (a key of :data:`COMPUTE_DTYPES`), ``path`` (auto/w8a16/w8a8),
+    """How to load: ``compute_dtype`` (a key of :data:`COMPUTE_DTYPES`), ``matmul_route`` (auto/w8a16/w8a8),
     whether float files are quantized on load, and the config used when they are."""
 
     compute_dtype: str = "default"
-    path: str = "auto"
+    matmul_route: str = "auto"
     quantize_on_load: bool = True
     quantize_config: Int8WeightConfig = field(default_factory=Int8WeightConfig)
     lora_mode: str = "merge"
@@ -117,7 +117,9 @@ def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None
     if loaded.format == "float":
         family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
         tensors = _quantize_loaded(loaded, family, prefix, options.quantize_config)
-    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.path, options.lora_mode)}
+    model_options: dict[str, Any] = {
+        "custom_operations": make_int8_ops(options.matmul_route, options.lora_mode)
+    }
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
     patcher = comfy.sd.load_diffusion_model_state_dict(
@@ -125,7 +127,7 @@ def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None
     )
     if patcher is None:
         raise Int8FormatError(f"{path}: ComfyUI could not detect the diffusion model type")
-    logger.info("Loaded %s (%s INT8 format) with path %s", path, loaded.format, options.path)
+    logger.info("Loaded %s (%s INT8 format) with matmul route %s", path, loaded.format, options.matmul_route)
     return Int8ModelPatcher.wrap(patcher)
 
 
@@ -152,7 +154,7 @@ def load_text_encoder_int8(
     kind = getattr(comfy.sd.CLIPType, clip_type.upper(), None)
     if kind is None:
         raise ValueError(f"Unknown text encoder type {clip_type!r}")
-    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.path)}
+    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.matmul_route)}
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
     clip = comfy.sd.load_text_encoder_state_dicts(

@@ -17,7 +17,7 @@ Ops classes are made per configuration by :func:`make_int8_ops`, as ``comfy/ops.
 
 Example::
 
-    ops = make_int8_ops(path="auto")
+    ops = make_int8_ops(route="auto")
     comfy.sd.load_diffusion_model_state_dict(sd, model_options={"custom_operations": ops})
 """
 
@@ -34,7 +34,7 @@ from comfy.quant_ops import QuantizedLayout, QuantizedTensor
 
 from .int8 import Int8Weight, Int8WeightConfig, int8_linear, quantize_weight
 from .int8.formats.common import config_from_tensor, infer_config
-from .int8.linear import PATHS
+from .int8.linear import MATMUL_ROUTES
 from .int8.quantize import dequantize
 from .int8.spec import CONFIG_SUFFIX, SCALE_SUFFIX, Int8FormatError
 from .int8_lora import LORA_MODES, LoraBranch, apply_branches
@@ -87,13 +87,13 @@ def is_int8(weight: Any) -> bool:
     return isinstance(weight, QuantizedTensor) and weight._layout_type == LAYOUT
 
 
-def make_int8_ops(path: str = "auto", lora_mode: str = "merge") -> type[comfy.ops.manual_cast]:
+def make_int8_ops(route: str = "auto", lora_mode: str = "merge") -> type[comfy.ops.manual_cast]:
     """An ops family whose Linear reads int8 weights (``weight`` + ``weight_scale`` [+ ``comfy_quant``])
-    and runs them on ``path`` (``auto``, ``w8a16`` or ``w8a8``); float weights stay float. ``lora_mode``
-    is ``merge`` or ``side_branch`` (see :mod:`.int8_lora`). Other layers are ComfyUI's ``manual_cast``
-    ops."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, not {path!r}")
+    and runs them on the matmul ``route`` (``auto``, ``w8a16`` or ``w8a8``); float weights stay float.
+    ``lora_mode`` is ``merge`` or ``side_branch`` (see :mod:`.int8_lora`). Other layers are ComfyUI's
+    ``manual_cast`` ops."""
+    if route not in MATMUL_ROUTES:
+        raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
     if lora_mode not in LORA_MODES:
         raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {lora_mode!r}")
 
@@ -101,7 +101,7 @@ def make_int8_ops(path: str = "auto", lora_mode: str = "merge") -> type[comfy.op
 
     class Int8Ops(comfy.ops.manual_cast):
         class Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
-            linear_path = path
+            matmul_route = route
             lora_mode = lora_mode_
             lora_branches: list[LoraBranch] = []  # noqa: RUF012 (replaced per instance, never mutated)
 
@@ -195,7 +195,7 @@ def make_int8_ops(path: str = "auto", lora_mode: str = "merge") -> type[comfy.op
                 for function in self.bias_function:
                     bias = function(bias)
                 if is_int8(weight):
-                    out = int8_linear(input, unpack(weight), bias, path=self.linear_path)  # type: ignore[arg-type]
+                    out = int8_linear(input, unpack(weight), bias, route=self.matmul_route)  # type: ignore[arg-type]
                 else:
                     out = torch.nn.functional.linear(input, weight.to(input.dtype), bias)
                 if self.lora_branches and not self.weight_function:  # low-VRAM patches already hold the LoRA

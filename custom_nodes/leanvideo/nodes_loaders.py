@@ -8,7 +8,7 @@ from typing import Any
 import folder_paths
 from comfy_api.latest import io
 
-from .int8.linear import PATHS
+from .int8.linear import MATMUL_ROUTES
 from .int8.spec import Int8WeightConfig
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
@@ -17,11 +17,11 @@ TEXT_ENCODER_TYPES = ["stable_diffusion", "ltxv", "wan", "flux", "hunyuan_video"
 
 
 def _options(
-    compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool, lora_mode: str = "merge"
+    compute_dtype: str, matmul_route: str, quantize_on_load: bool, convrot: bool, lora_mode: str = "merge"
 ) -> Int8LoadOptions:
     return Int8LoadOptions(
         compute_dtype=compute_dtype,
-        path=path,
+        matmul_route=matmul_route,
         quantize_on_load=quantize_on_load,
         quantize_config=Int8WeightConfig(convrot=convrot),
         lora_mode=lora_mode,
@@ -38,7 +38,7 @@ def _shared_inputs() -> list[Any]:
         ),
         io.Combo.Input(
             "path",
-            options=list(PATHS),
+            options=list(MATMUL_ROUTES),
             default="auto",
             tooltip="INT8 matmul path: w8a16 dequantizes weights (every device); w8a8 also quantizes "
             "activations and uses int8 matmuls on CUDA, falling back to w8a16 where it does not fit; "

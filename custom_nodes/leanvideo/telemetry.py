@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 MAX_PROMPT_RECORDS = 1000
-MJ_PER_WH = 3.6e6
+MILLIJOULES_PER_WH = 3.6e6
 CLEAR_REFS = Path("/proc/self/clear_refs")
 PROC_STATUS = Path("/proc/self/status")
 
@@ -87,13 +87,14 @@ class Nvml:
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.gpu_index: int | None = None
         self._nvml: Any = None
         self._handle: Any = None
         try:
             nvml = importlib.import_module("pynvml")
             nvml.nvmlInit()
-            index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-            self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            self.gpu_index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+            self._handle = nvml.nvmlDeviceGetHandleByIndex(self.gpu_index)
             self._nvml = nvml
         except ImportError:
             self.reason = "pynvml is not installed (pip install nvidia-ml-py)"
@@ -106,12 +107,19 @@ class Nvml:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
 
     def energy_mj(self) -> int | None:
-        """Total energy since the driver loaded, in millijoules (Volta and newer), else None."""
+        """Total energy since the driver loaded, in millijoules (Volta and newer), else None.
+
+        None without a counter (an older GPU or driver); any other NVML failure is logged as an error
+        naming the GPU, and also gives None.
+        """
         if self._nvml is None:
             return None
+        nvml = self._nvml
         try:
-            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
-        except Exception:
+            return int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except nvml.NVMLError as exc:
+            if exc.value not in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                logger.error("NVML could not read the energy counter of GPU %s: %s", self.gpu_index, exc)
             return None
 
 
@@ -243,7 +251,7 @@ class Telemetry:
             record.nvml_used_end_bytes = self.nvml.memory_used()
             energy = self.nvml.energy_mj()
             if energy is not None and record.energy_start_mj is not None:
-                record.energy_wh = (energy - record.energy_start_mj) / MJ_PER_WH
+                record.energy_wh = (energy - record.energy_start_mj) / MILLIJOULES_PER_WH
             self._totals["finished"] += 1
             self._totals["errors"] += status == "error"
             self._running = None
@@ -300,7 +308,7 @@ class Telemetry:
                 "available": self.nvml.reason is None,
                 "reason": self.nvml.reason,
                 "memory_used_bytes": self.nvml.memory_used(),
-                "energy_total_wh": None if energy is None else energy / MJ_PER_WH,
+                "energy_total_wh": None if energy is None else energy / MILLIJOULES_PER_WH,
             },
             "comfy": {"loaded_models": loaded_models(), "queue_depth": self.queue_depth()},
             "prompts": {"kept": count, "running": running, "last": last, **totals},

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.subgraph import flatten_subgraphs
+from runner.graph.subgraph import WIDGET_TYPES, flatten_subgraphs
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -41,7 +41,6 @@ ObjectInfo = dict[str, Any]
 MODE_MUTED = 2
 MODE_BYPASSED = 4
 NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
-WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "AUDIO_RECORD"})
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
 SEED_NAMES = frozenset({"seed", "noise_seed"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload")

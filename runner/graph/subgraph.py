@@ -28,7 +28,9 @@ SUBGRAPH_INPUT_NODE = -10
 SUBGRAPH_OUTPUT_NODE = -20
 MODE_MUTED = 2
 MODE_BYPASSED = 4
-WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"})
+# Input types the pinned frontend draws as widgets (AUDIO_RECORD: the Comfy.RecordAudio extension's);
+# they take a position in ``widgets_values``. runner.graph.convert reads node widgets with this table too.
+WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "AUDIO_RECORD"})
 MAX_DEPTH = 16
 
 Node = dict[str, Any]

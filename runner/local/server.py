@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import psutil
 import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
@@ -374,7 +375,7 @@ def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
         except (OSError, json.JSONDecodeError):
             continue
         pid = int(record.get("pid") or 0)
-        if pid and _is_comfyui_process(pid, int(record.get("port") or 0)):
+        if pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0)):
             record["record_path"] = str(path)
             found.append(record)
         else:
@@ -384,10 +385,9 @@ def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
 
 def _is_comfyui_process(pid: int, port: int) -> bool:
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        args = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return False
-    args = [a.decode(errors="replace") for a in argv]
     return any(a.endswith("main.py") for a in args) and str(port) in args
 
 
@@ -411,8 +411,8 @@ def stop_background_server(record: dict[str, object], timeout: float = 15.0) -> 
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
     try:
-        status = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return False
-    return status != "Z"

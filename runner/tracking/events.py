@@ -42,7 +42,9 @@ logger = logging.getLogger(__name__)
 
 Workflow = dict[str, Any]
 
-# Phase of a node, from its class name: the first rule whose fragment occurs in the name wins.
+# Phase of a node, from its class name: the first rule whose fragment occurs in the name wins, so
+# "SamplerSelect" (KSamplerSelect only picks a sampler) must come before "Sampler", which also covers
+# KSampler, KSamplerAdvanced, SamplerCustom and SamplerCustomAdvanced.
 PHASE_RULES: tuple[tuple[str, str], ...] = (
     ("TextEncode", "text_encode"),
     ("Loader", "model_load"),
@@ -50,7 +52,6 @@ PHASE_RULES: tuple[tuple[str, str], ...] = (
     ("VAEEncode", "vae_encode"),
     ("SamplerSelect", "other"),
     ("Sampler", "sampling"),
-    ("KSampler", "sampling"),
     ("Save", "save"),
     ("Preview", "save"),
 )

@@ -73,17 +73,28 @@ class ComfyClient:
 
     # -- plain HTTP -------------------------------------------------------------------------------
 
-    def get_json(self, path: str) -> Any:
-        """GET ``path`` and decode the JSON answer."""
+    def get_json(self, path: str, *, missing_ok: bool = False) -> Any:
+        """GET ``path`` and decode the JSON answer; with ``missing_ok``, None when the server answers 404
+        (a route of a node pack it does not load)."""
         try:
             response = self._http.get(path)
         except httpx.TransportError as exc:
             raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}: {exc}") from exc
+        if missing_ok and response.status_code == 404:
+            return None
         if response.status_code != 200:
             raise ServerError(
                 f"GET {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
             )
         return response.json()
+
+    def post_json(self, path: str, body: dict[str, Any]) -> None:
+        """POST ``body`` as JSON to ``path``; a :class:`ServerError` when unreachable or not answered 2xx."""
+        response = self._post(path, body)
+        if not response.is_success:
+            raise ServerError(
+                f"POST {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
+            )
 
     def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         try:

@@ -1,5 +1,7 @@
-"""Pure-torch INT8 weights: format spec, quantize/dequantize, Hadamard rotation, linear paths and
-file formats. Never imports ComfyUI, so the CLI and tests use it directly.
+"""Pure-torch INT8 weights: format spec, quantize/dequantize, Hadamard rotation, linear matmul routes and
+file formats. Never imports ComfyUI, so the CLI and tests use it directly. The torch-based names are
+imported on first use, so the torch-free modules (``spec``, ``header``) import without torch: the
+runner, which never imports torch, reads and writes safetensors headers with :mod:`.header`.
 
 Example::
 
@@ -11,22 +13,29 @@ Example::
 
 from __future__ import annotations
 
-from .hadamard import hadamard_matrix, rotate_groups
-from .linear import PATHS, int8_linear, linear_w8a8, linear_w8a16, reference_int_mm, w8a8_fits
-from .quantize import (
-    Int8Weight,
-    dequantize,
-    dequantize_weight,
-    expected_scale_shape,
-    quantize_weight,
-    sqnr_db,
-    weight_sqnr_db,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .spec import FORMAT_VERSION, Int8FormatError, Int8WeightConfig
+
+if TYPE_CHECKING:
+    from .hadamard import hadamard_matrix, rotate_groups
+    from .linear import MATMUL_ROUTES, int8_linear, linear_w8a8, linear_w8a16, reference_int_mm, w8a8_fits
+    from .quantize import (
+        Int8Weight,
+        dequantize,
+        dequantize_weight,
+        expected_scale_shape,
+        quantize_weight,
+        sqnr_db,
+        weight_sqnr_db,
+    )
+
+_TORCH_MODULES = ("hadamard", "linear", "quantize")  # where the other names of __all__ live
 
 __all__ = [
     "FORMAT_VERSION",
-    "PATHS",
+    "MATMUL_ROUTES",
     "Int8FormatError",
     "Int8Weight",
     "Int8WeightConfig",
@@ -44,3 +53,13 @@ __all__ = [
     "w8a8_fits",
     "weight_sqnr_db",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A torch-based public name, imported from its module on first use (PEP 562)."""
+    if name in __all__:
+        for module_name in _TORCH_MODULES:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,15 +8,15 @@ Example::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 
+from .header import read_stored_header
 from .spec import Int8FormatError
+from .writer import SAFETENSORS_DTYPES
 
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 
@@ -65,13 +65,7 @@ def read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
 
 
-_TORCH_DTYPES: dict[str, torch.dtype] = {
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BF16": torch.bfloat16,
-    "F16": torch.float16,
-    "F32": torch.float32,
-}
+_TORCH_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 
 class TensorReader:
@@ -86,12 +80,11 @@ class TensorReader:
 
     def __init__(self, path: Path) -> None:
         read_header(path)  # validation: corrupt or truncated files fail here, with the file named
+        stored = read_stored_header(path)
         self.path = path
+        self._entries = stored.tensors
+        self._data_start = stored.data_start
         self._file = path.open("rb")
-        size = int.from_bytes(self._file.read(8), "little")
-        self._entries: dict[str, Any] = json.loads(self._file.read(size))
-        self._entries.pop("__metadata__", None)
-        self._data_start = 8 + size
 
     def keys(self) -> list[str]:
         return list(self._entries)

@@ -8,7 +8,7 @@ does not fit (no CUDA, block-wise scales, fewer than 17 rows, dimensions not mul
 
 Example::
 
-    y = int8_linear(x, packed, bias, path="w8a16")
+    y = int8_linear(x, packed, bias, route="w8a16")
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from .hadamard import rotate_groups
 from .quantize import Int8Weight, dequantize
 from .spec import QMAX
 
-Path = Literal["auto", "w8a16", "w8a8"]
-PATHS: tuple[str, ...] = ("auto", "w8a16", "w8a8")
+# How an INT8 linear multiplies: "w8a16" dequantizes the weight, "w8a8" uses int8 matmuls, "auto" picks.
+MatmulRoute = Literal["auto", "w8a16", "w8a8"]
+MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "w8a8")
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
@@ -86,11 +87,11 @@ def linear_w8a8(
 
 
 def int8_linear(
-    x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None, *, path: Path = "auto"
+    x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None, *, route: MatmulRoute = "auto"
 ) -> torch.Tensor:
     """``x @ W.T + bias`` for an INT8 weight; ``auto`` and ``w8a8`` use W8A8 only where it fits."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {PATHS}, not {path!r}")
-    if path != "w8a16" and w8a8_fits(x, packed):
+    if route not in MATMUL_ROUTES:
+        raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
+    if route != "w8a16" and w8a8_fits(x, packed):
         return linear_w8a8(x, packed, bias)
     return linear_w8a16(x, packed, bias)

@@ -2,9 +2,10 @@
 
 Example::
 
-    packed = quantize_weight(torch.randn(64, 256) * 0.02, Int8WeightConfig(granularity="row"))
+    weight = torch.randn(64, 256) * 0.02
+    packed = quantize_weight(weight, Int8WeightConfig(granularity="row"))
     restored = dequantize_weight(packed)
-    sqnr_db(torch_weight, restored)  # ≈ 42 dB on N(0, 0.02) weights
+    sqnr_db(weight, restored)  # ≈ 43 dB on N(0, 0.02) weights; weight_sqnr_db(weight, packed) agrees
 """
 
 from __future__ import annotations

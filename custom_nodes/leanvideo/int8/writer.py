@@ -1,7 +1,8 @@
 """A streaming safetensors writer: declare every tensor first, then write them one at a time.
 
-The header (with all offsets) is written up front, so each tensor's bytes go straight to their place
-in the file and no tensor has to be kept in memory after it is written.
+The header (with all offsets, encoded by :func:`.header.encode_header`) is written up front, so each
+tensor's bytes go straight to their place in the file and no tensor has to be kept in memory after it
+is written.
 
 Example::
 
@@ -13,12 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
 import torch
+
+from .header import encode_header
 
 SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
     torch.int8: "I8",
@@ -50,26 +52,13 @@ class StreamingWriter:
 
     def begin(self) -> None:
         """Write the header; after this only :meth:`write` is allowed."""
-        header: dict[str, object] = {"__metadata__": self.metadata}
-        offset = 0
-        for key, (dtype, shape) in self._entries.items():
-            size = dtype.itemsize
-            for dim in shape:
-                size *= dim
-            self._offsets[key] = (offset, offset + size)
-            header[key] = {
-                "dtype": SAFETENSORS_DTYPES[dtype],
-                "shape": list(shape),
-                "data_offsets": [offset, offset + size],
-            }
-            offset += size
-        encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        encoded += b" " * (-len(encoded) % 8)
+        tensors = [(key, SAFETENSORS_DTYPES[dtype], shape) for key, (dtype, shape) in self._entries.items()]
+        header, self._offsets = encode_header(tensors, self.metadata)
         self._file = self.path.open("wb")
-        self._file.write(len(encoded).to_bytes(8, "little"))
-        self._file.write(encoded)
-        self._data_start = 8 + len(encoded)
-        self._file.truncate(self._data_start + offset)
+        self._file.write(header)
+        self._data_start = len(header)
+        data_size = max((end for _, end in self._offsets.values()), default=0)
+        self._file.truncate(self._data_start + data_size)
 
     def write(self, key: str, tensor: torch.Tensor) -> None:
         if self._file is None:
