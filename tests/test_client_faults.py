@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,15 @@ from runner.errors import (
     ServerUnreachableError,
 )
 from runner.jobs.run import RunOptions, run_workflow
+from runner.local.server import pick_free_port
 from runner.tracking.events import ClientEvent
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.tracking.result import PromptResult
 from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
 from tests.fake_server import OUTPUTS, VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
+from tests.tcp_proxy import Cut, CuttingProxy
 
 
 def msg(kind: str, prompt_id: str | None, **data: Any) -> dict[str, Any]:
@@ -266,3 +270,61 @@ def test_post_json_and_routes_the_server_lacks() -> None:
         assert comfy.get_json("/leanvideo/queue", missing_ok=True) is None
         with pytest.raises(ServerError, match=r"GET .*/leanvideo/queue answered 404"):
             comfy.get_json("/leanvideo/queue")
+
+
+def test_a_cut_prompt_post_that_reached_the_server_is_not_sent_again(tmp_path: Path) -> None:
+    """Connection 0 is the websocket, 1 carries POST /prompt: its answer is cut after 10 bytes, once the
+    server has queued the prompt. The client asks /queue and /history instead of posting it again."""
+
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await asyncio.sleep(0.8)  # still queued when the client asks, after its settle time
+        await start_and_enter_node_2(fake, pid)
+        await finish_normally(fake, pid)
+
+    schedule = [Cut(), Cut(after_bytes=10), Cut()]
+    with (
+        FakeComfy(script) as fake,
+        CuttingProxy(("127.0.0.1", fake.port), schedule) as proxy,
+        ComfyClient(proxy.url, reconnect_timeout=5.0) as comfy,
+    ):
+        result = run_prompt(comfy, WORKFLOW, timeout=20)
+        assert comfy.retries_made >= 1
+        assert result.status == "success" and proxy.cuts == 1
+        assert [call for call in fake.calls if call[0] == "POST /prompt"] == [
+            ("POST /prompt", result.prompt_id)
+        ]
+
+
+def test_a_download_cut_in_the_middle_of_the_body_starts_again_and_keeps_one_file(tmp_path: Path) -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        fake.finish(pid)
+
+    # the /view answer is cut inside its body on the first connection, whole on the next
+    schedule = [Cut(after_bytes=len(VIDEO_BYTES) // 2), Cut()]
+    with (
+        FakeComfy(script) as fake,
+        CuttingProxy(("127.0.0.1", fake.port), schedule) as proxy,
+        ComfyClient(proxy.url) as comfy,
+    ):
+        files = download_outputs(comfy, OUTPUTS, tmp_path / "run")
+        assert comfy.retries_made == 1
+    assert proxy.cuts == 1 and [f.path.name for f in files] == ["clip_00001_.mp4"]
+    assert files[0].path.read_bytes() == VIDEO_BYTES and sorted((tmp_path / "run").iterdir()) == [
+        files[0].path
+    ]
+
+
+def test_retries_stop_at_the_count_and_at_the_deadline() -> None:
+    url = f"http://127.0.0.1:{pick_free_port()}"  # nothing listens there
+    with ComfyClient(url, retry=RetryPolicy(retries=2, base_delay_s=0.01)) as comfy:
+        with pytest.raises(ServerError, match=r"/system_stats after 3 attempts"):
+            comfy.get_json("/system_stats")
+        assert comfy.retries_made == 2
+    with ComfyClient(url, retry=RetryPolicy(retries=50), deadline=time.monotonic() + 0.5) as comfy:
+        began = time.monotonic()
+        with pytest.raises(ServerError, match="cannot reach ComfyUI"):
+            comfy.get_json("/queue")
+        assert time.monotonic() - began < 3  # not 50 retries of up to 2 s each
+    with pytest.raises(ValueError, match="retries must be ≥ 0"):
+        RetryPolicy(retries=-1)
+    assert [RetryPolicy().ceiling(n) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]

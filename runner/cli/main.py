@@ -96,7 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="change an input; NODE is a node id, title or unique class (KSampler.seed=42, 11.noise_seed=7)",
     )
     run.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="parent of the run folders")
-    run.add_argument("--timeout", type=float, default=1800.0, help="seconds before the prompt is interrupted")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=1800.0,
+        help="seconds for the whole run, retries included; then the prompt is interrupted (default 1800)",
+    )
     run.add_argument("--json", action="store_true", help="print the run record as JSON (no progress display)")
     run.add_argument(
         "--no-validate", action="store_true", help="skip the client-side check against /object_info"

@@ -116,6 +116,10 @@ def summary_table(record: dict[str, Any]) -> Group:
     ):
         value = timing.get(key)
         totals.add_row(label, "—" if value is None else f"{value:.3f}")
+    if timing.get("reconnects") or timing.get("retries"):
+        reconnects, retries = timing.get("reconnects", 0), timing.get("retries", 0)
+        cuts = f"{reconnects} websocket reconnect(s), {retries} HTTP retry(ies)"
+        totals.add_row("the network cut it", cuts)
     telemetry = record.get("telemetry") or {}
     totals.add_section()
     if telemetry.get("available"):

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from runner.jobs.run import RunOptions
 from runner.transport.client import DEFAULT_SERVER
+from runner.transport.retry import DEFAULT_RETRIES
 
 
 def _usage_error(message: str) -> NoReturn:
@@ -35,6 +36,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="'NAME: VALUE'",
         help="extra HTTP header (repeatable)",
     )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help=f"repeat a request the network cut up to N times, with growing jittered waits "
+        f"(default {DEFAULT_RETRIES}); a prompt is never submitted twice",
+    )
 
 
 def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
@@ -46,6 +55,8 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
             _usage_error(f"--header {value!r}: expected 'NAME: VALUE'")
         headers.append((name.strip(), content.strip()))
     try:
-        return RunOptions(server=args.server, headers=tuple(headers), token=args.token, **settings)
+        return RunOptions(
+            server=args.server, headers=tuple(headers), token=args.token, retries=args.retries, **settings
+        )
     except ValueError as exc:
         _usage_error(str(exc))

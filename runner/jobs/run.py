@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +31,7 @@ from runner.tracking.prompt import run_prompt
 from runner.tracking.record import build_run_record, collect_server_info, write_run_record
 from runner.tracking.result import PromptResult
 from runner.transport.client import DEFAULT_SERVER, ComfyClient
+from runner.transport.retry import DEFAULT_RETRIES, RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -48,19 +50,25 @@ class RunOptions:
     token: str | None = None
     validate: bool = True
     reconnect_timeout: float = 60.0
+    retries: int = DEFAULT_RETRIES  # per request the network cuts; all of it within ``timeout``
 
     def __post_init__(self) -> None:
         if self.timeout <= 0:
             raise ValueError(f"timeout must be positive, got {self.timeout}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be ≥ 0, got {self.retries}")
         if not self.server.startswith(("http://", "https://")):
             raise ValueError(f"server must be an http:// or https:// URL, got {self.server!r}")
 
-    def make_client(self) -> ComfyClient:
+    def make_client(self, deadline: float | None = None) -> ComfyClient:
+        """A client with these options; ``deadline`` (``time.monotonic()``): no retry starts after it."""
         return ComfyClient(
             self.server,
             headers=dict(self.headers),
             token=self.token,
-            reconnect_timeout=self.reconnect_timeout,
+            reconnect_timeout=min(self.reconnect_timeout, self.timeout),
+            retry=RetryPolicy(retries=self.retries),
+            deadline=deadline,
         )
 
 
@@ -109,7 +117,8 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
         WorkflowError, ServerError, PromptFailedError (and subclasses): see :mod:`runner.errors`; when a
         prompt was submitted, the error's ``record_path`` names the partial run record.
     """
-    with options.make_client() as client:
+    deadline = time.monotonic() + options.timeout  # --timeout bounds the whole run, retries included
+    with options.make_client(deadline) as client:
         workflow, applied = prepare_workflow(path, client, options.overrides, validate=options.validate)
         environment = collect_environment(client)
         prompt_id = str(uuid.uuid4())
@@ -117,7 +126,12 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
         run_dir = options.out_dir / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{prompt_id[:8]}"
         try:
             result = run_prompt(
-                client, workflow, timeout=options.timeout, on_event=on_event, prompt_id=prompt_id
+                client,
+                workflow,
+                timeout=options.timeout,
+                deadline=deadline,
+                on_event=on_event,
+                prompt_id=prompt_id,
             )
         except LeanVideoError as exc:
             if isinstance(exc.result, PromptResult):
@@ -153,6 +167,7 @@ def _write(
         if result.status == "success":
             raise
         logger.warning("partial run %s: could not fetch outputs: %s", result.prompt_id, exc)
+    result.retries = client.retries_made
     record = build_run_record(
         result,
         workflow,

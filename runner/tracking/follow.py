@@ -102,7 +102,7 @@ def _reconnect(client: ComfyClient, deadline: float) -> websocket.WebSocket:
     delay = 0.1
     while True:
         try:
-            sock = client.connect_websocket()
+            sock = client.connect_websocket(retry=False)
             logger.info("websocket reconnected to %s", client.base_url)
             return sock
         except ServerError as exc:

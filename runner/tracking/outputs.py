@@ -96,26 +96,40 @@ def free_path(folder: Path, name: str) -> Path:
 def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     """Stream one output file to ``target`` (created exclusively); returns its size in bytes.
 
+    A download the network cuts (before or in the middle of the body, or short of ``Content-Length``)
+    is started again from the first byte as the client's retry policy allows.
+
     Raises:
         FileExistsError: ``target`` exists (it is never overwritten).
-        ServerError: ``/view`` failed, or the bytes received differ from ``Content-Length``.
+        ServerError: ``/view`` answered an error, or the download failed after every retry.
     """
+    attempt = 0
+    while True:
+        try:
+            return _stream_to(client, item, target)
+        except (httpx.TransportError, _ShortRead) as exc:
+            target.unlink(missing_ok=True)
+            if not client.retry_after(attempt, f"GET /view {item['filename']!r}", exc):
+                raise ServerError(f"download of {item['filename']!r} failed: {exc}") from exc
+            attempt += 1
+
+
+class _ShortRead(Exception):
+    """The body ended before ``Content-Length`` bytes (a cut the server did not report)."""
+
+
+def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     size = 0
-    try:
-        with client.open_view(item) as response:
-            if response.status_code != 200:
-                raise ServerError(f"GET /view for {item['filename']!r} answered {response.status_code}")
-            expected = response.headers.get("content-length")
-            with target.open("xb") as handle:
-                for chunk in response.iter_raw(1 << 20):
-                    handle.write(chunk)
-                    size += len(chunk)
-    except httpx.TransportError as exc:
-        target.unlink(missing_ok=True)
-        raise ServerError(f"download of {item['filename']!r} failed: {exc}") from exc
+    with client.open_view(item) as response:
+        if response.status_code != 200:
+            raise ServerError(f"GET /view for {item['filename']!r} answered {response.status_code}")
+        expected = response.headers.get("content-length")
+        with target.open("xb") as handle:
+            for chunk in response.iter_raw(1 << 20):
+                handle.write(chunk)
+                size += len(chunk)
     if expected is not None and int(expected) != size:
-        target.unlink()
-        raise ServerError(f"{item['filename']}: received {size} bytes, the server announced {expected}")
+        raise _ShortRead(f"{item['filename']}: received {size} bytes, the server announced {expected}")
     return size
 
 

@@ -56,6 +56,7 @@ def run_prompt(
     workflow: Workflow,
     *,
     timeout: float = 1800.0,
+    deadline: float | None = None,
     on_event: EventHandler | None = None,
     prompt_id: str | None = None,
 ) -> PromptResult:
@@ -73,7 +74,8 @@ def run_prompt(
     emit = on_event or (lambda event: None)
     sock = client.connect_websocket()
     submitted, wall_start = time.monotonic(), time.time()
-    deadline = submitted + timeout
+    # ``deadline`` (time.monotonic()) is a whole job's, which began before this prompt was submitted.
+    deadline = submitted + timeout if deadline is None else min(deadline, submitted + timeout)
     reconnects = [0]
     try:
         try:

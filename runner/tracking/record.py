@@ -9,7 +9,8 @@ Schema ``leanvideo.run`` version 2 (top-level keys):
 - ``overrides``: ``[{spec, node_id, input_name, value, previous}]``; ``seeds``: ``{"11.noise_seed": 7}``
 - ``environment``: ComfyUI version and argv, torch, device, server python, node pack and runner versions
 - ``timing``: submitted/started/finished (ISO), ``wall_s`` (client end to end), ``queue_s``,
-  ``server_execution_s`` (the server's own execution window), ``overhead_s``, ``reconnects``,
+  ``server_execution_s`` (the server's own execution window), ``overhead_s``, ``reconnects`` (websocket),
+  ``retries`` (HTTP requests repeated after a cut),
   ``phases`` (seconds per phase)
 - ``nodes``: ``[{node_id, class_type, seconds, cached, steps, step_seconds}]``
 - ``telemetry``: the node pack's per-prompt figures, or ``{available: false, reason}``
@@ -116,6 +117,7 @@ def build_run_record(
             "server_execution_s": _round(result.server_seconds),
             "overhead_s": _round(result.overhead_seconds),
             "reconnects": result.reconnects,
+            "retries": result.retries,
             "phases": result.phases,
         },
         "nodes": [asdict(node) for node in result.nodes],

@@ -29,6 +29,7 @@ class PromptResult:
     error: dict[str, Any] | None = None
     server_seconds: float | None = None
     reconnects: int = 0
+    retries: int = 0  # HTTP requests repeated after a cut (the client's count when the record was written)
     partial: bool = False
 
     @property

@@ -7,7 +7,8 @@
 downloading outputs :mod:`runner.tracking.outputs`'.
 
 Behind a proxy, ``headers`` and ``token`` (sent as ``Authorization: Bearer``) go with every HTTP request
-and the websocket handshake.
+and the websocket handshake. Requests the network cuts are retried as :mod:`runner.transport.retry`
+says (``retry``, within ``deadline``); ``retries_made`` counts them.
 
 Example::
 
@@ -19,6 +20,8 @@ Example::
 from __future__ import annotations
 
 import logging
+import random
+import time
 import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -28,11 +31,15 @@ import httpx
 import websocket
 
 from runner.errors import ServerError, WorkflowError
+from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERVER = "http://127.0.0.1:8188"
 TELEMETRY_ROUTE = "/leanvideo/telemetry/prompts/{prompt_id}"
+# After a cut POST /prompt, how long the server gets to queue what it may have received before the
+# client asks whether it did (ComfyUI validates, queues, then answers).
+SUBMIT_SETTLE_S = 0.5
 
 Workflow = dict[str, Any]
 
@@ -52,6 +59,8 @@ class ComfyClient:
         token: str | None = None,
         reconnect_timeout: float = 60.0,
         idle_check: float = 2.0,
+        retry: RetryPolicy | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.client_id = client_id or uuid.uuid4().hex
@@ -60,10 +69,48 @@ class ComfyClient:
             self.headers["Authorization"] = f"Bearer {token}"
         self.reconnect_timeout = reconnect_timeout
         self.idle_check = idle_check
-        self._http = httpx.Client(base_url=self.base_url, timeout=http_timeout, headers=self.headers)
+        self.retry = retry or RetryPolicy()
+        self.deadline = deadline  # time.monotonic() after which no retry starts; None: no deadline
+        self.retries_made = 0  # requests repeated after a cut, over this client's life
+        self._http_timeout = http_timeout
+        self._rng = random.Random()
+        self._http = self._new_pool()
+
+    def _new_pool(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=self._http_timeout, headers=self.headers)
 
     def close(self) -> None:
         self._http.close()
+
+    def retry_after(self, attempt: int, what: str, error: Exception) -> bool:
+        """After the network cut request ``what`` (its ``attempt``-th retry would be next, from 0):
+        replace the connection pool, wait the backoff and return True; False when the retries or the
+        deadline are used up (the caller then reports ``error``)."""
+        if attempt >= self.retry.retries:
+            return False
+        delay = self.retry.delay(attempt, self._rng)
+        if self.deadline is not None and time.monotonic() + delay >= self.deadline:
+            return False
+        logger.info(
+            "%s on %s failed (%s); retry %d in %.2f s", what, self.base_url, error, attempt + 1, delay
+        )
+        self._http.close()  # a pooled connection the peer closed must not be reused
+        self._http = self._new_pool()
+        time.sleep(delay)
+        self.retries_made += 1
+        return True
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request that is safe to repeat, retried on transport errors (see :mod:`.retry`)."""
+        attempt = 0
+        while True:
+            try:
+                return self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if not self.retry_after(attempt, f"{method} {path}", exc):
+                    tries = f" after {attempt + 1} attempts" if attempt else ""
+                    raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {exc}") from exc
+                attempt += 1
 
     def __enter__(self) -> ComfyClient:
         return self
@@ -76,10 +123,7 @@ class ComfyClient:
     def get_json(self, path: str, *, missing_ok: bool = False) -> Any:
         """GET ``path`` and decode the JSON answer; with ``missing_ok``, None when the server answers 404
         (a route of a node pack it does not load)."""
-        try:
-            response = self._http.get(path)
-        except httpx.TransportError as exc:
-            raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}: {exc}") from exc
+        response = self._request("GET", path)
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code != 200:
@@ -90,23 +134,35 @@ class ComfyClient:
 
     def post_json(self, path: str, body: dict[str, Any]) -> None:
         """POST ``body`` as JSON to ``path``; a :class:`ServerError` when unreachable or not answered 2xx."""
-        response = self._post(path, body)
+        response = self._request("POST", path, json=body)
         if not response.is_success:
             raise ServerError(
                 f"POST {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
             )
 
-    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        try:
-            return self._http.post(path, json=body)
-        except httpx.TransportError as exc:
-            raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}: {exc}") from exc
-
     def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
-        """POST the workflow to ``/prompt``; returns the prompt id (ours, not the server's)."""
+        """POST the workflow to ``/prompt``; returns the prompt id (ours, not the server's).
+
+        Safe to repeat: when the network cuts the request, the prompt is sent again only if neither
+        ``/queue`` nor ``/history`` knows the prompt id this client chose, so it is never queued twice.
+        """
         prompt_id = prompt_id or str(uuid.uuid4())
         body = {"prompt": workflow, "client_id": self.client_id, "prompt_id": prompt_id}
-        response = self._post("/prompt", body)
+        attempt = 0
+        while True:
+            try:
+                response = self._http.post("/prompt", json=body)
+                break
+            except httpx.TransportError as exc:
+                if not self.retry_after(attempt, "POST /prompt", exc):
+                    raise ServerError(f"cannot submit to ComfyUI at {self.base_url}/prompt: {exc}") from exc
+                attempt += 1
+                time.sleep(SUBMIT_SETTLE_S)
+                if self.is_queued(prompt_id) or self.history_entry(prompt_id) is not None:
+                    logger.info(
+                        "prompt %s reached %s before the cut; not sent again", prompt_id, self.base_url
+                    )
+                    return prompt_id
         if response.status_code == 400:
             raise WorkflowError(describe_rejection(response.json()))
         if response.status_code != 200:
@@ -117,7 +173,7 @@ class ComfyClient:
         """Remove ``prompt_id`` from the queue, then interrupt it if it is running (best effort)."""
         for path, body in (("/queue", {"delete": [prompt_id]}), ("/interrupt", {"prompt_id": prompt_id})):
             try:
-                self._post(path, body)
+                self._request("POST", path, json=body)
             except ServerError as exc:
                 logger.warning("could not POST %s for %s: %s", path, prompt_id, exc)
 
@@ -128,8 +184,8 @@ class ComfyClient:
         """
         path = TELEMETRY_ROUTE.format(prompt_id=prompt_id)
         try:
-            response = self._http.get(path)
-        except httpx.TransportError as exc:
+            response = self._request("GET", path)
+        except ServerError as exc:
             return {"available": False, "reason": f"GET {path} failed: {exc}"}
         if response.status_code == 404:
             return {"available": False, "reason": f"GET {path} answered 404 (no telemetry for this prompt)"}
@@ -148,12 +204,18 @@ class ComfyClient:
     def _ws_url(self) -> str:
         return self.base_url.replace("http", "ws", 1) + f"/ws?clientId={self.client_id}"
 
-    def connect_websocket(self) -> websocket.WebSocket:
+    def connect_websocket(self, *, retry: bool = True) -> websocket.WebSocket:
+        """Open the websocket (``/ws?clientId=…``); a handshake the network cuts is tried again as the
+        retry policy allows, unless ``retry`` is False (a caller with a backoff loop of its own)."""
         header = [f"{key}: {value}" for key, value in self.headers.items()]
-        try:
-            return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
-        except (websocket.WebSocketException, OSError) as exc:
-            raise ServerError(f"cannot open the websocket of {self.base_url}: {exc}") from exc
+        attempt = 0
+        while True:
+            try:
+                return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+            except (websocket.WebSocketException, OSError) as exc:
+                if not retry or not self.retry_after(attempt, "websocket handshake", exc):
+                    raise ServerError(f"cannot open the websocket of {self.base_url}: {exc}") from exc
+                attempt += 1
 
     def history_entry(self, prompt_id: str) -> dict[str, Any] | None:
         """The prompt's ``/history/{id}`` entry, or ``None`` while it is not written (yet)."""
