@@ -61,7 +61,6 @@ class FakeComfy:
         self._runner: web.AppRunner | None = None
         self._port = pick_free_port()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._transports: set[asyncio.BaseTransport] = set()
 
     @property
     def port(self) -> int:
@@ -84,27 +83,22 @@ class FakeComfy:
     def _call(self, coro: Awaitable[Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)  # type: ignore[arg-type]
 
-    @web.middleware
-    async def _track(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """Remember each connection's transport, so that going away closes every one of them."""
-        if request.transport is not None:
-            self._transports.add(request.transport)
-        return await handler(request)  # type: ignore[no-any-return]
-
     async def _stop_serving(self) -> None:
         await self.drop_sockets()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._runner is None:
+            return
+        server = self._runner.server
+        served = [h.transport for h in server.connections if h.transport] if server is not None else []
+        await self._runner.cleanup()
+        self._runner = None
         # A keep-alive connection the short shutdown left open would be collected unclosed later,
-        # in some other test (a ResourceWarning, an error under -W error).
-        for transport in self._transports:
+        # in some other test (a ResourceWarning, an error under -W error): close every one.
+        for transport in served:
             if not transport.is_closing():
                 transport.close()
-        self._transports.clear()
 
     async def _serve(self) -> None:
-        app = web.Application(middlewares=[self._track])
+        app = web.Application()
         app.router.add_get("/ws", self._ws)
         app.router.add_post("/prompt", self._prompt)
         app.router.add_get("/history/{prompt_id}", self._history)
