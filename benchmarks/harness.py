@@ -102,92 +102,120 @@ class BenchOutcome:
     seconds: float = 0.0
 
 
+@dataclass
+class _Measured:
+    """What the runs of a matrix produced, gathered group by group."""
+
+    runs: dict[str, list[RunMeasure]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    modes: dict[str, Any] = field(default_factory=dict)
+    sequence: int = 0  # the next run's place in the whole matrix's run order
+
+
 def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
     """Run every variant of ``matrix`` and write the reports; see the module docstring."""
     say = progress or (lambda message: logger.info("%s", message))
     started = time.perf_counter()
-    out = settings.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    base = load_workflow(matrix.workflow)
-    runs: dict[str, list[RunMeasure]] = {}
-    skipped: dict[str, str] = {}
-    failed: dict[str, str] = {}
-    environment: dict[str, Any] = {}
-    modes_out: dict[str, Any] = {}
-    order = settings.order or matrix.order
-    sequence = 0  # the next run's place in the whole matrix's run order
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
-    out_of_time = f"the time budget (--budget-s {settings.budget_s or 0:g}) ran out before its measured runs"
-
-    def past_deadline() -> bool:
-        return deadline is not None and time.monotonic() >= deadline
-
+    measured = _Measured()
     for server_args, group in _group_by_server_args(matrix.variants):
-        if past_deadline():
-            skipped.update({variant.name: out_of_time for variant in group})
-            continue
-        with open_server(matrix, settings, server_args, out, say) as (url, why_not):
-            if url is None:
-                skipped.update({variant.name: why_not for variant in group})
-                continue
-            with ComfyClient(url) as client:
-                environment = environment or collect_environment(client)
-            on_cpu = (environment.get("device") or {}).get("type") == "cpu"
-            extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-            jobs = _prepare_jobs(extended, base, out, on_cpu, skipped, say)
-            if not jobs:
-                continue
-            say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
-            group_runs = run_variants(
-                matrix,
-                jobs,
-                url,
-                order=order,
-                warmups=settings.warmups,
-                repeats=settings.repeats,
-                first_sequence=sequence,
-                failures=failed,
-                deadline=deadline,
-                server_warmups=settings.server_warmups,
-            )
-            sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
-            for name, variant_runs in group_runs.items():
-                if all(run.warmup for run in variant_runs):
-                    skipped[name] = out_of_time
-                else:
-                    runs[name] = variant_runs
-            for job in jobs:
-                if job.variant.name == matrix.baseline and job.variant.name in runs and not past_deadline():
-                    modes_out.update(
-                        _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
-                    )
-    for name, error in failed.items():
+        _run_group(matrix, settings, server_args, group, measured, deadline, say)
+    for name, error in measured.failed.items():
         say(f"{name}: failed ({error})")
-    results = _fold(matrix, runs, skipped, failed)
+    outcome = _write_reports(matrix, settings, measured)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _out_of_time(settings: BenchSettings) -> str:
+    return f"the time budget (--budget-s {settings.budget_s or 0:g}) ran out before its measured runs"
+
+
+def _run_group(
+    matrix: Matrix,
+    settings: BenchSettings,
+    server_args: tuple[str, ...],
+    group: list[Variant],
+    measured: _Measured,
+    deadline: float | None,
+    say: Progress,
+) -> None:
+    """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``."""
+    if deadline is not None and time.monotonic() >= deadline:
+        measured.skipped.update({variant.name: _out_of_time(settings) for variant in group})
+        return
+    out = settings.out_dir
+    with open_server(matrix, settings, server_args, out, say) as (url, why_not):
+        if url is None:
+            measured.skipped.update({variant.name: why_not for variant in group})
+            return
+        with ComfyClient(url) as client:
+            measured.environment = measured.environment or collect_environment(client)
+        on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
+        extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
+        jobs = _prepare_jobs(extended, load_workflow(matrix.workflow), out, on_cpu, measured.skipped, say)
+        if not jobs:
+            return
+        order = settings.order or matrix.order
+        say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
+        group_runs = run_variants(
+            matrix,
+            jobs,
+            url,
+            order=order,
+            warmups=settings.warmups,
+            repeats=settings.repeats,
+            first_sequence=measured.sequence,
+            failures=measured.failed,
+            deadline=deadline,
+            server_warmups=settings.server_warmups,
+        )
+        measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
+        for name, variant_runs in group_runs.items():
+            if all(run.warmup for run in variant_runs):
+                measured.skipped[name] = _out_of_time(settings)
+            else:
+                measured.runs[name] = variant_runs
+        in_time = deadline is None or time.monotonic() < deadline
+        for job in jobs:
+            if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
+                measured.modes.update(
+                    _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
+                )
+
+
+def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured) -> BenchOutcome:
+    """bench.json, report.md, report.csv and the plots of what was measured."""
+    out = settings.out_dir
+    results = _fold(matrix, measured.runs, measured.skipped, measured.failed)
     if settings.consistency:
-        modes_out["consistency"] = {name: modes.check_consistency(r) for name, r in runs.items()}
+        measured.modes["consistency"] = {
+            name: modes.check_consistency(r) for name, r in measured.runs.items()
+        }
     document = build_document(
         matrix,
         results,
-        environment,
-        modes=modes_out,
+        measured.environment,
+        modes=measured.modes,
         warmups=settings.warmups,
         repeats=settings.repeats,
     )
-    document["matrix"]["order"] = order
+    document["matrix"]["order"] = settings.order or matrix.order
     document_path = write_document(document, out / "bench.json")
-    context = _context(matrix, settings, environment)
+    context = _context(matrix, settings, measured.environment)
     markdown_path = out / "report.md"
     markdown_path.write_text(render_markdown(results, title=matrix.path.stem, context=context), "utf-8")
     csv_path = out / "report.csv"
     csv_path.write_text(render_csv(results), encoding="utf-8")
-    outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=modes_out)
+    outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=measured.modes)
     if settings.plots:
         try:
             outcome.plot_paths = write_plots(results, out)
         except PlotError as exc:
             outcome.plot_error = str(exc)
-    outcome.seconds = time.perf_counter() - started
     return outcome
 
 

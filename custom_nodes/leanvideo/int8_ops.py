@@ -87,148 +87,147 @@ def is_int8(weight: Any) -> bool:
     return isinstance(weight, QuantizedTensor) and weight._layout_type == LAYOUT
 
 
+class Int8Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
+    """A Linear whose weight may be LeanVideo INT8 (``weight`` + ``weight_scale`` [+ ``comfy_quant``]);
+    float weights stay float. :func:`make_int8_ops` makes a subclass per matmul route and LoRA mode."""
+
+    matmul_route: str = "auto"
+    lora_mode: str = "merge"
+    lora_branches: list[LoraBranch] = []  # noqa: RUF012 (replaced per instance, never mutated)
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.factory_dtype = dtype
+        # No weight yet: allocating float placeholders for every layer would cost the full
+        # float model in memory before the int8 weights arrive.
+        self.register_parameter("weight", None)
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        return None
+
+    @property
+    def weight_scale(self) -> torch.Tensor | None:
+        """The INT8 weight's scale (``None`` for a float weight). ComfyUI reads every
+        state-dict key back as an attribute, so the key below needs this name."""
+        return self.weight._layout_params["scale"] if is_int8(self.weight) else None
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
+        # ComfyUI sizes models and layers from their state dicts (model_management.module_size):
+        # the scale lives inside the int8 tensor, so it is listed too, under its file key.
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        scale = self.weight_scale
+        if scale is not None:
+            destination[prefix + SCALE_SUFFIX.lstrip(".")] = scale if keep_vars else scale.detach()
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        prefix: str,
+        local_metadata: Any,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        weight = state_dict.pop(prefix + "weight", None)
+        scale = state_dict.pop(prefix + SCALE_SUFFIX.lstrip("."), None)
+        entry_tensor = state_dict.pop(prefix + CONFIG_SUFFIX.lstrip("."), None)
+        state_dict.pop(prefix + "input_scale", None)
+        layer = prefix.rstrip(".")
+        if weight is None:
+            missing_keys.append(prefix + "weight")
+            shape = (self.out_features, self.in_features)
+            self.weight = torch.nn.Parameter(
+                torch.empty(shape, dtype=self.factory_dtype), requires_grad=False
+            )
+        elif weight.dtype == torch.int8:
+            if scale is None:
+                raise Int8FormatError(f"int8 weight {prefix + 'weight'!r} has no scale")
+            entry = {} if entry_tensor is None else config_from_tensor(entry_tensor, where=layer)
+            config = infer_config(tuple(weight.shape), tuple(scale.shape), entry, where=layer)
+            if config.granularity == "row":
+                scale = scale.reshape(-1, 1)
+            packed = Int8Weight(weight, scale.to(torch.float32), config)
+            orig = self.factory_dtype if self.factory_dtype is not None else torch.float32
+            self.weight = torch.nn.Parameter(int8_tensor(packed, orig), requires_grad=False)
+        else:
+            self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if prefix + "weight" in missing_keys and weight is not None:
+            missing_keys.remove(prefix + "weight")
+
+    def forward(self, input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        comfy.ops.run_every_op()
+        device = input.device
+        weight = self.weight
+        if weight.device != device:
+            weight = weight.to(device)  # int8 data and scale move as one tensor
+        bias = self.bias
+        if bias is not None:
+            bias = bias.to(device=device, dtype=input.dtype)
+        for function in self.weight_function:  # low-VRAM LoRA patches (ComfyUI's LowVramPatch)
+            weight = function(weight)
+        for function in self.bias_function:
+            bias = function(bias)
+        if is_int8(weight):
+            out = int8_linear(input, unpack(weight), bias, route=self.matmul_route)  # type: ignore[arg-type]
+        else:
+            out = torch.nn.functional.linear(input, weight.to(input.dtype), bias)
+        if self.lora_branches and not self.weight_function:  # low-VRAM patches already hold the LoRA
+            out = out + apply_branches(input, self.lora_branches)
+        return out
+
+    def convert_weight(self, weight: torch.Tensor, inplace: bool = False, **kwargs: Any) -> torch.Tensor:
+        """The float32 weight ComfyUI's LoRA math adds patches to."""
+        if is_int8(weight):
+            packed = unpack(weight)  # type: ignore[arg-type]
+            return dequantize(packed.qdata, packed.scale, packed.config, torch.float32)
+        return weight
+
+    def set_weight(
+        self,
+        weight: torch.Tensor,
+        inplace_update: bool = False,
+        seed: int | None = None,
+        return_weight: bool = False,
+        **kwargs: Any,
+    ) -> torch.Tensor | None:
+        """Requantize a patched float weight into a new tensor (never in place: the patcher's
+        backup of the original must stay intact for an exact unpatch)."""
+        if is_int8(self.weight):
+            params = self.weight._layout_params
+            new = int8_tensor(quantize_weight(weight, params["config"]), params["orig_dtype"])
+        else:
+            new = weight.to(self.weight.dtype)
+        if return_weight:
+            return new
+        self.weight = torch.nn.Parameter(new, requires_grad=False)
+        return None
+
+
 def make_int8_ops(route: str = "auto", lora_mode: str = "merge") -> type[comfy.ops.manual_cast]:
     """An ops family whose Linear reads int8 weights (``weight`` + ``weight_scale`` [+ ``comfy_quant``])
     and runs them on the matmul ``route`` (``auto``, ``w8a16`` or ``w8a8``); float weights stay float.
     ``lora_mode`` is ``merge`` or ``side_branch`` (see :mod:`.int8_lora`). Other layers are ComfyUI's
-    ``manual_cast`` ops."""
+    ``manual_cast`` ops. A class per configuration, as ``comfy/ops.py`` makes them."""
     if route not in MATMUL_ROUTES:
         raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
     if lora_mode not in LORA_MODES:
         raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {lora_mode!r}")
-
-    lora_mode_ = lora_mode
-
-    class Int8Ops(comfy.ops.manual_cast):
-        class Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
-            matmul_route = route
-            lora_mode = lora_mode_
-            lora_branches: list[LoraBranch] = []  # noqa: RUF012 (replaced per instance, never mutated)
-
-            def __init__(
-                self,
-                in_features: int,
-                out_features: int,
-                bias: bool = True,
-                device: torch.device | None = None,
-                dtype: torch.dtype | None = None,
-            ) -> None:
-                super().__init__()
-                self.in_features = in_features
-                self.out_features = out_features
-                self.factory_dtype = dtype
-                # No weight yet: allocating float placeholders for every layer would cost the full
-                # float model in memory before the int8 weights arrive.
-                self.register_parameter("weight", None)
-                if bias:
-                    self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
-                else:
-                    self.register_parameter("bias", None)
-
-            def reset_parameters(self) -> None:
-                return None
-
-            @property
-            def weight_scale(self) -> torch.Tensor | None:
-                """The INT8 weight's scale (``None`` for a float weight). ComfyUI reads every
-                state-dict key back as an attribute, so the key below needs this name."""
-                return self.weight._layout_params["scale"] if is_int8(self.weight) else None
-
-            def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
-                # ComfyUI sizes models and layers from their state dicts (model_management.module_size):
-                # the scale lives inside the int8 tensor, so it is listed too, under its file key.
-                super()._save_to_state_dict(destination, prefix, keep_vars)
-                scale = self.weight_scale
-                if scale is not None:
-                    destination[prefix + SCALE_SUFFIX.lstrip(".")] = scale if keep_vars else scale.detach()
-
-            def _load_from_state_dict(
-                self,
-                state_dict: dict[str, torch.Tensor],
-                prefix: str,
-                local_metadata: Any,
-                strict: bool,
-                missing_keys: list[str],
-                unexpected_keys: list[str],
-                error_msgs: list[str],
-            ) -> None:
-                weight = state_dict.pop(prefix + "weight", None)
-                scale = state_dict.pop(prefix + SCALE_SUFFIX.lstrip("."), None)
-                entry_tensor = state_dict.pop(prefix + CONFIG_SUFFIX.lstrip("."), None)
-                state_dict.pop(prefix + "input_scale", None)
-                layer = prefix.rstrip(".")
-                if weight is None:
-                    missing_keys.append(prefix + "weight")
-                    shape = (self.out_features, self.in_features)
-                    self.weight = torch.nn.Parameter(
-                        torch.empty(shape, dtype=self.factory_dtype), requires_grad=False
-                    )
-                elif weight.dtype == torch.int8:
-                    if scale is None:
-                        raise Int8FormatError(f"int8 weight {prefix + 'weight'!r} has no scale")
-                    entry = {} if entry_tensor is None else config_from_tensor(entry_tensor, where=layer)
-                    config = infer_config(tuple(weight.shape), tuple(scale.shape), entry, where=layer)
-                    if config.granularity == "row":
-                        scale = scale.reshape(-1, 1)
-                    packed = Int8Weight(weight, scale.to(torch.float32), config)
-                    orig = self.factory_dtype if self.factory_dtype is not None else torch.float32
-                    self.weight = torch.nn.Parameter(int8_tensor(packed, orig), requires_grad=False)
-                else:
-                    self.weight = torch.nn.Parameter(weight, requires_grad=False)
-                super()._load_from_state_dict(
-                    state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-                )
-                if prefix + "weight" in missing_keys and weight is not None:
-                    missing_keys.remove(prefix + "weight")
-
-            def forward(self, input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-                comfy.ops.run_every_op()
-                device = input.device
-                weight = self.weight
-                if weight.device != device:
-                    weight = weight.to(device)  # int8 data and scale move as one tensor
-                bias = self.bias
-                if bias is not None:
-                    bias = bias.to(device=device, dtype=input.dtype)
-                for function in self.weight_function:  # low-VRAM LoRA patches (ComfyUI's LowVramPatch)
-                    weight = function(weight)
-                for function in self.bias_function:
-                    bias = function(bias)
-                if is_int8(weight):
-                    out = int8_linear(input, unpack(weight), bias, route=self.matmul_route)  # type: ignore[arg-type]
-                else:
-                    out = torch.nn.functional.linear(input, weight.to(input.dtype), bias)
-                if self.lora_branches and not self.weight_function:  # low-VRAM patches already hold the LoRA
-                    out = out + apply_branches(input, self.lora_branches)
-                return out
-
-            def convert_weight(
-                self, weight: torch.Tensor, inplace: bool = False, **kwargs: Any
-            ) -> torch.Tensor:
-                """The float32 weight ComfyUI's LoRA math adds patches to."""
-                if is_int8(weight):
-                    packed = unpack(weight)  # type: ignore[arg-type]
-                    return dequantize(packed.qdata, packed.scale, packed.config, torch.float32)
-                return weight
-
-            def set_weight(
-                self,
-                weight: torch.Tensor,
-                inplace_update: bool = False,
-                seed: int | None = None,
-                return_weight: bool = False,
-                **kwargs: Any,
-            ) -> torch.Tensor | None:
-                """Requantize a patched float weight into a new tensor (never in place: the patcher's
-                backup of the original must stay intact for an exact unpatch)."""
-                if is_int8(self.weight):
-                    params = self.weight._layout_params
-                    new = int8_tensor(quantize_weight(weight, params["config"]), params["orig_dtype"])
-                else:
-                    new = weight.to(self.weight.dtype)
-                if return_weight:
-                    return new
-                self.weight = torch.nn.Parameter(new, requires_grad=False)
-                return None
-
-    return Int8Ops
+    linear = type("Linear", (Int8Linear,), {"matmul_route": route, "lora_mode": lora_mode})
+    return type("Int8Ops", (comfy.ops.manual_cast,), {"Linear": linear})

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .files import TensorReader, read_header
+from .files import FileHeader, TensorReader, read_header
 from .formats.common import config_to_tensor
 from .policy import plan_quantization
 from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
@@ -108,6 +108,24 @@ def quantize_file(
     if target.exists():
         raise FileExistsError(f"{target} exists; refusing to overwrite it")
     header = read_header(source)
+    plan = _plan_file(source, header, family, config or Int8WeightConfig())
+    report = QuantizeReport(source=source, target=target, source_bytes=source.stat().st_size, target_bytes=0)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        _stream_quantized(source, partial, header, plan, report, progress)
+        _verify(source, partial, plan)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    report.verified = True
+    report.target_bytes = target.stat().st_size
+    return report
+
+
+def _plan_file(
+    source: Path, header: FileHeader, family: str, config: Int8WeightConfig
+) -> dict[str, Int8WeightConfig]:
+    """``{layer (full key prefix): config}`` of the layers of ``source`` to quantize, checked."""
     for key, dtype in header.dtypes.items():
         if dtype not in _FLOAT_DTYPES and not is_auxiliary(key, dtype):
             raise Int8FormatError(
@@ -116,47 +134,45 @@ def quantize_file(
             )
     prefix = _common_prefix(header.shapes)
     relative = {key[len(prefix) :]: shape for key, shape in header.shapes.items()}
-    plan = {
-        prefix + layer: c
-        for layer, c in plan_quantization(relative, family, config or Int8WeightConfig()).items()
-    }
+    plan = {prefix + layer: c for layer, c in plan_quantization(relative, family, config).items()}
     if not plan:
         raise Int8FormatError(f"{source}: no layer of family {family!r} to quantize")
+    return plan
 
-    report = QuantizeReport(source=source, target=target, source_bytes=source.stat().st_size, target_bytes=0)
+
+def _stream_quantized(
+    source: Path,
+    partial: Path,
+    header: FileHeader,
+    plan: Mapping[str, Int8WeightConfig],
+    report: QuantizeReport,
+    progress: Progress | None,
+) -> None:
+    """Write ``partial``: the planned layers quantized (their SQNR into ``report``), the rest copied."""
     keys = sorted(header.shapes)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        with (
-            TensorReader(source) as handle,
-            StreamingWriter(partial, int8_metadata(plan, header.metadata)) as writer,
-        ):
-            for layer, layer_config in plan.items():  # declare the int8 layout before any data is written
-                declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
-            for key in keys:
-                if not (key.endswith(WEIGHT_SUFFIX) and key[: -len(WEIGHT_SUFFIX)] in plan):
-                    writer.declare(key, _DTYPES[header.dtypes[key]], header.shapes[key])
-            writer.begin()
-            for done, key in enumerate(keys, 1):
-                tensor = handle.get(key)
-                layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
-                if layer in plan:
-                    packed = quantize_weight(tensor, plan[layer], name=key)
-                    report.layer_sqnr_db[layer] = weight_sqnr_db(tensor, packed)
-                    write_int8_layer(writer, layer, packed)
-                    del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
-                else:
-                    writer.write(key, tensor)
-                del tensor
-                if progress is not None:
-                    progress(key, done, len(keys))
-        _verify(source, partial, plan)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
-    report.verified = True
-    report.target_bytes = target.stat().st_size
-    return report
+    with (
+        TensorReader(source) as handle,
+        StreamingWriter(partial, int8_metadata(dict(plan), header.metadata)) as writer,
+    ):
+        for layer, layer_config in plan.items():  # declare the int8 layout before any data is written
+            declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
+        for key in keys:
+            if not (key.endswith(WEIGHT_SUFFIX) and key[: -len(WEIGHT_SUFFIX)] in plan):
+                writer.declare(key, _DTYPES[header.dtypes[key]], header.shapes[key])
+        writer.begin()
+        for done, key in enumerate(keys, 1):
+            tensor = handle.get(key)
+            layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
+            if layer in plan:
+                packed = quantize_weight(tensor, plan[layer], name=key)
+                report.layer_sqnr_db[layer] = weight_sqnr_db(tensor, packed)
+                write_int8_layer(writer, layer, packed)
+                del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
+            else:
+                writer.write(key, tensor)
+            del tensor
+            if progress is not None:
+                progress(key, done, len(keys))
 
 
 _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
