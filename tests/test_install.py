@@ -265,7 +265,7 @@ def test_manager_mode_only_pip_installs_the_pack_requirements(
 
     monkeypatch.setattr(inst, "_run", run)
     assert inst.main(["--manager"]) == 0
-    req = str(REPO / "custom_nodes" / "requirements.txt")
+    req = str(REPO / "requirements.txt")
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-r", req]]
 
 

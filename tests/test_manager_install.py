@@ -1,0 +1,105 @@
+"""Install the way artists do: ComfyUI-Manager and `comfy node install` clone the repository into
+``ComfyUI/custom_nodes/`` and pip-install the ``requirements.txt`` at its root into ComfyUI's own
+environment. Here: a copy of the pinned ComfyUI, this repository cloned into it, and a venv that sees
+only ComfyUI's requirements (as installed here), none of LeanVideo's. Without the pack's requirements
+the pack still loads and the metrics route says what to install; after the Manager's pip step it
+serves the metrics."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from benchmarks.device_image import closure, installed_distributions, make_view_venv
+from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.workspace import REPO_ROOT, Workspace
+
+pytestmark = pytest.mark.integration
+
+NODES = (
+    "LeanVideoDiffusionModelLoaderINT8",
+    "LeanVideoTextEncoderLoaderINT8",
+    "LeanVideoFreeVRAM",
+    "LeanVideoPatchAttention",
+)
+
+
+@pytest.fixture(scope="module")
+def manager_layout(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(ComfyUI copy, the clone in its custom_nodes, a ComfyUI-only venv's python)."""
+    root = tmp_path_factory.mktemp("manager")
+    comfy = root / "ComfyUI"
+    shutil.copytree(workspace.comfyui_dir, comfy, ignore=shutil.ignore_patterns("__pycache__"))
+    clone = comfy / "custom_nodes" / "ComfyUI-LeanVideo"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
+    # ComfyUI imports requests without listing it (app/frontend_management.py); users have it.
+    roots = [*requirement_lines(comfy / "requirements.txt"), Requirement("requests")]
+    names = closure(roots, installed_distributions())
+    ours = {canonicalize_name(req.name) for req in requirement_lines(clone / "requirements.txt")}
+    assert "prometheus-client" in ours and not {"prometheus-client", "leanvideo"} & names
+    return comfy, clone, make_view_venv(root / "venv", names)
+
+
+def requirement_lines(path: Path) -> list[Requirement]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [Requirement(line) for line in lines if line]
+
+
+def serve(comfy: Path, python: Path, state: Path) -> Iterator[str]:
+    config = ServerConfig(
+        comfyui_dir=comfy,
+        state_dir=state,
+        models_dir=state / "models",
+        python=python,
+        port=pick_free_port(),
+        # ComfyUI's own custom_nodes/ (our servers get a --base-directory of their own, whose
+        # custom_nodes/ would be searched instead): the pack is loaded from the Manager's clone there
+        custom_node_dirs=(comfy / "custom_nodes",),
+        cpu=True,
+    )
+    with ComfyServer(config) as server:
+        yield server.url
+
+
+def check_pack_loaded(url: str) -> None:
+    object_info = httpx.get(f"{url}/object_info", timeout=60).json()
+    assert all(node in object_info for node in NODES), sorted(n for n in object_info if "LeanVideo" in n)
+    telemetry = httpx.get(f"{url}/leanvideo/telemetry", timeout=30)
+    assert telemetry.status_code == 200 and "process" in telemetry.json()
+
+
+def test_the_cloned_pack_loads_without_its_requirements_and_says_what_to_install(
+    manager_layout: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    comfy, _, python = manager_layout
+    for url in serve(comfy, python, tmp_path / "server"):
+        check_pack_loaded(url)
+        metrics = httpx.get(f"{url}/leanvideo/metrics", timeout=30)
+        assert metrics.status_code == 503 and "pip install prometheus-client" in metrics.text
+
+
+def test_after_the_managers_pip_step_the_pack_serves_its_metrics(
+    manager_layout: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    comfy, clone, python = manager_layout
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-r", str(clone / "requirements.txt")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for url in serve(comfy, python, tmp_path / "server"):
+        check_pack_loaded(url)
+        metrics = httpx.get(f"{url}/leanvideo/metrics", timeout=30)
+        assert metrics.status_code == 200 and "leanvideo_" in metrics.text
+        info = httpx.get(f"{url}/leanvideo/info", timeout=30).json()
+        assert json.dumps(info) and Path(info["loaded_from"]).is_relative_to(clone)
