@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner.cli.bench import add_bench_parser, run_bench
+from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
 from runner.cli.server_options import add_server_arguments, run_options
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_workflow_parser(sub)
+    add_models_parser(sub)
     add_quantize_parser(sub)
     add_bench_parser(sub)
     return parser
@@ -140,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_bench(args, console)
         if args.command == "workflow":
             return run_workflow_command(args, console)
+        if args.command == "models":
+            return run_models_command(args, console)
         return cmd_demo(args, tuple(passthrough), console)
     except LeanVideoError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)

@@ -1,0 +1,63 @@
+"""``leanvideo models check WORKFLOW``: the model files a workflow needs, present or where to get them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from runner.errors import WorkspaceError
+from runner.jobs.models import ModelsReport, check_models
+from runner.local.workspace import find_workspace
+
+
+def add_models_parser(sub: Any) -> None:
+    """Add ``models check`` to ``sub`` (from ``add_subparsers``)."""
+    models = sub.add_parser("models", help="model files a workflow needs")
+    models_sub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    check = models_sub.add_parser(
+        "check",
+        help="list every model file a workflow loads: present (size) or missing (URL and folder)",
+        epilog="exit codes: 0 every file present, 1 something missing, 3 no models folder, 5 bad workflow",
+    )
+    check.add_argument("workflow", type=Path, help="API-format workflow JSON")
+    check.add_argument("--models", type=Path, default=None, help="models folder (default: the workspace's)")
+    check.add_argument("--sha256", action="store_true", help="also hash every present file")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_models_command(args: argparse.Namespace, console: Console) -> int:
+    """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
+    models_dir = args.models or find_workspace().models_dir
+    if not models_dir.is_dir():
+        raise WorkspaceError(f"no models folder at {models_dir}")
+    report = check_models(args.workflow, models_dir, hashes=args.sha256)
+    if args.json:
+        console.print_json(json.dumps(report.to_json()))
+    else:
+        for line in report_lines(report):
+            console.print(line, highlight=False)
+    return 1 if report.missing else 0
+
+
+def report_lines(report: ModelsReport) -> list[str]:
+    """One line per file (two for a missing one: where to get it), then the count of missing files."""
+    lines = [f"models of {escape(report.workflow)} in {escape(report.models_dir)}:"]
+    for file in report.files:
+        where = f"{file.folder or '?'}/{file.name}"
+        node = f"node {file.node_id} ({file.class_type}.{file.input_name})"
+        if file.status == "present":
+            size = f"{(file.bytes or 0) / 2**20:.1f} MiB" + (f", sha256 {file.sha256}" if file.sha256 else "")
+            lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}")
+        else:
+            lines.append(f"  [red]missing[/] {escape(where)}  {escape(node)}")
+            cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
+            source = escape(file.url) if file.url else "no known URL"
+            lines.append(f"          get it from {source}{cited} into {escape(file.target or '?')}")
+    count = report.missing
+    lines.append(f"{count} file(s) missing" if count else f"all {len(report.files)} file(s) present")
+    return lines

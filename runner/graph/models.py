@@ -1,0 +1,89 @@
+"""Which model files a workflow needs: every loader input that names a file, with its models folder.
+
+Loaders are known by class and input (stock ComfyUI's and LeanVideo's); any other input whose value
+ends in ``.safetensors``, ``.ckpt``, ``.pt``, ``.pth``, ``.bin`` or ``.gguf`` is listed too, with the
+folder unknown. An editor (UI) workflow can say where each file comes from: the ``properties.models``
+entries (``name``, ``url``, ``directory``) the ComfyUI templates carry, read by :func:`model_sources`.
+
+Example::
+
+    for ref in required_models(load_workflow(Path("workflows/ltxv_t2v_int8.api.json"))):
+        print(ref.node_id, ref.class_type, ref.folder, ref.name)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runner.graph.workflow import Workflow
+
+__all__ = ["MODEL_INPUTS", "ModelRef", "ModelSource", "model_sources", "required_models"]
+
+# (class_type, input) -> the models folder ComfyUI looks the file up in
+MODEL_INPUTS: dict[tuple[str, str], str] = {
+    ("CheckpointLoaderSimple", "ckpt_name"): "checkpoints",
+    ("ImageOnlyCheckpointLoader", "ckpt_name"): "checkpoints",
+    ("UNETLoader", "unet_name"): "diffusion_models",
+    ("CLIPLoader", "clip_name"): "text_encoders",
+    ("DualCLIPLoader", "clip_name1"): "text_encoders",
+    ("DualCLIPLoader", "clip_name2"): "text_encoders",
+    ("CLIPVisionLoader", "clip_name"): "clip_vision",
+    ("VAELoader", "vae_name"): "vae",
+    ("LoraLoader", "lora_name"): "loras",
+    ("LoraLoaderModelOnly", "lora_name"): "loras",
+    ("UpscaleModelLoader", "model_name"): "upscale_models",
+    ("LeanVideoDiffusionModelLoaderINT8", "unet_name"): "diffusion_models",
+    ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
+}
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One model file a node of a workflow loads."""
+
+    node_id: str
+    class_type: str
+    input_name: str
+    name: str
+    folder: str | None  # None: a file-like value of an input we do not know
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model file comes from, as a UI workflow's ``properties.models`` says."""
+
+    name: str
+    url: str
+    directory: str
+    cited_in: str  # the workflow (or template) that says so
+
+
+def required_models(workflow: Workflow) -> list[ModelRef]:
+    """Every model file ``workflow`` (API format) loads, in node order; each (node, input) once."""
+    found: list[ModelRef] = []
+    for node_id, node in workflow.items():
+        class_type = str(node.get("class_type", ""))
+        for input_name, value in (node.get("inputs") or {}).items():
+            if not isinstance(value, str):
+                continue
+            folder = MODEL_INPUTS.get((class_type, input_name))
+            if folder is not None or value.lower().endswith(MODEL_SUFFIXES):
+                found.append(ModelRef(str(node_id), class_type, input_name, value, folder))
+    return found
+
+
+def model_sources(ui_workflow: dict[str, Any], cited_in: str) -> dict[str, ModelSource]:
+    """``{file name: source}`` from the ``properties.models`` of an editor workflow's nodes (subgraphs
+    included); entries without a name or URL are skipped."""
+    sources: dict[str, ModelSource] = {}
+    nodes = list(ui_workflow.get("nodes") or [])
+    for subgraph in (ui_workflow.get("definitions") or {}).get("subgraphs") or []:
+        nodes += subgraph.get("nodes") or []
+    for node in nodes:
+        for entry in (node.get("properties") or {}).get("models") or []:
+            name, url = entry.get("name"), entry.get("url")
+            if isinstance(name, str) and isinstance(url, str) and name not in sources:
+                sources[name] = ModelSource(name, url, str(entry.get("directory") or ""), cited_in)
+    return sources

@@ -1,0 +1,152 @@
+"""``leanvideo models check``: is every model file a workflow needs in the models folder, and where
+does a missing one come from?
+
+A file is looked up in the folder its loader reads (``diffusion_models`` also under ``unet``,
+``text_encoders`` also under ``clip``, as ComfyUI does); a present file is listed with its size (and
+sha256 on request), a missing one with its download URL and the folder it belongs in. URLs come from
+the ``properties.models`` entries of the workflow's editor twin (``X.ui.json`` beside ``X.api.json``)
+and, for any file still without one, of the ComfyUI templates installed with ComfyUI (the
+``comfyui-workflow-templates*`` packages); each URL names the file that cites it.
+
+Example::
+
+    report = check_models(Path("workflows/wan21_t2v_int8.api.json"), Path(".workspace/models"))
+    print(report.missing, [f.name for f in report.files if f.status == "missing"])
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.graph.models import ModelSource, model_sources, required_models
+from runner.graph.workflow import load_workflow
+from runner.install.pin import sha256_file
+from runner.local.server import MODEL_FOLDERS
+
+__all__ = ["ModelFile", "ModelsReport", "check_models", "template_sources"]
+
+TEMPLATE_DISTRIBUTIONS = "comfyui-workflow-templates"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One needed file: present (path, bytes, sha256 when asked) or missing (where to get it)."""
+
+    node_id: str
+    class_type: str
+    input_name: str
+    name: str
+    folder: str | None
+    status: str  # "present" or "missing"
+    path: str | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+    url: str | None = None
+    cited_in: str | None = None
+    target: str | None = None  # where a missing file goes
+
+
+@dataclass
+class ModelsReport:
+    workflow: str
+    models_dir: str
+    files: list[ModelFile] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        return sum(1 for f in self.files if f.status == "missing")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflow": self.workflow,
+            "models_dir": self.models_dir,
+            "missing": self.missing,
+            "files": [asdict(f) for f in self.files],
+        }
+
+
+def template_sources() -> dict[str, ModelSource]:
+    """``{file name: source}`` from every ComfyUI template workflow installed in this environment."""
+    sources: dict[str, ModelSource] = {}
+    for dist in importlib.metadata.distributions():
+        if not (dist.metadata["Name"] or "").lower().replace("_", "-").startswith(TEMPLATE_DISTRIBUTIONS):
+            continue
+        for file in dist.files or []:
+            if file.suffix != ".json":
+                continue
+            try:
+                document = json.loads(Path(str(dist.locate_file(file))).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(document, dict):
+                for name, source in model_sources(document, f"template {file.name}").items():
+                    sources.setdefault(name, source)
+    return sources
+
+
+def check_models(
+    workflow_path: Path,
+    models_dir: Path,
+    *,
+    hashes: bool = False,
+    templates: Mapping[str, ModelSource] | None = None,
+) -> ModelsReport:
+    """The report for ``workflow_path`` (API format) against ``models_dir``; see the module docstring.
+
+    ``templates`` replaces the installed templates' sources (``None``: read them when a file lacks one).
+    """
+    refs = required_models(load_workflow(workflow_path))
+    sources = _twin_sources(workflow_path)
+    if templates is None and any(ref.name not in sources for ref in refs):
+        templates = template_sources()
+    sources = {**(templates or {}), **sources}
+    report = ModelsReport(str(workflow_path), str(models_dir))
+    for ref in refs:
+        found = _locate(models_dir, ref.folder, ref.name)
+        source = sources.get(ref.name)
+        if found is not None:
+            digest = sha256_file(found) if hashes else None
+            file = ModelFile(
+                ref.node_id, ref.class_type, ref.input_name, ref.name, ref.folder, "present",
+                path=str(found), bytes=found.stat().st_size, sha256=digest,
+            )  # fmt: skip
+        else:
+            folder = ref.folder or (source.directory if source else None)
+            file = ModelFile(
+                ref.node_id, ref.class_type, ref.input_name, ref.name, ref.folder, "missing",
+                url=source.url if source else None, cited_in=source.cited_in if source else None,
+                target=str(models_dir / folder) if folder else None,
+            )  # fmt: skip
+        report.files.append(file)
+    return report
+
+
+def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
+    name = workflow_path.name
+    if not name.endswith(".api.json"):
+        return {}
+    twin = workflow_path.with_name(name[: -len(".api.json")] + ".ui.json")
+    try:
+        document = json.loads(twin.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return model_sources(document, twin.name) if isinstance(document, dict) else {}
+
+
+def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
+    """The file ``name`` in ``folder`` (or its aliases; any folder when unknown), or None."""
+    subdirs = (
+        MODEL_FOLDERS.get(folder, (folder,))
+        if folder
+        else tuple({d for dirs in MODEL_FOLDERS.values() for d in dirs})
+    )
+    for subdir in subdirs:
+        candidate = models_dir / subdir / name
+        if candidate.is_file():
+            return candidate
+    return None

@@ -1,0 +1,125 @@
+"""`leanvideo models check`: every model file a workflow loads, present (size, sha256) or missing (URL,
+its citation, target folder); URLs from the editor twin's properties.models, then the installed
+ComfyUI templates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.cli.main import main
+from runner.graph.models import ModelSource, model_sources, required_models
+from runner.jobs.models import check_models, template_sources
+from runner.local.workspace import WORKFLOWS_DIR
+
+WORKFLOW = {
+    "1": {"class_type": "LeanVideoDiffusionModelLoaderINT8", "inputs": {"unet_name": "dit.safetensors"}},
+    "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "te.safetensors", "type": "ltxv"}},
+    "3": {"class_type": "LoraLoaderModelOnly", "inputs": {"lora_name": "l.safetensors", "model": ["1", 0]}},
+    "4": {"class_type": "SomeCustomLoader", "inputs": {"path": "odd.gguf", "strength": 1.0}},
+    "5": {"class_type": "KSampler", "inputs": {"sampler_name": "euler", "model": ["3", 0]}},
+}
+UI_TWIN = {
+    "nodes": [
+        {
+            "type": "CLIPLoader",
+            "properties": {
+                "models": [{"name": "te.safetensors", "url": "https://e.x/te", "directory": "text_encoders"}]
+            },
+        }
+    ],
+    "definitions": {
+        "subgraphs": [
+            {
+                "nodes": [
+                    {
+                        "properties": {
+                            "models": [
+                                {"name": "l.safetensors", "url": "https://e.x/l", "directory": "loras"}
+                            ]
+                        }
+                    }
+                ]
+            }
+        ]
+    },
+}
+
+
+def write(tmp_path: Path) -> tuple[Path, Path]:
+    """The workflow (API + editor twin) and a models folder with the DiT under the ``unet`` alias."""
+    path = tmp_path / "wf.api.json"
+    path.write_text(json.dumps(WORKFLOW), encoding="utf-8")
+    (tmp_path / "wf.ui.json").write_text(json.dumps(UI_TWIN), encoding="utf-8")
+    models = tmp_path / "models"
+    (models / "unet").mkdir(parents=True)
+    (models / "unet" / "dit.safetensors").write_bytes(b"weights")
+    return path, models
+
+
+def test_required_models_lists_loader_inputs_with_their_folders() -> None:
+    refs = required_models(WORKFLOW)
+    assert [(r.node_id, r.input_name, r.name, r.folder) for r in refs] == [
+        ("1", "unet_name", "dit.safetensors", "diffusion_models"),
+        ("2", "clip_name", "te.safetensors", "text_encoders"),
+        ("3", "lora_name", "l.safetensors", "loras"),
+        ("4", "path", "odd.gguf", None),  # a file-like value of an input no table knows
+    ]
+    sources = model_sources(UI_TWIN, "wf.ui.json")
+    assert sources["l.safetensors"] == ModelSource("l.safetensors", "https://e.x/l", "loras", "wf.ui.json")
+
+
+def test_check_finds_aliases_hashes_on_request_and_says_where_missing_files_come_from(tmp_path: Path) -> None:
+    path, models = write(tmp_path)
+    report = check_models(path, models, hashes=True, templates={})
+    by_name = {f.name: f for f in report.files}
+    dit = by_name["dit.safetensors"]
+    assert dit.status == "present" and dit.bytes == 7 and dit.path == str(models / "unet" / "dit.safetensors")
+    assert dit.sha256 == hashlib.sha256(b"weights").hexdigest()
+    te = by_name["te.safetensors"]
+    assert (te.status, te.url, te.cited_in, te.target) == (
+        "missing",
+        "https://e.x/te",
+        "wf.ui.json",
+        str(models / "text_encoders"),
+    )
+    assert by_name["l.safetensors"].url == "https://e.x/l"  # from a subgraph of the twin
+    odd = by_name["odd.gguf"]
+    assert odd.status == "missing" and odd.url is None and odd.target is None
+    assert report.missing == 3
+
+
+def test_the_cli_exits_1_when_something_is_missing_and_0_when_all_is_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, models = write(tmp_path)
+    assert main(["models", "check", str(path), "--models", str(models), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["missing"] == 3 and len(document["files"]) == 4
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    out = capsys.readouterr().out
+    assert "missing text_encoders/te.safetensors" in out and "get it from https://e.x/te" in out
+    for name, folder in (
+        ("te.safetensors", "text_encoders"),
+        ("l.safetensors", "loras"),
+        ("odd.gguf", "vae"),
+    ):
+        (models / folder).mkdir(exist_ok=True)
+        (models / folder / name).write_bytes(b"x")
+    assert main(["models", "check", str(path), "--models", str(models)]) == 0
+    assert "all 4 file(s) present" in capsys.readouterr().out
+    assert main(["models", "check", str(tmp_path / "nope.api.json"), "--models", str(models)]) == 5
+
+
+def test_urls_come_from_the_installed_comfyui_templates() -> None:
+    """The shipped Wan 2.1 workflow's VAE and text encoder are named as the templates name them."""
+    sources = template_sources()
+    assert len(sources) > 50
+    vae = sources["wan_2.1_vae.safetensors"]
+    assert vae.url.startswith("https://huggingface.co/Comfy-Org/") and vae.directory == "vae"
+    assert vae.cited_in.startswith("template ")
+    report = check_models(WORKFLOWS_DIR / "wan21_t2v_int8.api.json", Path("/nonexistent"), templates=sources)
+    assert {f.name: f.url for f in report.files}["wan_2.1_vae.safetensors"] == vae.url
