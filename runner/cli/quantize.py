@@ -119,6 +119,7 @@ def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
         "target_bytes": report.target_bytes,
         "size_ratio": report.size_ratio,
         "verified": report.verified,
+        "fp8_tensors": report.fp8_tensors,  # the SQNR of those is against their exact dequantized values
         "layers": len(values),
         "sqnr_db": {
             "min": min(values),
@@ -138,9 +139,14 @@ def _render(report: QuantizeReport, family: str, console: Console) -> None:
         highlight=False,
     )
     sqnr = list(values.values())
+    reference = (
+        f" (against the exact weights of the {report.fp8_tensors} fp8 tensors, scales applied)"
+        if report.fp8_tensors
+        else ""
+    )
     console.print(
         f"per-layer SQNR: min {min(sqnr):.1f} dB, median {statistics.median(sqnr):.1f} dB, "
-        f"max {max(sqnr):.1f} dB",
+        f"max {max(sqnr):.1f} dB{reference}",
         highlight=False,
     )
     table = Table(title=f"lowest SQNR ({WORST_LAYERS_SHOWN} layers)")

@@ -23,6 +23,7 @@ import torch
 
 from .files import FileHeader, TensorReader, read_header
 from .formats.common import config_to_tensor
+from .fp8 import FP8_DTYPES, SCALE_WEIGHT_SUFFIX, dequantize_fp8, is_fp8_companion
 from .policy import plan_quantization
 from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
@@ -85,6 +86,7 @@ class QuantizeReport:
     target_bytes: int
     layer_sqnr_db: dict[str, float] = field(default_factory=dict)
     verified: bool = False
+    fp8_tensors: int = 0  # fp8 tensors of the source, dequantized exactly (SQNR is against those values)
 
     @property
     def size_ratio(self) -> float:
@@ -127,9 +129,9 @@ def _plan_file(
 ) -> dict[str, Int8WeightConfig]:
     """``{layer (full key prefix): config}`` of the layers of ``source`` to quantize, checked."""
     for key, dtype in header.dtypes.items():
-        if dtype not in _FLOAT_DTYPES and not is_auxiliary(key, dtype):
+        if dtype not in _FLOAT_DTYPES and dtype not in FP8_DTYPES and not is_auxiliary(key, dtype):
             raise Int8FormatError(
-                f"{source}: tensor {key!r} is {dtype}; only float files are quantized "
+                f"{source}: tensor {key!r} is {dtype}; only float and fp8 files are quantized "
                 "(auxiliary uint8 blobs such as spiece_model are copied as they are)"
             )
     prefix = _common_prefix(header.shapes)
@@ -148,8 +150,11 @@ def _stream_quantized(
     report: QuantizeReport,
     progress: Progress | None,
 ) -> None:
-    """Write ``partial``: the planned layers quantized (their SQNR into ``report``), the rest copied."""
-    keys = sorted(header.shapes)
+    """Write ``partial``: the planned layers quantized (their SQNR into ``report``, against the exact
+    float weight: an fp8 weight is dequantized first), fp8 tensors that stay float written as float32,
+    the scaled-fp8 scales and marker dropped, the rest copied."""
+    keys = sorted(key for key in header.shapes if not is_fp8_companion(key))
+    report.fp8_tensors = sum(1 for key in keys if header.dtypes[key] in FP8_DTYPES)
     with (
         TensorReader(source) as handle,
         StreamingWriter(partial, int8_metadata(dict(plan), header.metadata)) as writer,
@@ -158,10 +163,13 @@ def _stream_quantized(
             declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
         for key in keys:
             if not (key.endswith(WEIGHT_SUFFIX) and key[: -len(WEIGHT_SUFFIX)] in plan):
-                writer.declare(key, _DTYPES[header.dtypes[key]], header.shapes[key])
+                dtype = header.dtypes[key]
+                writer.declare(
+                    key, torch.float32 if dtype in FP8_DTYPES else _DTYPES[dtype], header.shapes[key]
+                )
         writer.begin()
         for done, key in enumerate(keys, 1):
-            tensor = handle.get(key)
+            tensor = _read_exact(handle, header, key)
             layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
             if layer in plan:
                 packed = quantize_weight(tensor, plan[layer], name=key)
@@ -173,6 +181,16 @@ def _stream_quantized(
             del tensor
             if progress is not None:
                 progress(key, done, len(keys))
+
+
+def _read_exact(handle: TensorReader, header: FileHeader, key: str) -> torch.Tensor:
+    """Tensor ``key`` as stored, or for an fp8 one its exact float32 value (times its scale_weight)."""
+    tensor = handle.get(key)
+    if header.dtypes[key] not in FP8_DTYPES:
+        return tensor
+    scale_key = key.removesuffix(WEIGHT_SUFFIX) + SCALE_WEIGHT_SUFFIX
+    scale = handle.get(scale_key) if key.endswith(WEIGHT_SUFFIX) and scale_key in header.dtypes else None
+    return dequantize_fp8(tensor, scale, where=f"{handle.path}: {key}")
 
 
 _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
@@ -209,11 +227,16 @@ def _verify(source: Path, written: Path, plan: Mapping[str, Int8WeightConfig]) -
 
     if (found := detect_format(read_header(written))) != "leanvideo":
         raise Int8FormatError(f"{written}: verification read it as {found!r}, not as LeanVideo INT8")
+    header = read_header(source)
     with TensorReader(source) as original, TensorReader(written) as copy:
         for key in original.keys():  # noqa: SIM118 (a reader, not a mapping)
+            if is_fp8_companion(key):
+                if key in copy.keys():  # noqa: SIM118 (a reader, not a mapping)
+                    raise Int8FormatError(f"{written}: the scaled-fp8 tensor {key!r} was left in")
+                continue
             layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
             if layer in plan:
                 names = (key, layer + SCALE_SUFFIX, layer + CONFIG_SUFFIX)
                 canonicalize({name: copy.get(name) for name in names}, {}, source=str(written))
-            elif not torch.equal(copy.get(key), original.get(key)):
+            elif not torch.equal(copy.get(key), _read_exact(original, header, key)):
                 raise Int8FormatError(f"{written}: {key!r} differs from {source} after the round trip")

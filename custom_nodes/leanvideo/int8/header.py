@@ -29,7 +29,7 @@ from .spec import Int8FormatError
 
 METADATA = "__metadata__"
 HEADER_LIMIT = 100_000_000  # the safetensors reference implementation's limit
-DTYPE_SIZES: dict[str, int] = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4}
+DTYPE_SIZES: dict[str, int] = {"U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F16": 2, "BF16": 2, "F32": 4}
 
 
 class SafetensorsHeaderError(Int8FormatError):

@@ -25,6 +25,8 @@ from .header import encode_header
 SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
     torch.int8: "I8",
     torch.uint8: "U8",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
     torch.bfloat16: "BF16",
     torch.float16: "F16",
     torch.float32: "F32",

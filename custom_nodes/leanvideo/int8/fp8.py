@@ -1,0 +1,50 @@
+"""fp8 files as users have them, read exactly: float8_e4m3fn / float8_e5m2 weights, and ComfyUI's
+"scaled fp8" layout.
+
+A scaled fp8 file stores a linear layer's weight in fp8 with a float32 ``<layer>.scale_weight`` (one
+value for the tensor, or one per output channel): the true weight is ``fp8 value × scale_weight``. It
+may carry ``<layer>.scale_input`` (for fp8 activations, meaningless once the weight is INT8) and a
+``scaled_fp8`` marker tensor at the model's key prefix. :func:`dequantize_fp8` gives the float32 weight
+(exact: every fp8 value and scale is representable in float32, and one product rounds once);
+:func:`is_fp8_companion` names the keys that describe fp8 weights and are dropped with them.
+
+Example::
+
+    weight = dequantize_fp8(fp8_weight, scale_weight, where="blocks.0.attn.q.weight")
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .spec import Int8FormatError
+
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
+SCALE_WEIGHT_SUFFIX = ".scale_weight"
+SCALE_INPUT_SUFFIX = ".scale_input"
+MARKER = "scaled_fp8"
+
+
+def is_fp8_companion(key: str) -> bool:
+    """Whether ``key`` is a scaled-fp8 scale or the ``scaled_fp8`` marker (not a model tensor)."""
+    return key.endswith((SCALE_WEIGHT_SUFFIX, SCALE_INPUT_SUFFIX)) or key.rsplit(".", 1)[-1] == MARKER
+
+
+def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: str) -> torch.Tensor:
+    """The float32 values of the fp8 ``weight``, times its ``scale_weight`` when it has one.
+
+    Raises:
+        Int8FormatError: a scale that is neither one value nor one per output channel (names ``where``).
+    """
+    values = weight.to(torch.float32)
+    if scale is None:
+        return values
+    scale = scale.to(torch.float32)
+    if scale.numel() == 1:
+        return values * scale.reshape(())
+    if scale.numel() == weight.shape[0]:
+        return values * scale.reshape(-1, *([1] * (weight.ndim - 1)))
+    raise Int8FormatError(
+        f"{where}: scale_weight has shape {tuple(scale.shape)}; expected one value or one per output "
+        f"channel ({weight.shape[0]})"
+    )
