@@ -25,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 DIT_SQNR_DB = 35.0  # tiny DiT output, INT8 vs bf16 weights (measured ≈ 46 dB)
 LORA_SQNR_DB = 30.0  # INT8 + merged LoRA vs float + LoRA
+# INT8 from fp8 adds its rounding (≈ 43 dB against the fp8 weights) to fp8's own: at most this much worse
+FP8_MARGIN_DB = 0.5
 PROMPT = "a red fox running through fresh snow"
 
 
@@ -307,3 +309,54 @@ def test_pre_quantized_text_encoder_hands_its_tokenizer_blob_to_comfyui(
     [(state_dict, _)] = handed
     assert state_dict["encoder.block.0.layer.0.SelfAttention.q.weight"].dtype == torch.int8
     assert state_dict["spiece_model"].numpy().tobytes() == tokenizer_file.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2", "scaled"])
+def test_an_fp8_dit_quantized_on_load_matches_stock_comfyui_running_it(
+    comfy: SimpleNamespace,
+    tiny_models: FixtureSet,
+    float_dit: Any,
+    dit_inputs: tuple[torch.Tensor, ...],
+    tmp_path: Path,
+    kind: str,
+) -> None:
+    """The tiny DiT saved as fp8 (plain e4m3fn / e5m2, or ComfyUI scaled fp8): our loader quantizes it
+    to INT8 on load; stock ComfyUI (UNETLoader's path) runs the same file. Both against the bf16 DiT."""
+    from leanvideo.int8.files import read_header
+    from leanvideo.int8.fp8 import to_fp8
+
+    stored, _ = to_fp8(read_tensors(tiny_models.diffusion_model), kind)
+    path = tmp_path / f"dit-{kind}.safetensors"
+    save_file(stored, str(path), read_header(tiny_models.diffusion_model).metadata)
+    ours = comfy.loading.load_diffusion_model_int8(path)
+    assert comfy.ops.is_int8(ours.model.diffusion_model.transformer_blocks[0].attn1.to_q.weight)
+    sd, metadata = comfy.utils.load_torch_file(str(path), return_metadata=True)
+    stock = comfy.sd.load_diffusion_model_state_dict(sd, metadata=metadata)
+    reference = _run_dit(float_dit, dit_inputs)
+    ours_db = sqnr_db(reference, _run_dit(ours, dit_inputs))
+    stock_db = sqnr_db(reference, _run_dit(stock, dit_inputs))
+    print(f"DiT output SQNR vs bf16, {kind}: stock fp8 {stock_db:.2f} dB, our INT8 of it {ours_db:.2f} dB")
+    assert ours_db >= stock_db - FP8_MARGIN_DB
+
+
+def test_a_per_channel_scaled_fp8_dit_loads_through_ours(
+    comfy: SimpleNamespace,
+    tiny_models: FixtureSet,
+    float_dit: Any,
+    dit_inputs: tuple[torch.Tensor, ...],
+    tmp_path: Path,
+) -> None:
+    """Scaled fp8 with one scale per output channel: v0.3.75's own loader refuses the shapes; ours reads
+    it exactly and quantizes it."""
+    from leanvideo.int8.files import read_header
+    from leanvideo.int8.fp8 import to_fp8
+
+    stored, _ = to_fp8(read_tensors(tiny_models.diffusion_model), "scaled_channel")
+    path = tmp_path / "dit-scaled-channel.safetensors"
+    save_file(stored, str(path), read_header(tiny_models.diffusion_model).metadata)
+    ours = comfy.loading.load_diffusion_model_int8(path)
+    measured = sqnr_db(_run_dit(float_dit, dit_inputs), _run_dit(ours, dit_inputs))
+    print(f"DiT output SQNR vs bf16, per-channel scaled fp8 → our INT8: {measured:.2f} dB")
+    assert measured >= 25.0
+    with pytest.raises(Int8FormatError, match="quantize_on_load"):
+        comfy.loading.load_diffusion_model_int8(path, comfy.loading.Int8LoadOptions(quantize_on_load=False))

@@ -1,6 +1,7 @@
 """fp8 in, INT8 out (`leanvideo quantize`): float8_e4m3fn, float8_e5m2 and ComfyUI's scaled fp8 (a scale
 per tensor or per output channel, scale_input, the scaled_fp8 marker) are dequantized exactly before
-quantizing; the report's SQNR is against those dequantized weights; no scaled-fp8 key is left behind."""
+quantizing; the report's SQNR is against those dequantized weights; no scaled-fp8 key is left behind.
+The loaders, against stock ComfyUI running the same fp8 file: tests/test_int8_comfy.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from leanvideo.int8 import dequantize
 from leanvideo.int8.convert import quantize_file
 from leanvideo.int8.formats import read_int8_file
 from leanvideo.int8.formats.common import config_from_tensor
-from leanvideo.int8.fp8 import dequantize_fp8, is_fp8_companion
+from leanvideo.int8.fp8 import dequantize_fp8, is_fp8_companion, to_fp8
 from leanvideo.int8.quantize import sqnr_db
 from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
 from safetensors.torch import save_file
@@ -20,40 +21,16 @@ from safetensors.torch import save_file
 from tests.test_int8_formats import QUANTIZED_LAYERS, _ltxv_like
 
 PREFIX = "model.diffusion_model."
-E4M3_MAX = 448.0
 
 
 def fp8_file(path: Path, kind: str) -> dict[str, torch.Tensor]:
-    """The tiny LTXV-like DiT as users download it in fp8 (2-D weights in fp8, the rest bf16), with the
-    release key prefix; returns the exact float32 weights the file stands for."""
-    tensors: dict[str, torch.Tensor] = {}
-    exact: dict[str, torch.Tensor] = {}
-    for index, (key, value) in enumerate(sorted(_ltxv_like().items())):
-        if value.ndim != 2:
-            tensors[PREFIX + key] = value
-            continue
-        if kind == "e5m2":
-            tensors[PREFIX + key] = value.to(torch.float8_e5m2)
-        elif kind == "e4m3":
-            tensors[PREFIX + key] = value.to(torch.float8_e4m3fn)
-        else:  # scaled: alternately one scale per tensor and one per output channel
-            weight = value.to(torch.float32)
-            absmax = weight.abs().amax() if index % 2 else weight.abs().amax(dim=1, keepdim=True)
-            scale = absmax / E4M3_MAX
-            tensors[PREFIX + key] = (weight / scale).to(torch.float8_e4m3fn)
-            scale = scale.reshape(-1) if scale.ndim else scale  # per channel: [out], as ComfyUI stores it
-            layer = key.removesuffix(".weight")
-            tensors[PREFIX + layer + ".scale_weight"] = scale
-            tensors[PREFIX + layer + ".scale_input"] = torch.tensor(1.0)
-        scale_key = PREFIX + key.removesuffix(".weight") + ".scale_weight"
-        exact[key] = dequantize_fp8(tensors[PREFIX + key], tensors.get(scale_key), where=key)
-    if kind == "scaled":
-        tensors[PREFIX + "scaled_fp8"] = torch.empty(0, dtype=torch.float8_e4m3fn)
-    save_file(tensors, str(path), {"config": '{"transformer": {}}'})
+    """The tiny LTXV-like DiT in fp8 with the release key prefix; returns its exact float32 weights."""
+    stored, exact = to_fp8(_ltxv_like(), kind, PREFIX)
+    save_file(stored, str(path), {"config": '{"transformer": {}}'})
     return exact
 
 
-@pytest.mark.parametrize("kind", ["e4m3", "e5m2", "scaled"])
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2", "scaled", "scaled_channel"])
 def test_fp8_files_quantize_against_their_exact_weights(tmp_path: Path, kind: str) -> None:
     source, target = tmp_path / f"dit-{kind}.safetensors", tmp_path / f"dit-{kind}-int8.safetensors"
     exact = fp8_file(source, kind)

@@ -26,12 +26,17 @@ import torch
 from .int8 import Int8WeightConfig
 from .int8.convert import quantize_state_dict
 from .int8.formats import LoadedFile, read_int8_file
+from .int8.fp8 import is_fp8_companion
 from .int8.policy import plan_quantization
 from .int8.spec import Int8FormatError
 from .int8_lora import LORA_MODES, Int8ModelPatcher
 from .int8_ops import make_int8_ops
 
 logger = logging.getLogger(__name__)
+
+# Formats without int8 weights, quantized while loading: float (bf16/fp16/fp32) and fp8 (plain or
+# ComfyUI scaled, dequantized exactly first).
+QUANTIZED_ON_LOAD = ("float", "fp8")
 
 COMPUTE_DTYPES: dict[str, torch.dtype | None] = {
     "default": None,
@@ -102,9 +107,10 @@ def _quantize_loaded(
 
 def _read(path: Path, options: Int8LoadOptions) -> LoadedFile:
     loaded = read_int8_file(path)
-    if loaded.format == "float" and not options.quantize_on_load:
+    if loaded.format in QUANTIZED_ON_LOAD and not options.quantize_on_load:
         raise Int8FormatError(
-            f"{path}: holds no INT8 weights; turn on quantize_on_load to quantize it while loading"
+            f"{path}: holds no INT8 weights ({loaded.format}); turn on quantize_on_load to quantize it "
+            "while loading"
         )
     return loaded
 
@@ -114,8 +120,9 @@ def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None
     options = options or Int8LoadOptions()
     loaded = _read(path, options)
     tensors = loaded.tensors
-    if loaded.format == "float":
-        family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
+    if loaded.format in QUANTIZED_ON_LOAD:
+        plain = {key: t for key, t in tensors.items() if not is_fp8_companion(key)}
+        family, prefix = detect_family(plain, loaded.metadata, source=str(path))
         tensors = _quantize_loaded(loaded, family, prefix, options.quantize_config)
     model_options: dict[str, Any] = {
         "custom_operations": make_int8_ops(options.matmul_route, options.lora_mode)
@@ -147,7 +154,7 @@ def load_text_encoder_int8(
     state_dicts = []
     for path in paths:
         loaded = _read(path, options)
-        if loaded.format == "float":
+        if loaded.format in QUANTIZED_ON_LOAD:
             state_dicts.append(_quantize_loaded(loaded, "text_encoder", "", options.quantize_config))
         else:
             state_dicts.append(loaded.tensors)

@@ -48,9 +48,18 @@ Progress = Callable[[str, int, int], None]  # (key, done, total)
 def quantize_state_dict(
     tensors: Mapping[str, torch.Tensor], plan: Mapping[str, Int8WeightConfig]
 ) -> dict[str, torch.Tensor]:
-    """A copy of ``tensors`` with every layer of ``plan`` replaced by int8 weight + scale + config."""
+    """A copy of ``tensors`` with every layer of ``plan`` replaced by int8 weight + scale + config.
+
+    fp8 tensors (and scaled fp8, whose ``scale_weight``, ``scale_input`` and marker are dropped) are
+    dequantized exactly first, one at a time; those outside ``plan`` stay float32.
+    """
     result: dict[str, torch.Tensor] = {}
     for key, tensor in tensors.items():
+        if is_fp8_companion(key):
+            continue
+        if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            scale = tensors.get(key.removesuffix(WEIGHT_SUFFIX) + SCALE_WEIGHT_SUFFIX)
+            tensor = dequantize_fp8(tensor, scale if key.endswith(WEIGHT_SUFFIX) else None, where=key)
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
         if layer is None or layer not in plan:
             result[key] = tensor

@@ -20,6 +20,7 @@ import torch
 from .spec import Int8FormatError
 
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
+E4M3_MAX = 448.0
 SCALE_WEIGHT_SUFFIX = ".scale_weight"
 SCALE_INPUT_SUFFIX = ".scale_input"
 MARKER = "scaled_fp8"
@@ -48,3 +49,41 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: s
         f"{where}: scale_weight has shape {tuple(scale.shape)}; expected one value or one per output "
         f"channel ({weight.shape[0]})"
     )
+
+
+def to_fp8(
+    tensors: dict[str, torch.Tensor], kind: str, prefix: str = ""
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``tensors`` as users download them in fp8, for tests and benchmarks: 2-D weights in fp8
+    (``e4m3``, ``e5m2``; ``scaled``: e4m3 with an absmax ``scale_weight`` per tensor, a ``scale_input``
+    and the marker, as ComfyUI v0.3.75 runs them; ``scaled_channel``: the same with one scale per output
+    channel on every other weight, which v0.3.75 cannot load), the rest as they are. Returns the file's
+    tensors (keys under ``prefix``) and the exact float32 weights they stand for (keys without it).
+    """
+    if kind not in ("e4m3", "e5m2", "scaled", "scaled_channel"):
+        raise ValueError(f"fp8 kind must be e4m3, e5m2, scaled or scaled_channel, got {kind!r}")
+    stored: dict[str, torch.Tensor] = {}
+    exact: dict[str, torch.Tensor] = {}
+    for index, (key, value) in enumerate(sorted(tensors.items())):
+        if value.ndim != 2 or not key.endswith(".weight"):
+            stored[prefix + key] = value
+            continue
+        scale: torch.Tensor | None = None
+        if kind == "e5m2":
+            stored[prefix + key] = value.to(torch.float8_e5m2)
+        elif kind == "e4m3":
+            stored[prefix + key] = value.to(torch.float8_e4m3fn)
+        else:
+            weight = value.to(torch.float32)
+            per_channel = kind == "scaled_channel" and index % 2 == 0
+            absmax = weight.abs().amax(dim=1, keepdim=True) if per_channel else weight.abs().amax()
+            divisor = absmax.clamp(min=1e-12) / E4M3_MAX
+            stored[prefix + key] = (weight / divisor).to(torch.float8_e4m3fn)
+            scale = divisor.reshape(-1) if divisor.ndim else divisor  # per channel: [out], as ComfyUI
+            layer = prefix + key.removesuffix(".weight")
+            stored[layer + SCALE_WEIGHT_SUFFIX] = scale
+            stored[layer + SCALE_INPUT_SUFFIX] = torch.tensor(1.0)
+        exact[key] = dequantize_fp8(stored[prefix + key], scale, where=key)
+    if kind.startswith("scaled"):
+        stored[prefix + MARKER] = torch.empty(0, dtype=torch.float8_e4m3fn)
+    return stored, exact

@@ -20,11 +20,11 @@ import torch
 
 from ..files import FileHeader, read_header, read_tensors
 from ..spec import COMFY_METADATA_KEY, Int8FormatError, is_allowed_uint8
-from . import comfy_native, float, int8_fast, leanvideo, lightx2v
+from . import comfy_native, float, fp8, int8_fast, leanvideo, lightx2v
 from .common import canonicalize
 
 FORMATS: dict[str, ModuleType] = {
-    module.NAME: module for module in (leanvideo, comfy_native, lightx2v, int8_fast, float)
+    module.NAME: module for module in (leanvideo, comfy_native, lightx2v, int8_fast, fp8, float)
 }
 
 
@@ -58,10 +58,10 @@ def _describe_unknown(header: FileHeader) -> str:
                 return f"int8 weight {key!r} has no scale {layer + '.weight_scale'!r}"
         if dtype == "U8" and not is_allowed_uint8(key):
             return f"uint8 tensor {key!r} is named like a layer tensor; no supported INT8 format stores one"
-        if dtype not in ("I8", "U8", "BF16", "F16", "F32"):
+        if dtype not in ("I8", "U8", "F8_E4M3", "F8_E5M2", "BF16", "F16", "F32"):
             return f"tensor {key!r} has dtype {dtype}, which no supported INT8 format uses"
     return (
-        "the tensors match no supported INT8 format (LeanVideo, ComfyUI-native, LightX2V, INT8-Fast, float)"
+        "the tensors match no supported format (LeanVideo, ComfyUI-native, LightX2V, INT8-Fast, fp8, float)"
     )
 
 

@@ -81,6 +81,11 @@ def infer_config(
     return config
 
 
+# float weights, int8 layers with uint8 configs and blobs, and fp8 weights (quantized on load)
+READ_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8)
+READ_DTYPES += (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def canonicalize(
     tensors: dict[str, torch.Tensor], entries: Mapping[str, Mapping[str, Any]], *, source: str
 ) -> dict[str, torch.Tensor]:
@@ -129,8 +134,8 @@ def canonicalize(
                 f"{source}: uint8 tensor {key!r} is named like a layer tensor; INT8 formats store only "
                 "comfy_quant configs and auxiliary byte blobs (e.g. spiece_model) as uint8"
             )
-        elif tensor.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8):
+        elif tensor.dtype not in READ_DTYPES:
             raise Int8FormatError(
-                f"{source}: tensor {key!r} has dtype {tensor.dtype}, which no INT8 format uses"
+                f"{source}: tensor {key!r} has dtype {tensor.dtype}, which no supported format uses"
             )
     return result
