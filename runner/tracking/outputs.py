@@ -103,15 +103,17 @@ def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
         FileExistsError: ``target`` exists (it is never overwritten).
         ServerError: ``/view`` answered an error, or the download failed after every retry.
     """
-    attempt = 0
-    while True:
-        try:
-            return _stream_to(client, item, target)
-        except (httpx.TransportError, _ShortRead) as exc:
-            target.unlink(missing_ok=True)
-            if not client.retry_after(attempt, f"GET /view {item['filename']!r}", exc):
-                raise ServerError(f"download of {item['filename']!r} failed: {exc}") from exc
-            attempt += 1
+    name = item["filename"]
+
+    def fail(error: Exception, attempts: int) -> ServerError:
+        return ServerError(f"download of {name!r} failed: {error}")
+
+    return client.retrying(
+        f"GET /view {name!r}",
+        lambda: _stream_to(client, item, target),
+        (httpx.TransportError, _ShortRead),
+        fail,
+    )
 
 
 class _ShortRead(Exception):
@@ -119,6 +121,15 @@ class _ShortRead(Exception):
 
 
 def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
+    """One attempt; a cut or short body removes what it wrote."""
+    try:
+        return _stream_once(client, item, target)
+    except (httpx.TransportError, _ShortRead):
+        target.unlink(missing_ok=True)
+        raise
+
+
+def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     size = 0
     with client.open_view(item) as response:
         if response.status_code != 200:

@@ -23,9 +23,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import websocket
@@ -42,6 +42,7 @@ TELEMETRY_ROUTE = "/leanvideo/telemetry/prompts/{prompt_id}"
 SUBMIT_SETTLE_S = 0.5
 
 Workflow = dict[str, Any]
+T = TypeVar("T")
 
 __all__ = ["DEFAULT_SERVER", "ComfyClient", "describe_rejection"]
 
@@ -82,10 +83,28 @@ class ComfyClient:
     def close(self) -> None:
         self._http.close()
 
-    def retry_after(self, attempt: int, what: str, error: Exception) -> bool:
-        """After the network cut request ``what`` (its ``attempt``-th retry would be next, from 0):
-        replace the connection pool, wait the backoff and return True; False when the retries or the
-        deadline are used up (the caller then reports ``error``)."""
+    def retrying(
+        self,
+        what: str,
+        operation: Callable[[], T],
+        errors: tuple[type[Exception], ...],
+        fail: Callable[[Exception, int], Exception],
+    ) -> T:
+        """``operation()``, repeated after each of ``errors`` (a cut connection) as the retry policy
+        and the deadline allow; when they do not, ``fail(error, attempts made)`` is raised."""
+        attempt = 0
+        while True:
+            try:
+                return operation()
+            except errors as exc:
+                if not self._retry_after(attempt, what, exc):
+                    raise fail(exc, attempt + 1) from exc
+                attempt += 1
+
+    def _retry_after(self, attempt: int, what: str, error: Exception) -> bool:
+        """After the network cut ``what`` (retry number ``attempt`` would be next, from 0): replace the
+        connection pool, wait the backoff and return True; False when the retries or the deadline are
+        used up."""
         if attempt >= self.retry.retries:
             return False
         delay = self.retry.delay(attempt, self._rng)
@@ -102,15 +121,17 @@ class ComfyClient:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request that is safe to repeat, retried on transport errors (see :mod:`.retry`)."""
-        attempt = 0
-        while True:
-            try:
-                return self._http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                if not self.retry_after(attempt, f"{method} {path}", exc):
-                    tries = f" after {attempt + 1} attempts" if attempt else ""
-                    raise ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {exc}") from exc
-                attempt += 1
+
+        def fail(error: Exception, attempts: int) -> ServerError:
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {error}")
+
+        return self.retrying(
+            f"{method} {path}",
+            lambda: self._http.request(method, path, **kwargs),  # the pool a retry renewed
+            (httpx.TransportError,),
+            fail,
+        )
 
     def __enter__(self) -> ComfyClient:
         return self
@@ -154,7 +175,7 @@ class ComfyClient:
                 response = self._http.post("/prompt", json=body)
                 break
             except httpx.TransportError as exc:
-                if not self.retry_after(attempt, "POST /prompt", exc):
+                if not self._retry_after(attempt, "POST /prompt", exc):
                     raise ServerError(f"cannot submit to ComfyUI at {self.base_url}/prompt: {exc}") from exc
                 attempt += 1
                 time.sleep(SUBMIT_SETTLE_S)
@@ -208,14 +229,19 @@ class ComfyClient:
         """Open the websocket (``/ws?clientId=…``); a handshake the network cuts is tried again as the
         retry policy allows, unless ``retry`` is False (a caller with a backoff loop of its own)."""
         header = [f"{key}: {value}" for key, value in self.headers.items()]
-        attempt = 0
-        while True:
+
+        def connect() -> websocket.WebSocket:
+            return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+
+        def fail(error: Exception, attempts: int) -> ServerError:
+            return ServerError(f"cannot open the websocket of {self.base_url}: {error}")
+
+        if not retry:
             try:
-                return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+                return connect()
             except (websocket.WebSocketException, OSError) as exc:
-                if not retry or not self.retry_after(attempt, "websocket handshake", exc):
-                    raise ServerError(f"cannot open the websocket of {self.base_url}: {exc}") from exc
-                attempt += 1
+                raise fail(exc, 1) from exc
+        return self.retrying("websocket handshake", connect, (websocket.WebSocketException, OSError), fail)
 
     def history_entry(self, prompt_id: str) -> dict[str, Any] | None:
         """The prompt's ``/history/{id}`` entry, or ``None`` while it is not written (yet)."""
