@@ -23,7 +23,7 @@ import torch
 
 from .files import FileHeader, TensorReader, read_header
 from .formats.common import config_to_tensor
-from .fp8 import FP8_DTYPES, SCALE_WEIGHT_SUFFIX, dequantize_fp8, is_fp8_companion
+from .fp8 import FP8_DTYPES, FP8_TORCH_DTYPES, dequantize_fp8, is_fp8_companion, scale_weight_key
 from .policy import plan_quantization
 from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
@@ -57,9 +57,9 @@ def quantize_state_dict(
     for key, tensor in tensors.items():
         if is_fp8_companion(key):
             continue
-        if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            scale = tensors.get(key.removesuffix(WEIGHT_SUFFIX) + SCALE_WEIGHT_SUFFIX)
-            tensor = dequantize_fp8(tensor, scale if key.endswith(WEIGHT_SUFFIX) else None, where=key)
+        if tensor.dtype in FP8_TORCH_DTYPES:
+            scale_key = scale_weight_key(key)
+            tensor = dequantize_fp8(tensor, tensors.get(scale_key) if scale_key else None, where=key)
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
         if layer is None or layer not in plan:
             result[key] = tensor
@@ -197,8 +197,8 @@ def _read_exact(handle: TensorReader, header: FileHeader, key: str) -> torch.Ten
     tensor = handle.get(key)
     if header.dtypes[key] not in FP8_DTYPES:
         return tensor
-    scale_key = key.removesuffix(WEIGHT_SUFFIX) + SCALE_WEIGHT_SUFFIX
-    scale = handle.get(scale_key) if key.endswith(WEIGHT_SUFFIX) and scale_key in header.dtypes else None
+    scale_key = scale_weight_key(key)
+    scale = handle.get(scale_key) if scale_key in header.dtypes else None
     return dequantize_fp8(tensor, scale, where=f"{handle.path}: {key}")
 
 

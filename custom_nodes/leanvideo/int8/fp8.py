@@ -19,7 +19,8 @@ import torch
 
 from .spec import Int8FormatError
 
-FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2")  # as safetensors names them
+FP8_TORCH_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 E4M3_MAX = 448.0
 SCALE_WEIGHT_SUFFIX = ".scale_weight"
 SCALE_INPUT_SUFFIX = ".scale_input"
@@ -29,6 +30,11 @@ MARKER = "scaled_fp8"
 def is_fp8_companion(key: str) -> bool:
     """Whether ``key`` is a scaled-fp8 scale or the ``scaled_fp8`` marker (not a model tensor)."""
     return key.endswith((SCALE_WEIGHT_SUFFIX, SCALE_INPUT_SUFFIX)) or key.rsplit(".", 1)[-1] == MARKER
+
+
+def scale_weight_key(key: str) -> str | None:
+    """The ``scale_weight`` key that goes with the weight ``key`` (None: ``key`` is no layer weight)."""
+    return key.removesuffix(".weight") + SCALE_WEIGHT_SUFFIX if key.endswith(".weight") else None
 
 
 def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: str) -> torch.Tensor:
@@ -80,9 +86,8 @@ def to_fp8(
             divisor = absmax.clamp(min=1e-12) / E4M3_MAX
             stored[prefix + key] = (weight / divisor).to(torch.float8_e4m3fn)
             scale = divisor.reshape(-1) if divisor.ndim else divisor  # per channel: [out], as ComfyUI
-            layer = prefix + key.removesuffix(".weight")
-            stored[layer + SCALE_WEIGHT_SUFFIX] = scale
-            stored[layer + SCALE_INPUT_SUFFIX] = torch.tensor(1.0)
+            stored[prefix + str(scale_weight_key(key))] = scale
+            stored[prefix + key.removesuffix(".weight") + SCALE_INPUT_SUFFIX] = torch.tensor(1.0)
         exact[key] = dequantize_fp8(stored[prefix + key], scale, where=key)
     if kind.startswith("scaled"):
         stored[prefix + MARKER] = torch.empty(0, dtype=torch.float8_e4m3fn)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..fp8 import FP8_TORCH_DTYPES
 from ..quantize import check_weight_shape
 from ..spec import (
     CONFIG_SUFFIX,
@@ -82,8 +83,7 @@ def infer_config(
 
 
 # float weights, int8 layers with uint8 configs and blobs, and fp8 weights (quantized on load)
-READ_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8)
-READ_DTYPES += (torch.float8_e4m3fn, torch.float8_e5m2)
+READ_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, *FP8_TORCH_DTYPES)
 
 
 def canonicalize(
