@@ -45,14 +45,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from benchmarks.device_image import ImageError, read_device_image, root_requirements
+from benchmarks.device_image import REPO_ROOT, ImageError, read_device_image, root_requirements
 from runner.install.comfy import build_tree
 from runner.install.pin import InstallError, load_pin, sha256_file, verify_tree
 
 KIT_SCHEMA = "leanvideo.device_kit"
 KIT_VERSION = 1
 DEFAULT_MAX_MIB = 55.0
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # ComfyUI requirements the benchmark's server does without, and why: together ≈ 70 MB, more than the
 # kit may hold. Without kornia, ComfyUI logs that two extra node files failed to import, and goes on.
 LEFT_OUT = {

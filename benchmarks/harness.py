@@ -120,9 +120,10 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     started = time.perf_counter()
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
+    base = load_workflow(matrix.workflow)  # an unreadable workflow fails before any server starts
     measured = _Measured()
     for server_args, group in _group_by_server_args(matrix.variants):
-        _run_group(matrix, settings, server_args, group, measured, deadline, say)
+        _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
     for name, error in measured.failed.items():
         say(f"{name}: failed ({error})")
     outcome = _write_reports(matrix, settings, measured)
@@ -137,6 +138,7 @@ def _out_of_time(settings: BenchSettings) -> str:
 def _run_group(
     matrix: Matrix,
     settings: BenchSettings,
+    base: dict[str, Any],
     server_args: tuple[str, ...],
     group: list[Variant],
     measured: _Measured,
@@ -156,7 +158,7 @@ def _run_group(
             measured.environment = measured.environment or collect_environment(client)
         on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
         extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-        jobs = _prepare_jobs(extended, load_workflow(matrix.workflow), out, on_cpu, measured.skipped, say)
+        jobs = _prepare_jobs(extended, base, out, on_cpu, measured.skipped, say)
         if not jobs:
             return
         order = settings.order or matrix.order

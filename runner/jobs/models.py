@@ -109,19 +109,21 @@ def check_models(
     for ref in refs:
         found = _locate(models_dir, ref.folder, ref.name)
         source = sources.get(ref.name)
+        known = asdict(ref)
         if found is not None:
             digest = sha256_file(found) if hashes else None
             file = ModelFile(
-                ref.node_id, ref.class_type, ref.input_name, ref.name, ref.folder, "present",
-                path=str(found), bytes=found.stat().st_size, sha256=digest,
-            )  # fmt: skip
+                **known, status="present", path=str(found), bytes=found.stat().st_size, sha256=digest
+            )
         else:
             folder = ref.folder or (source.directory if source else None)
             file = ModelFile(
-                ref.node_id, ref.class_type, ref.input_name, ref.name, ref.folder, "missing",
-                url=source.url if source else None, cited_in=source.cited_in if source else None,
+                **known,
+                status="missing",
+                url=source.url if source else None,
+                cited_in=source.cited_in if source else None,
                 target=str(models_dir / folder) if folder else None,
-            )  # fmt: skip
+            )
         report.files.append(file)
     return report
 
@@ -140,11 +142,10 @@ def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
 
 def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
     """The file ``name`` in ``folder`` (or its aliases; any folder when unknown), or None."""
-    subdirs = (
-        MODEL_FOLDERS.get(folder, (folder,))
-        if folder
-        else tuple({d for dirs in MODEL_FOLDERS.values() for d in dirs})
-    )
+    if folder:
+        subdirs = MODEL_FOLDERS.get(folder, (folder,))
+    else:  # every folder, each once, in a fixed order
+        subdirs = tuple(dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs))
     for subdir in subdirs:
         candidate = models_dir / subdir / name
         if candidate.is_file():
