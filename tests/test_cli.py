@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from runner.local.server import find_running_servers
+from runner.local.background import find_running_servers
 from runner.local.workspace import Workspace
 
 pytestmark = pytest.mark.integration

@@ -15,14 +15,13 @@ import psutil
 import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
+from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import (
     ComfyServer,
     ServerConfig,
     build_command,
-    find_running_servers,
     frontend_installed,
     port_is_free,
-    stop_background_server,
     write_headless_page,
 )
 

@@ -29,7 +29,8 @@ from runner.errors import LeanVideoError
 from runner.graph.workflow import load_workflow
 from runner.jobs.demo import run_demo
 from runner.jobs.run import run_workflow
-from runner.local.server import ComfyServer, ServerConfig, find_running_servers, stop_background_server
+from runner.local.background import find_running_servers, stop_background_server
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 
 DEFAULT_PORT = 8188

@@ -29,7 +29,6 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-import psutil
 import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
@@ -364,55 +363,3 @@ def terminate_process_group(
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     return poll()
-
-
-def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
-    """Records of background servers started by ``leanvideo serve --background`` that still run."""
-    found: list[dict[str, object]] = []
-    for path in sorted(servers_dir.glob(f"*/{RECORD_NAME}")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        pid = int(record.get("pid") or 0)
-        if pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0)):
-            record["record_path"] = str(path)
-            found.append(record)
-        else:
-            path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
-    return found
-
-
-def _is_comfyui_process(pid: int, port: int) -> bool:
-    try:
-        args = psutil.Process(pid).cmdline()
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
-    return any(a.endswith("main.py") for a in args) and str(port) in args
-
-
-def stop_background_server(record: dict[str, object], timeout: float = 15.0) -> None:
-    """Stop a server found by :func:`find_running_servers` (not a child of this process)."""
-    pid = int(str(record["pid"]))
-
-    def poll() -> int | None:
-        return None if _pid_alive(pid) else 0
-
-    def wait(grace: float) -> int:
-        deadline = time.monotonic() + grace
-        while _pid_alive(pid):
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"pid {pid}", grace)
-            time.sleep(0.1)
-        return 0
-
-    terminate_process_group(pid, timeout, poll, wait)
-    Path(str(record["record_path"])).unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return False
