@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,14 +121,24 @@ def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
         "size_ratio": report.size_ratio,
         "verified": report.verified,
         "fp8_tensors": report.fp8_tensors,  # the SQNR of those is against their exact dequantized values
+        "fp8_rotated_layers": report.rotated_layers,  # fp8 layers rotated because it cut their error
         "layers": len(values),
-        "sqnr_db": {
-            "min": min(values),
-            "median": statistics.median(values),
-            "max": max(values),
-            "per_layer": report.layer_sqnr_db,
+        "exact_layers": sum(1 for value in values if math.isinf(value)),  # INT8 equals the source
+        "sqnr_db": {  # null: an exact layer (infinite SQNR, which JSON cannot spell)
+            "min": _json_db(min(values)),
+            "median": _json_db(statistics.median(values)),
+            "max": _json_db(max(values)),
+            "per_layer": {layer: _json_db(value) for layer, value in report.layer_sqnr_db.items()},
         },
     }
+
+
+def _json_db(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def _db_text(value: float) -> str:
+    return "exact" if math.isinf(value) else f"{value:.1f} dB"
 
 
 def _render(report: QuantizeReport, family: str, console: Console) -> None:
@@ -145,13 +156,21 @@ def _render(report: QuantizeReport, family: str, console: Console) -> None:
         else ""
     )
     console.print(
-        f"per-layer SQNR: min {min(sqnr):.1f} dB, median {statistics.median(sqnr):.1f} dB, "
-        f"max {max(sqnr):.1f} dB{reference}",
+        f"per-layer SQNR: min {_db_text(min(sqnr))}, median {_db_text(statistics.median(sqnr))}, "
+        f"max {_db_text(max(sqnr))}{reference}",
         highlight=False,
     )
+    if report.fp8_tensors:
+        from leanvideo.int8.fp8 import ROTATION_MIN_GAIN_DB
+
+        console.print(
+            f"fp8 source: scales follow the fp8 grid; {len(report.rotated_layers)} layers Hadamard-rotated "
+            f"where that cut their error by {ROTATION_MIN_GAIN_DB:g} dB or more",
+            highlight=False,
+        )
     table = Table(title=f"lowest SQNR ({WORST_LAYERS_SHOWN} layers)")
     table.add_column("layer")
     table.add_column("SQNR dB", justify="right")
     for layer, value in sorted(values.items(), key=lambda item: item[1])[:WORST_LAYERS_SHOWN]:
-        table.add_row(layer, f"{value:.1f}")
+        table.add_row(layer, "exact" if math.isinf(value) else f"{value:.1f}")
     console.print(table)

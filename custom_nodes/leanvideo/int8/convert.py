@@ -23,7 +23,16 @@ import torch
 
 from .files import FileHeader, TensorReader, read_header
 from .formats.common import config_to_tensor
-from .fp8 import FP8_DTYPES, FP8_TORCH_DTYPES, dequantize_fp8, is_fp8_companion, scale_weight_key
+from .fp8 import (
+    FP8_DTYPES,
+    FP8_TORCH_DTYPES,
+    choose_fp8_config,
+    dequantize_fp8,
+    fp8_grid,
+    is_fp8_companion,
+    quantize_fp8_weight,
+    scale_weight_key,
+)
 from .policy import plan_quantization
 from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
@@ -43,6 +52,7 @@ from .writer import StreamingWriter
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]  # (key, done, total)
+FP8_GRID_SCALES = "fp8_grid"  # the header's "scales" value for a file quantized from fp8 weights
 
 
 def quantize_state_dict(
@@ -51,31 +61,43 @@ def quantize_state_dict(
     """A copy of ``tensors`` with every layer of ``plan`` replaced by int8 weight + scale + config.
 
     fp8 tensors (and scaled fp8, whose ``scale_weight``, ``scale_input`` and marker are dropped) are
-    dequantized exactly first, one at a time; those outside ``plan`` stay float32.
+    dequantized exactly first, one at a time; those outside ``plan`` stay float32, those in it are
+    quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight` (which may rotate a layer).
     """
     result: dict[str, torch.Tensor] = {}
     for key, tensor in tensors.items():
         if is_fp8_companion(key):
             continue
+        grid = None
         if tensor.dtype in FP8_TORCH_DTYPES:
             scale_key = scale_weight_key(key)
-            tensor = dequantize_fp8(tensor, tensors.get(scale_key) if scale_key else None, where=key)
+            scale = tensors.get(scale_key) if scale_key else None
+            tensor, grid = dequantize_fp8(tensor, scale, where=key), fp8_grid(scale)
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
         if layer is None or layer not in plan:
             result[key] = tensor
             continue
-        packed = quantize_weight(tensor, plan[layer], name=key)
+        if grid is None:
+            packed = quantize_weight(tensor, plan[layer], name=key)
+        else:
+            packed = quantize_fp8_weight(tensor, grid, plan[layer], name=key)
         result[key] = packed.qdata
         result[layer + SCALE_SUFFIX] = packed.scale
         result[layer + CONFIG_SUFFIX] = config_to_tensor(packed.config)
     return result
 
 
-def int8_metadata(plan: Mapping[str, Int8WeightConfig], extra: Mapping[str, str]) -> dict[str, str]:
-    """Header entries for a LeanVideo INT8 file: ours, plus ComfyUI's ``_quantization_metadata``."""
+def int8_metadata(
+    plan: Mapping[str, Int8WeightConfig], extra: Mapping[str, str], *, fp8_scales: bool = False
+) -> dict[str, str]:
+    """Header entries for a LeanVideo INT8 file: ours, plus ComfyUI's ``_quantization_metadata``.
+    ``fp8_scales`` records that scales of layers made from fp8 weights follow the fp8 grid."""
+    entry: dict[str, object] = {"format_version": FORMAT_VERSION}
+    if fp8_scales:
+        entry["scales"] = FP8_GRID_SCALES
     return {
         **extra,
-        METADATA_KEY: json.dumps({"format_version": FORMAT_VERSION}),
+        METADATA_KEY: json.dumps(entry),
         COMFY_METADATA_KEY: json.dumps(
             {
                 "format_version": COMFY_METADATA_VERSION,
@@ -96,6 +118,7 @@ class QuantizeReport:
     layer_sqnr_db: dict[str, float] = field(default_factory=dict)
     verified: bool = False
     fp8_tensors: int = 0  # fp8 tensors of the source, dequantized exactly (SQNR is against those values)
+    rotated_layers: list[str] = field(default_factory=list)  # fp8 layers rotated because it paid
 
     @property
     def size_ratio(self) -> float:
@@ -110,17 +133,20 @@ def quantize_file(
     config: Int8WeightConfig | None = None,
     progress: Progress | None = None,
 ) -> QuantizeReport:
-    """Stream ``source`` (a float safetensors file) into ``target`` in the LeanVideo INT8 format.
+    """Stream ``source`` (a float or fp8 safetensors file) into ``target`` in the LeanVideo INT8 format.
 
-    Refuses to overwrite ``target``. A key prefix such as ``model.diffusion_model.`` is kept as is;
-    the family rules match on the key after it. Auxiliary uint8 blobs (a text encoder's
-    ``spiece_model`` tokenizer, see :func:`~leanvideo.int8.spec.is_auxiliary`) are copied unchanged.
+    fp8 weights are dequantized exactly and quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight`
+    (a first pass reads them to settle which layers to rotate). Refuses to overwrite ``target``. A
+    key prefix such as ``model.diffusion_model.`` is kept as is; the family rules match on the key
+    after it. Auxiliary uint8 blobs (a text encoder's ``spiece_model`` tokenizer, see
+    :func:`~leanvideo.int8.spec.is_auxiliary`) are copied unchanged.
     """
     if target.exists():
         raise FileExistsError(f"{target} exists; refusing to overwrite it")
     header = read_header(source)
     plan = _plan_file(source, header, family, config or Int8WeightConfig())
     report = QuantizeReport(source=source, target=target, source_bytes=source.stat().st_size, target_bytes=0)
+    plan = _choose_fp8_layouts(source, header, plan, report)
     partial = target.with_name(target.name + ".partial")
     try:
         _stream_quantized(source, partial, header, plan, report, progress)
@@ -151,6 +177,30 @@ def _plan_file(
     return plan
 
 
+def _fp8_layers(header: FileHeader, plan: Mapping[str, Int8WeightConfig]) -> list[str]:
+    return [layer for layer in plan if header.dtypes[layer + WEIGHT_SUFFIX] in FP8_DTYPES]
+
+
+def _choose_fp8_layouts(
+    source: Path, header: FileHeader, plan: dict[str, Int8WeightConfig], report: QuantizeReport
+) -> dict[str, Int8WeightConfig]:
+    """``plan`` with each fp8 layer's config as :func:`~leanvideo.int8.fp8.choose_fp8_config` picks it.
+
+    The header (ComfyUI's per-layer entries) and each layer's ``comfy_quant`` are written before any
+    data, so whether a layer is rotated is settled in this first pass, one tensor at a time.
+    """
+    chosen = dict(plan)
+    with TensorReader(source) as handle:
+        for layer in _fp8_layers(header, plan):
+            tensor, grid = _read_exact_with_grid(handle, header, layer + WEIGHT_SUFFIX)
+            if grid is None:  # not reached: _fp8_layers lists fp8 weights only
+                continue
+            chosen[layer] = choose_fp8_config(tensor, grid, plan[layer], name=layer)
+            if chosen[layer].convrot and not plan[layer].convrot:
+                report.rotated_layers.append(layer)
+    return chosen
+
+
 def _stream_quantized(
     source: Path,
     partial: Path,
@@ -166,7 +216,9 @@ def _stream_quantized(
     report.fp8_tensors = sum(1 for key in keys if header.dtypes[key] in FP8_DTYPES)
     with (
         TensorReader(source) as handle,
-        StreamingWriter(partial, int8_metadata(dict(plan), header.metadata)) as writer,
+        StreamingWriter(
+            partial, int8_metadata(dict(plan), header.metadata, fp8_scales=bool(_fp8_layers(header, plan)))
+        ) as writer,
     ):
         for layer, layer_config in plan.items():  # declare the int8 layout before any data is written
             declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
@@ -178,10 +230,10 @@ def _stream_quantized(
                 )
         writer.begin()
         for done, key in enumerate(keys, 1):
-            tensor = _read_exact(handle, header, key)
+            tensor, grid = _read_exact_with_grid(handle, header, key)
             layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
             if layer in plan:
-                packed = quantize_weight(tensor, plan[layer], name=key)
+                packed = quantize_weight(tensor, plan[layer], name=key, fp8_grid=grid)
                 report.layer_sqnr_db[layer] = weight_sqnr_db(tensor, packed)
                 write_int8_layer(writer, layer, packed)
                 del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
@@ -194,12 +246,19 @@ def _stream_quantized(
 
 def _read_exact(handle: TensorReader, header: FileHeader, key: str) -> torch.Tensor:
     """Tensor ``key`` as stored, or for an fp8 one its exact float32 value (times its scale_weight)."""
+    return _read_exact_with_grid(handle, header, key)[0]
+
+
+def _read_exact_with_grid(
+    handle: TensorReader, header: FileHeader, key: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_read_exact`, and for an fp8 tensor its fp8 unit (:func:`~leanvideo.int8.fp8.fp8_grid`)."""
     tensor = handle.get(key)
     if header.dtypes[key] not in FP8_DTYPES:
-        return tensor
+        return tensor, None
     scale_key = scale_weight_key(key)
     scale = handle.get(scale_key) if scale_key in header.dtypes else None
-    return dequantize_fp8(tensor, scale, where=f"{handle.path}: {key}")
+    return dequantize_fp8(tensor, scale, where=f"{handle.path}: {key}"), fp8_grid(scale)
 
 
 _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}

@@ -8,20 +8,36 @@ may carry ``<layer>.scale_input`` (for fp8 activations, meaningless once the wei
 (exact: every fp8 value and scale is representable in float32, and one product rounds once);
 :func:`is_fp8_companion` names the keys that describe fp8 weights and are dropped with them.
 
+:func:`quantize_fp8_weight` is how an fp8 weight becomes INT8 (on load and in ``leanvideo quantize``):
+INT8 adds its rounding to fp8's, so it keeps that addition as small as it can. Row and block scales
+follow the fp8 grid (:func:`~leanvideo.int8.quantize.quantize_weight`'s ``fp8_grid``: values of the
+top 4 binades of a row stay exact); a layer is Hadamard-rotated, unless asked already, when that cuts
+its INT8 error by :data:`ROTATION_MIN_GAIN_DB` or more: fp8 keeps relative precision for small values
+next to large ones, one int8 scale per row does not, and rotation spreads outliers before the rows
+are scaled.
+
 Example::
 
     weight = dequantize_fp8(fp8_weight, scale_weight, where="blocks.0.attn.q.weight")
+    packed = quantize_fp8_weight(weight, fp8_grid(scale_weight), Int8WeightConfig(), name="blocks.0.attn.q")
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from .spec import Int8FormatError
+from .quantize import Int8Weight, quantize_weight, weight_sqnr_db
+from .spec import Int8FormatError, Int8WeightConfig
 
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")  # as safetensors names them
 FP8_TORCH_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 E4M3_MAX = 448.0
+# Rotation costs time at every step (the weight or the activations are rotated), so it has to buy
+# this much SQNR against the fp8 weights.
+ROTATION_MIN_GAIN_DB = 1.0
+DECISION_ROWS = 512
 SCALE_WEIGHT_SUFFIX = ".scale_weight"
 SCALE_INPUT_SUFFIX = ".scale_input"
 MARKER = "scaled_fp8"
@@ -55,6 +71,38 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: s
         f"{where}: scale_weight has shape {tuple(scale.shape)}; expected one value or one per output "
         f"channel ({weight.shape[0]})"
     )
+
+
+def fp8_grid(scale: torch.Tensor | None) -> torch.Tensor:
+    """The value of one fp8 unit of a weight: its ``scale_weight`` (one or one per row), else 1."""
+    return torch.ones((), dtype=torch.float32) if scale is None else scale.to(torch.float32)
+
+
+def choose_fp8_config(
+    weight: torch.Tensor, grid: torch.Tensor, config: Int8WeightConfig, *, name: str
+) -> Int8WeightConfig:
+    """``config``, rotated when that cuts the INT8 error of ``weight`` (the exact float32 of an fp8
+    weight whose fp8 unit is ``grid``) by :data:`ROTATION_MIN_GAIN_DB` or more. Measured on up to
+    :data:`DECISION_ROWS` evenly spaced rows: the choice needs an estimate, not every row."""
+    if config.convrot or weight.shape[1] % config.convrot_group:
+        return config
+    step = max(1, weight.shape[0] // DECISION_ROWS)
+    rows = weight[::step]
+    rows_grid = grid if grid.numel() == 1 else grid.reshape(-1)[::step]
+    on_grid = quantize_weight(rows, config, name=name, fp8_grid=rows_grid)
+    rotated = replace(config, convrot=True)
+    gain = weight_sqnr_db(rows, quantize_weight(rows, rotated, name=name)) - weight_sqnr_db(rows, on_grid)
+    return rotated if gain >= ROTATION_MIN_GAIN_DB else config
+
+
+def quantize_fp8_weight(
+    weight: torch.Tensor, grid: torch.Tensor, config: Int8WeightConfig, *, name: str
+) -> Int8Weight:
+    """INT8 for ``weight``, the exact float32 of an fp8 weight (:func:`dequantize_fp8`) whose fp8
+    unit is ``grid`` (:func:`fp8_grid`): scales on the fp8 grid, and a rotation where it pays
+    (:func:`choose_fp8_config`). ``name`` appears in error messages."""
+    chosen = choose_fp8_config(weight, grid, config, name=name)
+    return quantize_weight(weight, chosen, name=name, fp8_grid=grid)
 
 
 def to_fp8(

@@ -61,10 +61,11 @@ def encode_header(
     """The header bytes (length prefix included) for ``(key, dtype, shape)`` tensors stored back to back
     in the order given, and each tensor's ``(start, end)`` in the data that follows the header.
 
-    The JSON keeps the order given (``__metadata__`` first), so the same tensors always give the same
-    bytes.
+    The JSON keeps the tensors in the order given (``__metadata__`` first, its entries sorted: a
+    metadata dict read back from a file comes in no fixed order), so the same tensors and metadata
+    always give the same bytes.
     """
-    fields: dict[str, Any] = {METADATA: dict(metadata)}
+    fields: dict[str, Any] = {METADATA: dict(sorted(metadata.items()))}
     ranges: dict[str, tuple[int, int]] = {}
     offset = 0
     for key, dtype, shape in tensors:

@@ -6,6 +6,12 @@ Example::
     packed = quantize_weight(weight, Int8WeightConfig(granularity="row"))
     restored = dequantize_weight(packed)
     sqnr_db(weight, restored)  # ≈ 43 dB on N(0, 0.02) weights; weight_sqnr_db(weight, packed) agrees
+
+A weight made of fp8 values (``fp8_grid``: the value one fp8 unit stands for, ``1`` or the file's
+``scale_weight``) gets, per row or block, the better of two scales: ``absmax / 127``, or the power of
+two that lays the fp8 grid onto the int8 one. fp8 keeps 3 (e4m3) or 2 (e5m2) mantissa bits, so with
+the step ``2^(e_max - 6)`` (``e_max``: the exponent of the largest fp8 value there) every value in the
+top 4 (e4m3) or 5 (e5m2) binades is an exact integer, at most 120 (112), and only smaller values round.
 """
 
 from __future__ import annotations
@@ -71,15 +77,27 @@ def _float_rows(weight: torch.Tensor, config: Int8WeightConfig) -> torch.Tensor:
     return rotate_groups(weight, config.convrot_group) if config.convrot else weight.to(torch.float32)
 
 
-def quantize_weight(weight: torch.Tensor, config: Int8WeightConfig, *, name: str = "weight") -> Int8Weight:
+def quantize_weight(
+    weight: torch.Tensor,
+    config: Int8WeightConfig,
+    *,
+    name: str = "weight",
+    fp8_grid: torch.Tensor | None = None,
+) -> Int8Weight:
     """Quantize a float ``[out, in]`` weight; ``name`` only appears in error messages.
 
-    Works through the rows in chunks, so the extra memory is the int8 result plus one float32 chunk.
+    ``fp8_grid`` (a scalar or one value per output row) says ``weight`` holds fp8 values times it:
+    row and block scales are then chosen to fit the fp8 grid (see the module docstring); a rotated
+    weight (``config.convrot``), being off that grid, and a per-tensor scale stay absmax. Works
+    through the rows in chunks, so the extra memory is the int8 result plus a few float32 chunks.
     """
     check_weight_shape(tuple(weight.shape), config, where=name)
     out_features, in_features = weight.shape
     chunks = _row_chunks(out_features, in_features)
     qdata = torch.empty((out_features, in_features), dtype=torch.int8, device=weight.device)
+    grid = None
+    if fp8_grid is not None and not config.convrot and config.granularity != "tensor":
+        grid = _row_grid(fp8_grid.to(weight.device, torch.float32), out_features, where=name)
     if config.granularity == "tensor":
         amax = max(float(_float_rows(weight[a:b], config).abs().amax()) for a, b in chunks)
         scale = torch.tensor(max(amax, _MIN_SCALE) / QMAX, dtype=torch.float32, device=weight.device)
@@ -90,16 +108,48 @@ def quantize_weight(weight: torch.Tensor, config: Int8WeightConfig, *, name: str
         work = _float_rows(weight[start:stop], config)
         if config.granularity == "tensor":
             q = work / scale
-        elif config.granularity == "row":
-            scale[start:stop] = work.abs().amax(dim=1, keepdim=True).clamp_min(_MIN_SCALE) / QMAX
-            q = work / scale[start:stop]
         else:
-            assert config.block_size is not None
-            blocks = work.reshape(stop - start, -1, config.block_size)
-            scale[start:stop] = blocks.abs().amax(dim=2).clamp_min(_MIN_SCALE) / QMAX
-            q = (blocks / scale[start:stop].unsqueeze(2)).reshape(stop - start, in_features)
+            blocks = _groups(work, stop - start, config.block_size or in_features)
+            chosen = blocks.abs().amax(dim=2, keepdim=True).clamp_min(_MIN_SCALE) / QMAX
+            if grid is not None:
+                chosen = _choose_scales(blocks, chosen, grid[start:stop] if grid.ndim else grid)
+            scale[start:stop] = chosen.squeeze(2)
+            q = (blocks / chosen).reshape(stop - start, in_features)
         qdata[start:stop] = q.round_().clamp_(-QMAX, QMAX).to(torch.int8)
     return Int8Weight(qdata=qdata, scale=scale, config=config)
+
+
+def _row_grid(grid: torch.Tensor, rows: int, *, where: str) -> torch.Tensor:
+    """``grid`` as a scalar or a ``[rows, 1, 1]`` column; :class:`Int8FormatError` for another shape."""
+    if grid.numel() == 1:
+        return grid.reshape(())
+    if grid.numel() == rows:
+        return grid.reshape(rows, 1, 1)
+    raise Int8FormatError(f"{where}: fp8 grid of shape {tuple(grid.shape)} is neither one value nor {rows}")
+
+
+def _groups(work: torch.Tensor, rows: int, size: int) -> torch.Tensor:
+    """``work`` as ``[rows, groups, size]``: the values that share one scale along the last axis."""
+    return work.reshape(rows, -1, size)
+
+
+def _choose_scales(groups: torch.Tensor, absmax_scale: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """Per group of ``groups`` (``[rows, n, size]``, fp8 values × ``grid``), the scale among
+    ``absmax_scale`` and the fp8-aligned power of two whose int8 rounding errs least."""
+    largest = groups.abs().amax(dim=2, keepdim=True)
+    # frexp: largest / grid = m · 2^e with m in [0.5, 1), so the top binade is 2^(e - 1) and the step
+    # 2^(e - 7). The nudge keeps a power-of-two fp8 value, divided back by its grid, in its binade.
+    _, exponent = torch.frexp(largest / grid * (1.0 + 2.0**-20))
+    aligned = grid * torch.ldexp(torch.ones_like(largest), exponent - 7)
+    aligned = torch.where(largest > 0, aligned, absmax_scale)
+    better = _rounding_error(groups, aligned) < _rounding_error(groups, absmax_scale)
+    return torch.where(better, aligned, absmax_scale)
+
+
+def _rounding_error(groups: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Squared int8 rounding error of each group under ``scale`` (``[rows, n, 1]``)."""
+    restored = (groups / scale).round_().clamp_(-QMAX, QMAX).mul_(scale)
+    return restored.sub_(groups).pow_(2).sum(dim=2, keepdim=True)
 
 
 def weight_sqnr_db(weight: torch.Tensor, packed: Int8Weight) -> float:
