@@ -1,10 +1,14 @@
 """INT8 against bf16, measured side by side in one run: bytes on disk and in memory, load time,
-quantize throughput and peak RSS, and linear throughput per path at real DiT shapes.
+quantize throughput and peak RSS, and linear throughput per INT8 kernel at real DiT shapes.
 
 Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
-[--device cuda]``. The linear benchmark runs on ``--device`` (CUDA when present): its baseline is an fp32
-matmul on a CPU (what ComfyUI computes in there) and a bf16 matmul on a GPU, with the device
-synchronised around every timed call.
+[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda]``. The linear benchmark runs on
+``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU, what ComfyUI
+computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm, kitchen when
+comfy-kitchen imports) and ``auto`` (the dispatcher, after the measurement it makes at first use), each
+as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so load
+from other processes falls on every path alike), with the device synchronised around every timed call.
+``--json`` writes that table as a list of ``{shape, kernel, ratio}`` and ``{shape, auto, auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import subprocess
 import sys
@@ -28,20 +33,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from leanvideo.int8 import Int8WeightConfig, linear_w8a8, linear_w8a16, quantize_weight, reference_int_mm
+from leanvideo.int8 import Int8WeightConfig, quantize_weight
+from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
 from leanvideo.int8.formats import read_int8_file
+from leanvideo.int8.linear import KERNELS, import_kitchen, run_kernel, unsupported_reason
 from safetensors.torch import load_file, save_file
 
 from benchmarks.stats import summarize
 
 RECORD_SCHEMA = "leanvideo.int8_bench"
 # 2: linear rows on --device, "baseline" and "relative_to_baseline"; 3: p10/p90 linearly interpolated
-# (benchmarks.stats), where 2 took the run at index int(q · runs)
-RECORD_VERSION = 3
-# hidden size, FFN width and block count of the real models
-FP32 = "fp32 matmul (ComfyUI on CPU)"
-BF16 = "bf16 matmul"
-MODELS: dict[str, tuple[int, int, int]] = {"ltxv-13b": (4096, 16384, 48), "wan-14b": (5120, 13824, 40)}
+# (benchmarks.stats), where 2 took the run at index int(q · runs); 4: one row per kernel (w8a16, int_mm,
+# kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape
+RECORD_VERSION = 4
+FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
+AUTO = "auto"
+# hidden size, FFN width and block count of the real models ("ltxv-mid": the mid LTXV DiT's widths)
+MODELS: dict[str, tuple[int, int, int]] = {
+    "ltxv-13b": (4096, 16384, 48),
+    "wan-14b": (5120, 13824, 40),
+    "ltxv-mid": (1024, 4096, 8),
+}
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -163,53 +176,90 @@ def bench_files(model: str, directory: Path) -> dict[str, Any]:
     }
 
 
+def _float_matmul(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], object]:
+    return lambda: torch.nn.functional.linear(x, weight)
+
+
 def _bench_shape(
     out_features: int, in_features: int, tokens: int, runs: int, device: torch.device
-) -> dict[str, Timing]:
-    """Each linear path at one shape; weights are drawn on ``device`` (seconds for a GPU)."""
+) -> tuple[dict[str, Timing], str, KernelDispatcher]:
+    """The float matmul, every INT8 kernel that runs here, and ``auto`` at one shape: timings by label,
+    auto's choice and its dispatcher. Inputs are bf16 on a GPU, fp32 on a CPU (what ComfyUI computes in)."""
     generator = torch.Generator(device=device).manual_seed(1)
     weight = torch.randn(out_features, in_features, generator=generator, device=device) * 0.02
-    x = torch.randn(tokens, in_features, generator=generator, device=device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    x = torch.randn(tokens, in_features, generator=generator, device=device).to(dtype)
     packed = quantize_weight(weight, Int8WeightConfig())
-    weight_bf16, x_bf16 = weight.to(torch.bfloat16), x.to(torch.bfloat16)
-    paths: dict[str, Callable[[], object]] = {
-        FP32: lambda: torch.nn.functional.linear(x, weight),
-        BF16: lambda: torch.nn.functional.linear(x_bf16, weight_bf16),
-    }
-    if device.type == "cuda":
-        paths["W8A16 (dequantize + bf16)"] = lambda: linear_w8a16(x_bf16, packed)
-        paths["W8A8 (_int_mm, unfused quant)"] = lambda: linear_w8a8(x_bf16, packed, int_mm=torch._int_mm)
-        sync: Callable[[], None] | None = torch.cuda.synchronize
-    else:
-        paths["W8A16 (dequantize + fp32)"] = lambda: linear_w8a16(x, packed)
-        paths["W8A8 (_int_mm, unfused quant)"] = lambda: linear_w8a8(x, packed, int_mm=torch._int_mm)
-        paths["W8A8 reference int32 matmul"] = lambda: linear_w8a8(x, packed, int_mm=reference_int_mm)
-        sync = None
-    return {label: measure(function, runs=runs, sync=sync) for label, function in paths.items()}
+    sync: Callable[[], None] | None = torch.cuda.synchronize if device.type == "cuda" else None
+    paths: dict[str, Callable[[], object]] = {FLOAT: _float_matmul(x, weight.to(dtype))}
+    kitchen = import_kitchen()
+    for kernel in KERNELS:
+        if (reason := unsupported_reason(kernel, x, packed, kitchen)) is not None:
+            logger.info("%s left out at %s×%s: %s", kernel, out_features, in_features, reason)
+            continue
+        paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen)
+    dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
+    dispatcher.linear(x, packed)  # the measurement auto makes at first use
+    [choice] = dispatcher.choices().values()
+    paths[AUTO] = lambda: dispatcher.linear(x, packed)
+    return measure_interleaved(paths, runs=runs, sync=sync), choice.kernel, dispatcher
+
+
+def measure_interleaved(
+    functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
+) -> dict[str, Timing]:
+    """Like :func:`measure` for several functions, timed in interleaved rounds (one call of each per
+    round, after one warmup each), so that load from other processes falls on every path alike."""
+    wait = sync or (lambda: None)
+    for function in functions.values():
+        function()
+    wait()
+    values: dict[str, list[float]] = {label: [] for label in functions}
+    for _ in range(runs):
+        for label, function in functions.items():
+            started = time.perf_counter()
+            function()
+            wait()
+            values[label].append(time.perf_counter() - started)
+    timings = {}
+    for label, samples in values.items():
+        summary = summarize(samples)
+        timings[label] = Timing(summary.median, summary.p10, summary.p90, summary.n, summary.spread_warning)
+    return timings
 
 
 def bench_linear(model: str, tokens: int, runs: int, device: torch.device) -> list[dict[str, Any]]:
-    """Every path at the model's attention and FFN shapes, relative to the device's usual baseline."""
+    """Every kernel and ``auto`` at the model's attention and FFN shapes, relative to the float matmul."""
     hidden, ffn, _ = MODELS[model]
-    baseline = BF16 if device.type == "cuda" else FP32
     results = []
     for name, (out_features, in_features) in {
-        "attn (hidden→hidden)": (hidden, hidden),
-        "ffn up (hidden→ffn)": (ffn, hidden),
+        "attn": (hidden, hidden),
+        "ffn up": (ffn, hidden),
+        "ffn down": (hidden, ffn),
     }.items():
-        timings = _bench_shape(out_features, in_features, tokens, runs, device)
-        base = timings[baseline].median_s
+        timings, chosen, _ = _bench_shape(out_features, in_features, tokens, runs, device)
+        base = timings[FLOAT].median_s
+        best = min(t.median_s for label, t in timings.items() if label in KERNELS)
+        shape = f"{model} {name}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]"
         for label, timing in timings.items():
-            results.append(
-                {
-                    "shape": f"{name}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]",
-                    "path": label,
-                    **asdict(timing),
-                    "baseline": baseline,
-                    "relative_to_baseline": timing.median_s / base,
-                }
-            )
+            row = {"shape": shape, "kernel": label, **asdict(timing), "ratio": timing.median_s / base}
+            if label == AUTO:
+                row |= {"chose": chosen, "auto_over_best": timing.median_s / best}
+            results.append(row)
     return results
+
+
+def kernel_table(linear: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The ``--json`` list: ``{shape, kernel, ratio}`` per kernel (and for auto), then ``{shape, auto}``."""
+    table: list[dict[str, Any]] = []
+    for rows in linear.values():
+        for row in rows:
+            table.append({"shape": row["shape"], "kernel": row["kernel"], "ratio": row["ratio"]})
+            if row["kernel"] == AUTO:
+                table.append(
+                    {"shape": row["shape"], "auto": row["chose"], "auto_over_best": row["auto_over_best"]}
+                )
+    return table
 
 
 def environment() -> dict[str, Any]:
@@ -237,6 +287,14 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=512, help="activation rows in the linear benchmark")
     parser.add_argument("--runs", type=int, default=5, help="measured runs per value (after one warmup)")
     parser.add_argument("--out", type=Path, help="also write the JSON record here")
+    parser.add_argument(
+        "--json", type=Path, help="write the kernel table here: [{shape, kernel, ratio}, {shape, auto}, ...]"
+    )
+    parser.add_argument(
+        "--linear-models",
+        default=",".join(MODELS),
+        help=f"comma-separated models whose shapes the linear part measures (of {', '.join(MODELS)})",
+    )
     parser.add_argument("--skip-linear", action="store_true", help="only the file/load/quantize part")
     parser.add_argument("--skip-files", action="store_true", help="only the linear part")
     parser.add_argument(
@@ -248,7 +306,10 @@ def main() -> int:
     if not args.skip_files:
         with tempfile.TemporaryDirectory(prefix="int8-bench-") as directory:
             files = bench_files(args.model, Path(directory))
-    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs, device) for m in MODELS}
+    models = [m.strip() for m in args.linear_models.split(",") if m.strip()]
+    if unknown := [m for m in models if m not in MODELS]:
+        parser.error(f"--linear-models: unknown {unknown}; known: {sorted(MODELS)}")
+    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs, device) for m in models}
     record = {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
@@ -262,15 +323,25 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     if files:
         _print_files(args.model, files)
     for model, rows in linear.items():
-        print(f"\nlinear on {device}, {model} (relative to {rows[0]['baseline']}):")
-        for row in rows:
-            flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
-            timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['relative_to_baseline']:.2f}×"
-            print(f"  {row['shape']:<48} {row['path']:<32} {timing}{flag}")
+        _print_linear(model, rows, device)
     return 0
+
+
+def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) -> None:
+    float_name = "bf16" if device.type == "cuda" else "fp32"
+    print(f"\nlinear on {device}, {model}: time as a multiple of the {float_name} matmul")
+    for row in rows:
+        flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
+        timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['ratio']:.2f}×"
+        chose = (
+            f"  chose {row['chose']}, {row['auto_over_best']:.3f}× the best kernel" if "chose" in row else ""
+        )
+        print(f"  {row['shape']:<48} {row['kernel']:<14} {timing}{chose}{flag}")
 
 
 def _print_files(model: str, files: dict[str, Any]) -> None:

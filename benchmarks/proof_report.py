@@ -98,7 +98,19 @@ def build_summary(results: Path, families: list[str]) -> dict[str, Any]:
         "gpu": read_gpu(results),
         "int8_linear": kernels,
         "families": {family: summarize_family(results / family) for family in families},
+        "int8_auto_choices": {family: int8_auto_choices(results / family) for family in families},
     }
+
+
+def int8_auto_choices(folder: Path) -> dict[str, Any]:
+    """The INT8 kernel tables that ``path=auto`` measured in the family's bench servers (each server's
+    ``user/leanvideo/int8_kernels.json``), by server: shape class → chosen kernel and its timings."""
+    tables: dict[str, Any] = {}
+    for path in sorted(folder.glob("servers/*/**/leanvideo/int8_kernels.json")):
+        with contextlib.suppress(OSError, json.JSONDecodeError, AttributeError):
+            entries = json.loads(path.read_text(encoding="utf-8")).get("entries", {})
+            tables[path.relative_to(folder).parts[1]] = entries
+    return tables
 
 
 def render_report(results: Path, summary: dict[str, Any], families: list[str]) -> str:

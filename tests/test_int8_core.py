@@ -113,15 +113,18 @@ def test_reference_int_mm_is_exact() -> None:
     assert torch.equal(reference_int_mm(a, b), expected)
 
 
-def test_int8_linear_falls_back_to_w8a16_without_cuda() -> None:
+def test_int8_linear_runs_the_named_kernel() -> None:
     weight = _weight(64, 256)
     packed = quantize_weight(weight, Int8WeightConfig())
     x = torch.randn(32, 256, dtype=torch.bfloat16)
-    assert not w8a8_fits(x, packed)
-    for route in ("auto", "w8a8"):
+    assert w8a8_fits(x, packed)  # torch._int_mm takes any shape on a CPU
+    assert torch.equal(
+        int8_linear(x, packed, route="auto"), linear_w8a16(x, packed)
+    )  # auto needs a dispatcher
+    for route in ("int_mm", "w8a8"):  # w8a8 is int_mm's older name
         out = int8_linear(x, packed, route=route)  # type: ignore[arg-type]
         assert out.dtype == torch.bfloat16
-        assert torch.equal(out, linear_w8a16(x, packed))
+        assert torch.equal(out, linear_w8a8(x, packed))
     with pytest.raises(ValueError, match="'fast'"):
         int8_linear(x, packed, route="fast")  # type: ignore[arg-type]
 

@@ -281,3 +281,20 @@ def test_blobs_do_not_hide_real_errors(tmp_path: Path, spiece_model: torch.Tenso
         with pytest.raises(Int8FormatError, match=rf"odd\.safetensors: tensor '{name}' is [IU]8; only float"):
             quantize_file(bad, tmp_path / "out.safetensors", family="text_encoder")
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_one_part_of_a_full_checkpoint_is_detected_and_read_alone(tmp_path: Path) -> None:
+    """An INT8 diffusion model next to a bf16 VAE (and a uint8 tensor no INT8 format allows) in one
+    file: read with the diffusion model's keys, only those are detected, checked and returned."""
+    source = _ltxv_like()
+    plan = plan_quantization({k: tuple(v.shape) for k, v in source.items()}, "ltxv", Int8WeightConfig())
+    dit = {f"model.diffusion_model.{k}": v for k, v in quantize_state_dict(source, plan).items()}
+    others = {"vae.decoder.conv_in.weight": torch.zeros(8, 8, 3, 3), "vae.stray.weight": torch.zeros(4, 4)}
+    others["vae.stray.weight"] = others["vae.stray.weight"].to(torch.uint8)
+    path = tmp_path / "checkpoint.safetensors"
+    save_file({**dit, **others}, str(path), {"config": "{}"})
+    with pytest.raises(Int8FormatError, match=r"vae\.stray\.weight"):
+        read_int8_file(path)  # the whole file: the VAE part is checked too
+    loaded = read_int8_file(path, [key for key in read_header(path).dtypes if key.startswith("model.")])
+    assert loaded.format == "comfy_native"
+    assert set(loaded.tensors) == set(dit) and loaded.metadata == {"config": "{}"}

@@ -4,6 +4,7 @@ LTXV workflow (its frames compared with the fp16 CLIP-L run)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     assert file_input in required
     for name, spec in required.items():
         assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
-    assert required["path"][1]["options"] == ["auto", "w8a16", "w8a8"]
+    assert required["path"][1]["options"] == ["auto", "w8a16", "int_mm", "kitchen", "w8a8"]
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
@@ -73,3 +74,44 @@ def test_int8_text_encoder_node_in_the_tiny_workflow(
     psnr = math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
     print(f"PSNR, tiny LTXV frames with the INT8 CLIP-L vs fp16 CLIP-L: {psnr:.2f} dB")
     assert psnr >= 30.0
+
+
+def test_loader_report_and_telemetry_show_the_kernel_choices(
+    comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
+) -> None:
+    """A first run measures the kernels of the INT8 CLIP-L's shapes (convrot: shape classes no other
+    test measured) and notes each choice in the prompt's telemetry; a second load of the same file
+    (another compute_dtype, so the loader runs again) reports the choices from the table on disk."""
+    workflow = {key: value for key, value in tiny_workflow.items() if key not in ("13", "14")}
+    workflow["14"] = {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}}
+    loader = {
+        "clip_name": "clip_l.safetensors",
+        "type": "stable_diffusion",
+        "compute_dtype": "default",
+        "path": "auto",
+        "quantize_on_load": True,
+        "convrot": True,
+    }
+    workflow["2"] = {"class_type": "LeanVideoTextEncoderLoaderINT8", "inputs": loader}
+    second = dict(workflow, **{"2": {"class_type": workflow["2"]["class_type"], "inputs": dict(loader)}})
+    second["2"]["inputs"]["compute_dtype"] = "fp32"  # what "default" is on a CPU: same shape classes
+    with ComfyClient(comfy_server.url) as client:
+        first_run = run_prompt(client, workflow, timeout=300)
+        second_run = run_prompt(client, second, timeout=300)
+    records = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts", timeout=30).json()["prompts"]
+    events = {r["prompt_id"]: r["events"] for r in records}
+    measured = [e for e in events[first_run.prompt_id] if e["kind"] == "int8_kernel"]
+    print("\n".join(f"{e['shape']} -> {e['kernel']} {e['seconds']}" for e in measured))
+    assert {e["shape"].split("|")[2] for e in measured} >= {"768x768", "3072x768", "768x3072"}
+    assert all(e["source"] == "measured" and "w8a16" in e["seconds"] for e in measured)
+    [report] = second_run.outputs["2"]["text"]
+    print(report)
+    assert report.startswith("INT8 kernels: auto (measured at first use per layer shape); table ")
+    assert report.split("table ", 1)[1].splitlines()[0].endswith("leanvideo/int8_kernels.json")
+    for shape in ("768x768", "3072x768", "768x3072"):
+        assert re.search(
+            rf"{shape} rows<=\d+ float32 row\+convrot256 → (w8a16|int_mm|kitchen) \(measured\)", report
+        )
+    assert "not run yet" not in report
+    [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]
+    assert noted["report"] == report

@@ -25,6 +25,8 @@ import torch
 
 from .int8 import Int8WeightConfig
 from .int8.convert import quantize_state_dict
+from .int8.dispatch import KernelDispatcher
+from .int8.files import FileHeader, read_header
 from .int8.formats import LoadedFile, read_int8_file
 from .int8.fp8 import is_fp8_companion
 from .int8.policy import plan_quantization
@@ -34,6 +36,7 @@ from .int8_ops import make_int8_ops
 
 logger = logging.getLogger(__name__)
 
+CHECKPOINT_DIT_PREFIX = "model.diffusion_model."  # a full checkpoint's diffusion model part
 # Formats without int8 weights, quantized while loading: float (bf16/fp16/fp32) and fp8 (plain or
 # ComfyUI scaled, dequantized exactly first).
 QUANTIZED_ON_LOAD = ("float", "fp8")
@@ -55,14 +58,17 @@ _FAMILIES: tuple[tuple[type[Any], str], ...] = (
 
 @dataclass(frozen=True)
 class Int8LoadOptions:
-    """How to load: ``compute_dtype`` (a key of :data:`COMPUTE_DTYPES`), ``matmul_route`` (auto/w8a16/w8a8),
-    whether float files are quantized on load, and the config used when they are."""
+    """How to load: ``compute_dtype`` (a key of :data:`COMPUTE_DTYPES`), ``matmul_route`` (auto, or a
+    kernel to force: see :data:`~leanvideo.int8.linear.MATMUL_ROUTES`), whether float files are quantized
+    on load, and the config used when they are. ``dispatcher`` picks the INT8 kernels (one made from
+    ``matmul_route``, with no table on disk, when ``None``)."""
 
     compute_dtype: str = "default"
     matmul_route: str = "auto"
     quantize_on_load: bool = True
     quantize_config: Int8WeightConfig = field(default_factory=Int8WeightConfig)
     lora_mode: str = "merge"
+    dispatcher: KernelDispatcher | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.compute_dtype not in COMPUTE_DTYPES:
@@ -73,18 +79,33 @@ class Int8LoadOptions:
             raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {self.lora_mode!r}")
 
 
+def diffusion_model_keys(header: FileHeader) -> list[str]:
+    """The keys of the diffusion model in ``header``'s file: in a full checkpoint (LTXV releases:
+    ``model.diffusion_model.*`` next to ``vae.*`` and text encoders) only the diffusion model's part,
+    otherwise every key."""
+    keys = [key for key in header.dtypes if key.startswith(CHECKPOINT_DIT_PREFIX)]
+    return keys or list(header.dtypes)
+
+
+def detect_model_config(
+    tensors: dict[str, torch.Tensor], metadata: dict[str, str], *, source: str
+) -> tuple[Any, str]:
+    """``(ComfyUI model config, key prefix)`` of a diffusion model state dict, by ComfyUI's detection."""
+    prefix = comfy.model_detection.unet_prefix_from_state_dict(tensors)
+    if not any(key.startswith(prefix) for key in tensors):
+        prefix = ""
+    plain = {key: t for key, t in tensors.items() if not is_fp8_companion(key)}
+    model_config = comfy.model_detection.model_config_from_unet(plain, prefix, metadata=dict(metadata))
+    if model_config is None:
+        raise Int8FormatError(f"{source}: ComfyUI does not recognise this diffusion model")
+    return model_config, prefix
+
+
 def detect_family(
     tensors: dict[str, torch.Tensor], metadata: dict[str, str], *, source: str
 ) -> tuple[str, str]:
     """``(family, key prefix)`` of a diffusion model state dict, by ComfyUI's model detection."""
-    prefix = comfy.model_detection.unet_prefix_from_state_dict(tensors)
-    if not any(key.startswith(prefix) for key in tensors):
-        prefix = ""
-    model_config = comfy.model_detection.model_config_from_unet(tensors, prefix, metadata=dict(metadata))
-    if model_config is None:
-        raise Int8FormatError(
-            f"{source}: ComfyUI does not recognise this diffusion model, so it cannot be quantized"
-        )
+    model_config, prefix = detect_model_config(tensors, metadata, source=source)
     for base, family in _FAMILIES:
         if isinstance(model_config, base):
             return family, prefix
@@ -105,8 +126,9 @@ def _quantize_loaded(
     return quantize_state_dict(loaded.tensors, plan)
 
 
-def _read(path: Path, options: Int8LoadOptions) -> LoadedFile:
-    loaded = read_int8_file(path)
+def read_for_loading(path: Path, options: Int8LoadOptions, keys: list[str] | None = None) -> LoadedFile:
+    """``path`` (or its ``keys``) read for a loader; a float or fp8 file needs quantize_on_load."""
+    loaded = read_int8_file(path, keys)
     if loaded.format in QUANTIZED_ON_LOAD and not options.quantize_on_load:
         raise Int8FormatError(
             f"{path}: holds no INT8 weights ({loaded.format}); turn on quantize_on_load to quantize it "
@@ -116,16 +138,23 @@ def _read(path: Path, options: Int8LoadOptions) -> LoadedFile:
 
 
 def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None) -> Any:
-    """A ComfyUI ``ModelPatcher`` for the diffusion model in ``path`` (any supported INT8 format or float)."""
+    """A ComfyUI ``ModelPatcher`` for the diffusion model in ``path`` (any supported INT8 format, fp8
+    or float), which may be a full checkpoint: then only its diffusion model is read."""
     options = options or Int8LoadOptions()
-    loaded = _read(path, options)
+    keys = diffusion_model_keys(read_header(path))
+    return build_diffusion_model(read_for_loading(path, options, keys), options)
+
+
+def build_diffusion_model(loaded: LoadedFile, options: Int8LoadOptions) -> Any:
+    """The ``ModelPatcher`` of a diffusion model read by :func:`read_int8_file` (quantized first when
+    its format is one of :data:`QUANTIZED_ON_LOAD`)."""
+    path = loaded.path
     tensors = loaded.tensors
     if loaded.format in QUANTIZED_ON_LOAD:
-        plain = {key: t for key, t in tensors.items() if not is_fp8_companion(key)}
-        family, prefix = detect_family(plain, loaded.metadata, source=str(path))
+        family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
         tensors = _quantize_loaded(loaded, family, prefix, options.quantize_config)
     model_options: dict[str, Any] = {
-        "custom_operations": make_int8_ops(options.matmul_route, options.lora_mode)
+        "custom_operations": make_int8_ops(options.matmul_route, options.lora_mode, options.dispatcher)
     }
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
@@ -153,7 +182,7 @@ def load_text_encoder_int8(
     options = options or Int8LoadOptions()
     state_dicts = []
     for path in paths:
-        loaded = _read(path, options)
+        loaded = read_for_loading(path, options)
         if loaded.format in QUANTIZED_ON_LOAD:
             state_dicts.append(_quantize_loaded(loaded, "text_encoder", "", options.quantize_config))
         else:
@@ -161,7 +190,9 @@ def load_text_encoder_int8(
     kind = getattr(comfy.sd.CLIPType, clip_type.upper(), None)
     if kind is None:
         raise ValueError(f"Unknown text encoder type {clip_type!r}")
-    model_options: dict[str, Any] = {"custom_operations": make_int8_ops(options.matmul_route)}
+    model_options: dict[str, Any] = {
+        "custom_operations": make_int8_ops(options.matmul_route, dispatcher=options.dispatcher)
+    }
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
     clip = comfy.sd.load_text_encoder_state_dicts(

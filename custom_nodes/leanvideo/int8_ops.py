@@ -13,11 +13,13 @@ steps run on plain INT8 weights (no per-step LoRA cost).
 ComfyUI sizes models and layers from their state dicts, so a layer's state dict lists the scale too
 (``weight_scale``, as in the file): sizes and loaded bytes count int8 data, scales and float tensors.
 
-Ops classes are made per configuration by :func:`make_int8_ops`, as ``comfy/ops.py`` does.
+Ops classes are made per configuration by :func:`make_int8_ops`, as ``comfy/ops.py`` does. Each ops
+class holds the :class:`~leanvideo.int8.dispatch.KernelDispatcher` that picks (by measurement) or is
+forced onto the INT8 kernel of every layer shape it runs.
 
 Example::
 
-    ops = make_int8_ops(route="auto")
+    ops = make_int8_ops(route="auto", dispatcher=KernelDispatcher(cache_path=table))
     comfy.sd.load_diffusion_model_state_dict(sd, model_options={"custom_operations": ops})
 """
 
@@ -32,9 +34,10 @@ import comfy.quant_ops
 import torch
 from comfy.quant_ops import QuantizedLayout, QuantizedTensor
 
-from .int8 import Int8Weight, Int8WeightConfig, int8_linear, quantize_weight
+from .int8 import Int8Weight, Int8WeightConfig, quantize_weight
+from .int8.dispatch import KernelDispatcher
 from .int8.formats.common import config_from_tensor, infer_config
-from .int8.linear import MATMUL_ROUTES
+from .int8.linear import kernel_of_route
 from .int8.quantize import dequantize
 from .int8.spec import CONFIG_SUFFIX, SCALE_SUFFIX, Int8FormatError
 from .int8_lora import LORA_MODES, LoraBranch, apply_branches
@@ -89,9 +92,9 @@ def is_int8(weight: Any) -> bool:
 
 class Int8Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
     """A Linear whose weight may be LeanVideo INT8 (``weight`` + ``weight_scale`` [+ ``comfy_quant``]);
-    float weights stay float. :func:`make_int8_ops` makes a subclass per matmul route and LoRA mode."""
+    float weights stay float. :func:`make_int8_ops` makes a subclass per kernel dispatcher and LoRA mode."""
 
-    matmul_route: str = "auto"
+    dispatcher: KernelDispatcher  # set on each subclass by make_int8_ops
     lora_mode: str = "merge"
     lora_branches: list[LoraBranch] = []  # noqa: RUF012 (replaced per instance, never mutated)
 
@@ -185,7 +188,7 @@ class Int8Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
         for function in self.bias_function:
             bias = function(bias)
         if is_int8(weight):
-            out = int8_linear(input, unpack(weight), bias, route=self.matmul_route)  # type: ignore[arg-type]
+            out = self.dispatcher.linear(input, unpack(weight), bias)  # type: ignore[arg-type]
         else:
             out = torch.nn.functional.linear(input, weight.to(input.dtype), bias)
         if self.lora_branches and not self.weight_function:  # low-VRAM patches already hold the LoRA
@@ -220,14 +223,28 @@ class Int8Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
         return None
 
 
-def make_int8_ops(route: str = "auto", lora_mode: str = "merge") -> type[comfy.ops.manual_cast]:
+def make_int8_ops(
+    route: str = "auto", lora_mode: str = "merge", dispatcher: KernelDispatcher | None = None
+) -> type[comfy.ops.manual_cast]:
     """An ops family whose Linear reads int8 weights (``weight`` + ``weight_scale`` [+ ``comfy_quant``])
-    and runs them on the matmul ``route`` (``auto``, ``w8a16`` or ``w8a8``); float weights stay float.
-    ``lora_mode`` is ``merge`` or ``side_branch`` (see :mod:`.int8_lora`). Other layers are ComfyUI's
-    ``manual_cast`` ops. A class per configuration, as ``comfy/ops.py`` makes them."""
-    if route not in MATMUL_ROUTES:
-        raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
+    and runs them on the kernels ``dispatcher`` chooses; float weights stay float. Without a
+    dispatcher one is made from ``route`` (a :data:`~leanvideo.int8.linear.MATMUL_ROUTES` value: ``auto``
+    measures, a kernel name forces it) with no table on disk. ``lora_mode`` is ``merge`` or
+    ``side_branch`` (see :mod:`.int8_lora`). Other layers are ComfyUI's ``manual_cast`` ops. A class
+    per configuration, as ``comfy/ops.py`` makes them."""
+    forced = kernel_of_route(route)
     if lora_mode not in LORA_MODES:
         raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {lora_mode!r}")
-    linear = type("Linear", (Int8Linear,), {"matmul_route": route, "lora_mode": lora_mode})
+    if dispatcher is None:
+        dispatcher = KernelDispatcher(forced=forced)
+    linear = type("Linear", (Int8Linear,), {"dispatcher": dispatcher, "lora_mode": lora_mode})
     return type("Int8Ops", (comfy.ops.manual_cast,), {"Linear": linear})
+
+
+def int8_weight_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
+    """The ``(out, in)`` shapes of ``model``'s INT8 Linear weights."""
+    return {
+        (int(m.weight.shape[0]), int(m.weight.shape[1]))
+        for m in model.modules()
+        if isinstance(m, Int8Linear) and is_int8(m.weight)
+    }

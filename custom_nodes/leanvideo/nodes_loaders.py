@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ from comfy_api.latest import io
 
 from .int8.linear import MATMUL_ROUTES
 from .int8.spec import Int8WeightConfig
+from .int8_checkpoint import load_checkpoint_int8
+from .int8_kernels import make_dispatcher, report_kernels
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
 
@@ -25,6 +28,7 @@ def _options(
         quantize_on_load=quantize_on_load,
         quantize_config=Int8WeightConfig(convrot=convrot),
         lora_mode=lora_mode,
+        dispatcher=make_dispatcher(matmul_route, os.environ),
     )
 
 
@@ -40,9 +44,12 @@ def _shared_inputs() -> list[Any]:
             "path",
             options=list(MATMUL_ROUTES),
             default="auto",
-            tooltip="INT8 matmul path: w8a16 dequantizes weights (every device); w8a8 also quantizes "
-            "activations and uses int8 matmuls on CUDA, falling back to w8a16 where it does not fit; "
-            "auto picks w8a8 where it fits.",
+            tooltip="INT8 matmul kernel. auto measures w8a16, int_mm and kitchen on each layer shape at "
+            "first use and keeps the fastest correct one (never one slower than w8a16; the table is "
+            "cached in the user directory). w8a16 dequantizes weights (every device); int_mm quantizes "
+            "activations and multiplies with torch._int_mm; kitchen uses comfy-kitchen's fused kernel "
+            "(pip install comfy-kitchen). A forced kernel runs w8a16 where it cannot run a shape; w8a8 "
+            "is int_mm's older name. With auto, LEANVIDEO_INT8_KERNEL forces one.",
         ),
         io.Boolean.Input(
             "quantize_on_load",
@@ -54,9 +61,22 @@ def _shared_inputs() -> list[Any]:
             "convrot",
             default=False,
             tooltip="When quantizing on load, rotate weight groups of 256 with a Hadamard matrix first "
-            "(better for outlier-heavy layers, a little slower).",
+            "(better for outlier-heavy layers, a little slower). Off, an fp8 file still has the layers "
+            "rotated where that cuts their error by 1 dB or more.",
         ),
     ]
+
+
+def _lora_mode_input() -> Any:
+    return io.Combo.Input(
+        "lora_mode",
+        options=list(LORA_MODES),
+        default="merge",
+        tooltip="How LoRAs applied to this model run: merge adds them into the INT8 weights "
+        "once when the model is patched (no per-step cost); side_branch keeps the INT8 weights "
+        "and adds the exact low-rank product in each layer (no requantization error, a small "
+        "per-step cost).",
+    )
 
 
 class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
@@ -77,15 +97,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
                     tooltip="File in models/diffusion_models (INT8 or float safetensors).",
                 ),
                 *_shared_inputs(),
-                io.Combo.Input(
-                    "lora_mode",
-                    options=list(LORA_MODES),
-                    default="merge",
-                    tooltip="How LoRAs applied to this model run: merge adds them into the INT8 weights "
-                    "once when the model is patched (no per-step cost); side_branch keeps the INT8 weights "
-                    "and adds the exact low-rank product in each layer (no requantization error, a small "
-                    "per-step cost).",
-                ),
+                _lora_mode_input(),
             ],
             outputs=[io.Model.Output()],
         )
@@ -103,7 +115,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
-        return io.NodeOutput(model)
+        return io.NodeOutput(model, ui={"text": [report_kernels(options.dispatcher, model.model)]})
 
 
 class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
@@ -139,13 +151,56 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
         cls, clip_name: str, type: str, compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool
     ) -> io.NodeOutput:
         file = Path(folder_paths.get_full_path_or_raise("text_encoders", clip_name))
+        options = _options(compute_dtype, path, quantize_on_load, convrot)
         clip = load_text_encoder_int8(
-            [file],
-            type,
-            _options(compute_dtype, path, quantize_on_load, convrot),
-            embedding_directory=folder_paths.get_folder_paths("embeddings"),
+            [file], type, options, embedding_directory=folder_paths.get_folder_paths("embeddings")
         )
-        return io.NodeOutput(clip)
+        return io.NodeOutput(clip, ui={"text": [report_kernels(options.dispatcher, clip.cond_stage_model)]})
 
 
-NODES: list[type[io.ComfyNode]] = [LeanVideoDiffusionModelLoaderINT8, LeanVideoTextEncoderLoaderINT8]
+class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
+    """Load a full checkpoint (diffusion model + VAE, as LTXV releases ship) with the diffusion model in
+    INT8 and its VAE, reading the file once."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="LeanVideoCheckpointLoaderINT8",
+            display_name="Load Checkpoint (INT8)",
+            category="advanced/loaders",
+            description="Loads a full checkpoint: its diffusion model as INT8 (INT8 files as they are, "
+            "float and fp8 ones quantized on load) and its VAE, configured from the file's metadata.",
+            inputs=[
+                io.Combo.Input(
+                    "ckpt_name",
+                    options=folder_paths.get_filename_list("checkpoints"),
+                    tooltip="File in models/checkpoints holding a diffusion model and its VAE "
+                    "(e.g. an LTXV release checkpoint).",
+                ),
+                *_shared_inputs(),
+                _lora_mode_input(),
+            ],
+            outputs=[io.Model.Output(), io.Vae.Output()],
+        )
+
+    @classmethod
+    def execute(
+        cls,
+        ckpt_name: str,
+        compute_dtype: str,
+        path: str,
+        quantize_on_load: bool,
+        convrot: bool,
+        lora_mode: str = "merge",
+    ) -> io.NodeOutput:
+        file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
+        options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
+        model, vae = load_checkpoint_int8(file, options)
+        return io.NodeOutput(model, vae, ui={"text": [report_kernels(options.dispatcher, model.model)]})
+
+
+NODES: list[type[io.ComfyNode]] = [
+    LeanVideoDiffusionModelLoaderINT8,
+    LeanVideoCheckpointLoaderINT8,
+    LeanVideoTextEncoderLoaderINT8,
+]

@@ -19,8 +19,17 @@ from typing import TYPE_CHECKING, Any
 from .spec import FORMAT_VERSION, Int8FormatError, Int8WeightConfig
 
 if TYPE_CHECKING:
+    from .dispatch import KernelDispatcher
     from .hadamard import hadamard_matrix, rotate_groups
-    from .linear import MATMUL_ROUTES, int8_linear, linear_w8a8, linear_w8a16, reference_int_mm, w8a8_fits
+    from .linear import (
+        KERNELS,
+        MATMUL_ROUTES,
+        int8_linear,
+        linear_w8a8,
+        linear_w8a16,
+        reference_int_mm,
+        w8a8_fits,
+    )
     from .quantize import (
         Int8Weight,
         dequantize,
@@ -31,14 +40,16 @@ if TYPE_CHECKING:
         weight_sqnr_db,
     )
 
-_TORCH_MODULES = ("hadamard", "linear", "quantize")  # where the other names of __all__ live
+_TORCH_MODULES = ("dispatch", "hadamard", "linear", "quantize")  # where the other names of __all__ live
 
 __all__ = [
     "FORMAT_VERSION",
+    "KERNELS",
     "MATMUL_ROUTES",
     "Int8FormatError",
     "Int8Weight",
     "Int8WeightConfig",
+    "KernelDispatcher",
     "dequantize",
     "dequantize_weight",
     "expected_scale_shape",

@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +56,33 @@ def read_header(path: Path) -> FileHeader:
     return FileHeader(path=path, metadata=metadata, dtypes=dtypes, shapes=shapes)
 
 
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """All tensors of ``path`` on the CPU; nothing is returned (or kept) when reading fails."""
+def read_tensors(path: Path, keys: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of ``path`` on the CPU: all of them, or only ``keys`` (the rest are never read, so
+    one part of a full checkpoint costs only its own bytes). Nothing is returned (or kept) when
+    reading fails.
+
+    Example::
+
+        vae = read_tensors(Path("ltxv.safetensors"), [k for k in header.dtypes if k.startswith("vae.")])
+    """
     _check_path(path)
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+            wanted = list(handle.keys()) if keys is None else list(keys)
+            return {key: handle.get_tensor(key) for key in wanted}
     except SafetensorError as error:
         raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
+
+
+def restrict_header(header: FileHeader, keys: Iterable[str]) -> FileHeader:
+    """``header`` as if the file held only ``keys`` (one part of a full checkpoint); metadata kept."""
+    kept = [key for key in keys if key in header.dtypes]
+    return FileHeader(
+        path=header.path,
+        metadata=header.metadata,
+        dtypes={key: header.dtypes[key] for key in kept},
+        shapes={key: header.shapes[key] for key in kept},
+    )
 
 
 _TORCH_DTYPES: dict[str, torch.dtype] = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}

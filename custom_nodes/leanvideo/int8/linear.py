@@ -1,19 +1,30 @@
-"""INT8 linear layers: W8A16 (dequantize, float matmul) and W8A8 (int8 × int8 → int32, rescale).
+"""INT8 linear kernels: W8A16 (dequantize, float matmul) and two W8A8 ones (int8 × int8 → int32, rescale).
 
-W8A8 quantizes each activation row (token) on the fly with its own absmax scale, multiplies with
-``torch._int_mm`` on CUDA and rescales by ``activation_scale × weight_scale``. Wherever the kernel
-does not fit (no CUDA, block-wise scales, fewer than 17 rows, dimensions not multiples of 8),
-:func:`int8_linear` falls back to W8A16. Tests drive the same W8A8 code on the CPU by passing
-:func:`reference_int_mm`.
+- ``w8a16`` dequantizes the weight to the input's dtype and runs a float matmul; every device, every
+  weight layout.
+- ``int_mm`` quantizes each activation row (token) with its own absmax scale, multiplies with
+  ``torch._int_mm`` and rescales by ``activation_scale × weight_scale``. On CUDA the kernel needs more
+  than 16 rows and both weight dimensions multiples of 8; on a CPU it takes any shape.
+- ``kitchen`` is comfy-kitchen's ``int8_linear`` (ComfyUI's kernel library, optional: ``pip install
+  .[cuda]``): the same maths with activation quantization fused into cuBLASLt/Triton kernels on CUDA and
+  an eager backend elsewhere. Our convrot weights are rotated by a Sylvester Hadamard matrix and
+  comfy-kitchen's own rotation uses another one, so activations are rotated here, not by comfy-kitchen.
+
+Neither W8A8 kernel takes block-wise weight scales. Which kernel runs a layer is the dispatcher's
+choice (:mod:`.dispatch`); :func:`int8_linear` runs one named kernel and falls back to ``w8a16`` where
+it cannot run the shape. Tests drive the W8A8 maths on any device with :func:`reference_int_mm`.
 
 Example::
 
-    y = int8_linear(x, packed, bias, route="w8a16")
+    y = int8_linear(x, packed, bias, route="int_mm")
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 from collections.abc import Callable
+from types import ModuleType
 from typing import Literal
 
 import torch
@@ -22,13 +33,39 @@ from .hadamard import rotate_groups
 from .quantize import Int8Weight, dequantize
 from .spec import QMAX
 
-# How an INT8 linear multiplies: "w8a16" dequantizes the weight, "w8a8" uses int8 matmuls, "auto" picks.
-MatmulRoute = Literal["auto", "w8a16", "w8a8"]
-MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "w8a8")
+logger = logging.getLogger(__name__)
+
+# The kernels, in the order the dispatcher tries them; "w8a16" is the baseline every other must beat.
+Kernel = Literal["w8a16", "int_mm", "kitchen"]
+KERNELS: tuple[str, ...] = ("w8a16", "int_mm", "kitchen")
+# What the loaders' ``path`` input offers: "auto" measures, a kernel name forces that kernel, and
+# "w8a8" is the older name of "int_mm" (kept so saved workflows still validate).
+MatmulRoute = Literal["auto", "w8a16", "int_mm", "kitchen", "w8a8"]
+MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "kitchen", "w8a8")
+ROUTE_ALIASES: dict[str, str] = {"w8a8": "int_mm"}
+KITCHEN_MODULE = "comfy_kitchen"
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
 _INT_MM_MULTIPLE = 8
+
+
+def kernel_of_route(route: str) -> str | None:
+    """The kernel a ``path``/route value forces (``None`` for ``auto``); raises on an unknown value."""
+    if route not in MATMUL_ROUTES:
+        raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
+    return None if route == "auto" else ROUTE_ALIASES.get(route, route)
+
+
+def import_kitchen() -> ModuleType | None:
+    """comfy-kitchen when it is installed and imports, else ``None`` (the reason is logged)."""
+    try:
+        return importlib.import_module(KITCHEN_MODULE)
+    except ImportError:
+        logger.debug("comfy-kitchen is not installed; its INT8 kernel is not a candidate")
+    except Exception:  # a broken install (wrong CUDA build, missing library) must not break loading
+        logger.warning("comfy-kitchen is installed but does not import; its kernel is skipped", exc_info=True)
+    return None
 
 
 def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -36,18 +73,35 @@ def reference_int_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a.to(torch.int32), b.to(torch.int32))
 
 
-def w8a8_fits(x: torch.Tensor, packed: Int8Weight) -> bool:
-    """Whether the CUDA ``_int_mm`` kernel handles this input and weight."""
-    rows = x.numel() // x.shape[-1] if x.ndim else 0
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.ndim else 0
+
+
+def unsupported_reason(
+    kernel: str, x: torch.Tensor, packed: Int8Weight, kitchen: ModuleType | None = None
+) -> str | None:
+    """Why ``kernel`` cannot run ``x @ W.T`` for this weight, or ``None`` when it can."""
+    if kernel == "w8a16":
+        return None
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
+    if packed.config.granularity == "block":
+        return "W8A8 needs per-tensor or per-row weight scales, not block-wise ones"
+    if x.ndim == 0 or _rows(x) == 0:
+        return "empty input"
+    if kernel == "kitchen":
+        return "comfy-kitchen is not installed or does not import" if kitchen is None else None
     out_features, in_features = packed.qdata.shape
-    return (
-        x.is_cuda
-        and packed.qdata.is_cuda
-        and packed.config.granularity != "block"
-        and rows >= _INT_MM_MIN_ROWS
-        and in_features % _INT_MM_MULTIPLE == 0
-        and out_features % _INT_MM_MULTIPLE == 0
-    )
+    if x.is_cuda and _rows(x) < _INT_MM_MIN_ROWS:
+        return f"torch._int_mm on CUDA needs more than 16 rows, not {_rows(x)}"
+    if x.is_cuda and (in_features % _INT_MM_MULTIPLE or out_features % _INT_MM_MULTIPLE):
+        return f"torch._int_mm on CUDA needs multiples of 8, not {out_features}×{in_features}"
+    return None
+
+
+def w8a8_fits(x: torch.Tensor, packed: Int8Weight) -> bool:
+    """Whether ``torch._int_mm`` can run this input and weight (see :func:`unsupported_reason`)."""
+    return unsupported_reason("int_mm", x, packed) is None
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,6 +117,11 @@ def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None 
     return torch.nn.functional.linear(x, weight, None if bias is None else bias.to(x.device, x.dtype))
 
 
+def _rotated_rows(x: torch.Tensor, packed: Int8Weight) -> torch.Tensor:
+    rows = x.reshape(-1, x.shape[-1])
+    return rotate_groups(rows, packed.config.convrot_group) if packed.config.convrot else rows
+
+
 def linear_w8a8(
     x: torch.Tensor,
     packed: Int8Weight,
@@ -73,11 +132,7 @@ def linear_w8a8(
     """Dynamic per-token W8A8; ``int_mm`` is the int8 kernel (``torch._int_mm`` or the reference)."""
     if packed.config.granularity == "block":
         raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
-    in_features = x.shape[-1]
-    rows = x.reshape(-1, in_features)
-    if packed.config.convrot:
-        rows = rotate_groups(rows, packed.config.convrot_group)
-    x_q, x_scale = quantize_activations(rows)
+    x_q, x_scale = quantize_activations(_rotated_rows(x, packed))
     accumulated = int_mm(x_q, packed.qdata.to(x.device).t())
     weight_scale = packed.scale.to(device=x.device, dtype=torch.float32).reshape(1, -1)
     out = accumulated.to(torch.float32) * x_scale * weight_scale
@@ -86,12 +141,54 @@ def linear_w8a8(
     return out.to(x.dtype).reshape(*x.shape[:-1], packed.qdata.shape[0])
 
 
-def int8_linear(
-    x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None, *, route: MatmulRoute = "auto"
+def linear_kitchen(
+    x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None, *, kitchen: ModuleType
 ) -> torch.Tensor:
-    """``x @ W.T + bias`` for an INT8 weight; ``auto`` and ``w8a8`` use W8A8 only where it fits."""
-    if route not in MATMUL_ROUTES:
-        raise ValueError(f"route must be one of {MATMUL_ROUTES}, not {route!r}")
-    if route != "w8a16" and w8a8_fits(x, packed):
+    """comfy-kitchen's fused dynamic W8A8 (``comfy_kitchen.int8_linear``) on our weight layout."""
+    if packed.config.granularity == "block":
+        raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
+    rows = _rotated_rows(x, packed).to(x.dtype)
+    out: torch.Tensor = kitchen.int8_linear(
+        rows,
+        packed.qdata.to(x.device),
+        packed.scale.to(device=x.device, dtype=torch.float32).reshape(-1),
+        None if bias is None else bias.to(device=x.device, dtype=x.dtype),
+        out_dtype=x.dtype,
+    )
+    return out.reshape(*x.shape[:-1], packed.qdata.shape[0])
+
+
+def run_kernel(
+    kernel: str,
+    x: torch.Tensor,
+    packed: Int8Weight,
+    bias: torch.Tensor | None = None,
+    *,
+    kitchen: ModuleType | None = None,
+) -> torch.Tensor:
+    """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`)."""
+    if kernel == "w8a16":
+        return linear_w8a16(x, packed, bias)
+    if kernel == "int_mm":
         return linear_w8a8(x, packed, bias)
-    return linear_w8a16(x, packed, bias)
+    if kernel == "kitchen":
+        if kitchen is None:
+            raise ValueError("the kitchen kernel needs comfy-kitchen (pip install comfy-kitchen)")
+        return linear_kitchen(x, packed, bias, kitchen=kitchen)
+    raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
+
+
+def int8_linear(
+    x: torch.Tensor,
+    packed: Int8Weight,
+    bias: torch.Tensor | None = None,
+    *,
+    route: MatmulRoute = "w8a16",
+    kitchen: ModuleType | None = None,
+) -> torch.Tensor:
+    """``x @ W.T + bias`` on the kernel ``route`` names, or ``w8a16`` where that kernel cannot run the
+    shape. ``auto`` (which needs measurements: :class:`.dispatch.KernelDispatcher`) runs ``w8a16`` here."""
+    kernel = kernel_of_route(route) or "w8a16"
+    if unsupported_reason(kernel, x, packed, kitchen) is not None:
+        kernel = "w8a16"
+    return run_kernel(kernel, x, packed, bias, kitchen=kitchen)

@@ -12,13 +12,14 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from ..files import FileHeader, read_header, read_tensors
+from ..files import FileHeader, read_header, read_tensors, restrict_header
 from ..spec import COMFY_METADATA_KEY, Int8FormatError, is_allowed_uint8
 from . import comfy_native, float, fp8, int8_fast, leanvideo, lightx2v
 from .common import canonicalize
@@ -65,11 +66,17 @@ def _describe_unknown(header: FileHeader) -> str:
     )
 
 
-def read_int8_file(path: Path) -> LoadedFile:
-    """Detect the format of ``path``, read it and return it canonicalized (validated)."""
+def read_int8_file(path: Path, keys: Collection[str] | None = None) -> LoadedFile:
+    """Detect the format of ``path``, read it and return it canonicalized (validated).
+
+    With ``keys`` only those tensors are detected, read and checked, the rest of the file is ignored:
+    how one part of a full checkpoint (the diffusion model next to a VAE) is read.
+    """
     header = read_header(path)
+    if keys is not None:
+        header = restrict_header(header, keys)
     name = detect_format(header)
     entries = FORMATS[name].layer_entries(header)
-    tensors = canonicalize(read_tensors(path), entries, source=str(path))
+    tensors = canonicalize(read_tensors(path, header.dtypes), entries, source=str(path))
     metadata = {k: v for k, v in header.metadata.items() if k != COMFY_METADATA_KEY}
     return LoadedFile(path=path, format=name, tensors=tensors, metadata=metadata)

@@ -1,0 +1,325 @@
+"""Pick the INT8 kernel per device and layer-shape class by measuring the candidates at first use.
+
+A :class:`KernelDispatcher` is made per model load and held by that model's ops class. The first time a
+layer of a new :class:`ShapeClass` runs (device, dtype, weight shape, activation rows rounded up to a
+power of two, weight layout), it runs every candidate kernel of :mod:`.linear` on that very input:
+
+1. a kernel that cannot run the shape, raises, or disagrees with ``w8a16`` (SQNR below
+   :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept;
+2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised; each kernel's
+   fastest call counts, so load from other processes hurts every candidate alike; a kernel slower
+   than :data:`EARLY_STOP_RATIO` × ``w8a16`` has lost and is not run again);
+3. the fastest wins, but only if it beats ``w8a16``: a kernel that lost to ``w8a16`` is never chosen.
+
+The choice is kept in a table written to ``cache_path`` (:mod:`.kernel_table`: one file, invalidated by
+a new torch or comfy-kitchen version), so later loads and servers skip the measurement. ``forced``
+(the ``path`` input, or ``LEANVIDEO_INT8_KERNEL``) runs one kernel wherever it can run the shape and
+``w8a16`` elsewhere. Every new choice is logged and passed to ``on_choice`` (telemetry).
+
+Example::
+
+    dispatcher = KernelDispatcher(cache_path=Path("user/leanvideo/int8_kernels.json"))
+    y = dispatcher.linear(x, packed, bias)
+    print(dispatcher.summary())
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from .kernel_table import Choice, current_fingerprint, load_table, save_table
+from .linear import KERNELS, MATMUL_ROUTES, import_kitchen, kernel_of_route, run_kernel, unsupported_reason
+from .quantize import Int8Weight, sqnr_db
+
+logger = logging.getLogger(__name__)
+
+ENV_KERNEL = "LEANVIDEO_INT8_KERNEL"
+MIN_AGREEMENT_DB = 30.0  # a W8A8 kernel agrees with W8A16 at ≈ 40 dB; far below means a wrong kernel
+EARLY_STOP_RATIO = 3.0
+DEFAULT_RUNS = 5
+RunKernel = Callable[[torch.Tensor, Int8Weight, "torch.Tensor | None"], torch.Tensor]
+Unsupported = Callable[[torch.Tensor, Int8Weight], "str | None"]
+OnChoice = Callable[[str, Choice], None]
+
+
+@dataclass(frozen=True)
+class KernelImpl:
+    """One candidate: how to run it and why it cannot run a shape (``None`` when it can)."""
+
+    run: RunKernel
+    unsupported: Unsupported
+
+
+def default_kernels(kitchen: ModuleType | None) -> dict[str, KernelImpl]:
+    """The kernels of :mod:`.linear`; ``kitchen`` is the imported comfy-kitchen or ``None``."""
+
+    def impl(name: str) -> KernelImpl:
+        return KernelImpl(
+            run=lambda x, packed, bias: run_kernel(name, x, packed, bias, kitchen=kitchen),
+            unsupported=lambda x, packed: unsupported_reason(name, x, packed, kitchen),
+        )
+
+    return {name: impl(name) for name in KERNELS}
+
+
+def describe_device(device: torch.device) -> str:
+    """A device's kind and model, e.g. ``cuda:NVIDIA H200`` or ``cpu:x86_64 (16 threads)``."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{torch.cuda.get_device_name(index)}"
+    return f"{device.type}:{cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """What a kernel choice is valid for; ``rows`` is the activation row count rounded up to a power of 2."""
+
+    device: str
+    dtype: str
+    out_features: int
+    in_features: int
+    rows: int
+    layout: str
+
+    @classmethod
+    def of(cls, x: torch.Tensor, packed: Int8Weight, device: str) -> ShapeClass:
+        rows = max(1, x.numel() // max(1, x.shape[-1]))
+        config = packed.config
+        layout = config.granularity + (f"+convrot{config.convrot_group}" if config.convrot else "")
+        out_features, in_features = packed.qdata.shape
+        return cls(
+            device,
+            str(x.dtype).removeprefix("torch."),
+            out_features,
+            in_features,
+            1 << (rows - 1).bit_length(),
+            layout,
+        )
+
+    @property
+    def key(self) -> str:
+        shape = f"{self.out_features}x{self.in_features}"
+        return f"{self.device}|{self.dtype}|{shape}|rows<={self.rows}|{self.layout}"
+
+
+def describe_choice(key: str, choice: Choice) -> str:
+    """One line: the shape class, the kernel, and each timed kernel relative to ``w8a16``."""
+    _, dtype, shape, rows, layout = key.split("|")
+    ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
+    times = f" [{ratios} of w8a16]" if ratios else ""
+    rejected = "; ".join(f"{k}: {why}" for k, why in choice.rejected.items())
+    return f"{shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
+        f" — {rejected}" if rejected else ""
+    )
+
+
+class KernelDispatcher:
+    """Chooses and runs the INT8 kernel per shape class (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        forced: str | None = None,
+        cache_path: Path | None = None,
+        kernels: Mapping[str, KernelImpl] | None = None,
+        runs: int = DEFAULT_RUNS,
+        on_choice: OnChoice | None = None,
+        fingerprint: dict[str, object] | None = None,
+    ) -> None:
+        if forced is not None and forced not in KERNELS:
+            raise ValueError(f"forced kernel must be one of {KERNELS}, not {forced!r}")
+        if runs < 1:
+            raise ValueError(f"runs must be at least 1, not {runs}")
+        self.forced = forced
+        self.cache_path = cache_path
+        self.kernels = dict(kernels) if kernels is not None else default_kernels(import_kitchen())
+        if "w8a16" not in self.kernels:
+            raise ValueError("the kernels must include the w8a16 baseline")
+        self.runs = runs
+        self.on_choice = on_choice
+        self.fingerprint = dict(fingerprint) if fingerprint is not None else current_fingerprint()
+        self._lock = threading.RLock()
+        self._devices: dict[torch.device, str] = {}
+        self._table = load_table(cache_path, self.fingerprint) if cache_path is not None else {}
+
+    # --- running ----------------------------------------------------------------------------------
+
+    def linear(self, x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + bias`` on the kernel chosen for this shape class (measured on first use)."""
+        shape = ShapeClass.of(x, packed, self._device(x.device))
+        choice = self._table.get(shape.key)
+        if choice is None and torch.compiler.is_compiling():
+            choice = Choice("w8a16", "fallback", rejected={"auto": "not measured inside torch.compile"})
+        if choice is None:
+            with self._lock:
+                choice = self._table.get(shape.key)
+                if choice is None:
+                    return self._decide(shape, x, packed, bias)
+        return self.kernels[choice.kernel].run(x, packed, bias)
+
+    def _device(self, device: torch.device) -> str:
+        name = self._devices.get(device)
+        if name is None:
+            name = self._devices[device] = describe_device(device)
+        return name
+
+    def _decide(
+        self, shape: ShapeClass, x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        if self.forced is not None:
+            reason = (
+                self.kernels[self.forced].unsupported(x, packed)
+                if self.forced in self.kernels
+                else ("not available")
+            )
+            if reason is None:
+                choice = Choice(self.forced, "forced")
+            else:
+                choice = Choice("w8a16", "fallback", rejected={self.forced: f"unsupported: {reason}"})
+            self._remember(shape, choice, persist=False)
+            return self.kernels[choice.kernel].run(x, packed, bias)
+        choice, output = self._measure(x, packed, bias)
+        self._remember(shape, choice, persist=True)
+        return output
+
+    def _measure(
+        self, x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None
+    ) -> tuple[Choice, torch.Tensor]:
+        sync = _synchronizer(x.device)
+        rejected: dict[str, str] = {}
+        outputs: dict[str, torch.Tensor] = {}
+        for name in ("w8a16", *[k for k in self.kernels if k != "w8a16"]):
+            kernel = self.kernels[name]
+            if name != "w8a16" and (reason := kernel.unsupported(x, packed)) is not None:
+                rejected[name] = f"unsupported: {reason}"
+                continue
+            try:
+                output = kernel.run(x, packed, bias)  # warmup, and the output checked below
+                sync()
+            except Exception as exc:  # any failure rules the kernel out for this shape
+                if name == "w8a16":
+                    raise
+                rejected[name] = f"error: {type(exc).__name__}: {exc}"
+                logger.warning("INT8 kernel %s failed on %s: %s", name, tuple(x.shape), exc)
+                continue
+            if name != "w8a16" and (why := _disagreement(outputs["w8a16"], output)) is not None:
+                rejected[name] = f"inaccurate: {why}"
+                continue
+            outputs[name] = output
+        seconds = self._time_rounds(list(outputs), x, packed, bias, sync)
+        best = min(seconds, key=seconds.__getitem__)  # ties go to w8a16, timed first
+        for name, value in seconds.items():
+            if name != "w8a16" and name != best and value >= seconds["w8a16"]:
+                rejected[name] = "slower than w8a16"
+        return Choice(best, "measured", seconds, rejected), outputs[best]
+
+    def _time_rounds(
+        self,
+        names: list[str],
+        x: torch.Tensor,
+        packed: Int8Weight,
+        bias: torch.Tensor | None,
+        sync: Callable[[], None],
+    ) -> dict[str, float]:
+        """Each kernel's fastest of ``runs`` calls, in interleaved rounds so that a burst of other work on
+        the machine slows every candidate alike; a kernel past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost
+        and sits out the remaining rounds."""
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(self.runs):
+            for name in names:
+                if name != "w8a16" and min(times[name], default=0.0) > EARLY_STOP_RATIO * min(times["w8a16"]):
+                    continue
+                started = time.perf_counter()
+                self.kernels[name].run(x, packed, bias)
+                sync()
+                times[name].append(time.perf_counter() - started)
+        return {name: min(values) for name, values in times.items()}
+
+    def _remember(self, shape: ShapeClass, choice: Choice, *, persist: bool) -> None:
+        self._table[shape.key] = choice
+        logger.info("INT8 kernel for %s", describe_choice(shape.key, choice))
+        if persist and self.cache_path is not None:
+            # Merge with what other processes measured since this table was read.
+            on_disk = load_table(self.cache_path, self.fingerprint)
+            measured = {k: c for k, c in self._table.items() if c.source == "measured"}
+            save_table(self.cache_path, self.fingerprint, on_disk | measured)
+        if self.on_choice is not None:
+            try:
+                self.on_choice(shape.key, choice)
+            except Exception:  # reporting must never break a forward pass
+                logger.exception("Reporting the INT8 kernel choice failed")
+
+    # --- reporting --------------------------------------------------------------------------------
+
+    def choices(self) -> dict[str, Choice]:
+        """Every choice this dispatcher knows (read from the cache or made since), by shape class key."""
+        with self._lock:
+            return dict(self._table)
+
+    def mode(self) -> str:
+        return f"forced {self.forced}" if self.forced else "auto (measured at first use per layer shape)"
+
+    def summary(self, weight_shapes: set[tuple[int, int]] | None = None) -> str:
+        """The report: the mode, the cache file, and the known choices (for ``weight_shapes`` only,
+        ``(out, in)`` pairs, when given); shapes of ``weight_shapes`` with no choice yet are counted."""
+        lines = [f"INT8 kernels: {self.mode()}"]
+        if self.cache_path is not None:
+            lines[0] += f"; table {self.cache_path}"
+        known: set[tuple[int, int]] = set()
+        for key, choice in sorted(self.choices().items()):
+            shape = tuple(int(n) for n in key.split("|")[2].split("x"))
+            if weight_shapes is None or shape in weight_shapes:
+                known.add((shape[0], shape[1]))
+                lines.append("  " + describe_choice(key, choice))
+        if weight_shapes is not None and (pending := weight_shapes - known):
+            lines.append(f"  {len(pending)} weight shape(s) not run yet: chosen at first use")
+        return "\n".join(lines)
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _disagreement(reference: torch.Tensor, output: torch.Tensor) -> str | None:
+    if output.shape != reference.shape or output.dtype != reference.dtype:
+        got, expected = (f"{tuple(t.shape)} {t.dtype}" for t in (output, reference))
+        return f"output {got}, expected {expected}"
+    agreement = sqnr_db(reference.float(), output.float())
+    return None if agreement >= MIN_AGREEMENT_DB else f"{agreement:.1f} dB against w8a16"
+
+
+def forced_kernel(path: str, environ: Mapping[str, str]) -> str | None:
+    """The kernel forced by a loader's ``path`` input, or when it is ``auto`` by ``LEANVIDEO_INT8_KERNEL``
+    in ``environ``; ``None`` means measure. Raises ``ValueError`` naming a bad value."""
+    forced = kernel_of_route(path)
+    if forced is not None:
+        return forced
+    value = environ.get(ENV_KERNEL, "").strip()
+    if not value or value == "auto":
+        return None
+    if value not in MATMUL_ROUTES:
+        raise ValueError(f"{ENV_KERNEL}={value!r} is not one of {MATMUL_ROUTES}")
+    return kernel_of_route(value)

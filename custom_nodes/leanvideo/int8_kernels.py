@@ -1,0 +1,68 @@
+"""The INT8 loaders' kernel dispatcher inside ComfyUI: where its table lives, and how it reports.
+
+Each loader run makes one :class:`~leanvideo.int8.dispatch.KernelDispatcher` for the model it loads:
+
+- forced by the node's ``path`` input, or when that is ``auto`` by ``LEANVIDEO_INT8_KERNEL``
+  (``w8a16``, ``int_mm`` or ``kitchen``), else measuring at first use;
+- its table on disk is ``<ComfyUI user directory>/leanvideo/int8_kernels.json``, shared by every load
+  and server using that user directory (per device inside; a new torch or comfy-kitchen measures again);
+- each new choice is logged and added to the running prompt's telemetry record as an ``int8_kernel``
+  event; the loader's report (the node's UI text, and an ``int8_kernels`` telemetry event) lists the
+  mode and the choices known for the model's weight shapes.
+
+Example::
+
+    dispatcher = make_dispatcher("auto", os.environ)
+    text = report_kernels(dispatcher, patcher.model)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import folder_paths
+
+from .int8.dispatch import KernelDispatcher, forced_kernel
+from .int8.kernel_table import Choice
+from .int8_ops import int8_weight_shapes
+
+TABLE_FILE = Path("leanvideo") / "int8_kernels.json"
+
+
+def kernel_table_path() -> Path:
+    """Where the measured kernel table is kept: under ComfyUI's user directory."""
+    return Path(folder_paths.get_user_directory()) / TABLE_FILE
+
+
+def _telemetry() -> Any:
+    try:
+        from server import PromptServer
+    except ImportError:
+        return None
+    return getattr(getattr(PromptServer, "instance", None), "leanvideo_telemetry", None)
+
+
+def make_dispatcher(path: str, environ: Mapping[str, str], *, table: Path | None = None) -> KernelDispatcher:
+    """The dispatcher for one loader run: ``path`` is the node's input, ``environ`` the environment."""
+    telemetry = _telemetry()
+
+    def note(key: str, choice: Choice) -> None:
+        if telemetry is not None:
+            telemetry.note_event("int8_kernel", {"shape": key, **choice.as_dict()})
+
+    return KernelDispatcher(
+        forced=forced_kernel(path, environ), cache_path=table or kernel_table_path(), on_choice=note
+    )
+
+
+def report_kernels(dispatcher: KernelDispatcher, model: Any) -> str:
+    """The loader's report on its kernels (also noted in telemetry): the mode and known choices."""
+    shapes = int8_weight_shapes(model)
+    text = dispatcher.summary(shapes)
+    telemetry = _telemetry()
+    if telemetry is not None:
+        choices = {key: choice.as_dict() for key, choice in dispatcher.choices().items()}
+        telemetry.note_event("int8_kernels", {"mode": dispatcher.mode(), "report": text, "choices": choices})
+    return text

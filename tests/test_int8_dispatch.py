@@ -1,0 +1,255 @@
+"""INT8 kernel dispatch: numerics of every kernel against the float matmul (SQNR printed), and the
+dispatcher's rules — the fastest correct kernel wins, an erroring, inaccurate or slower-than-W8A16
+kernel never does, the table on disk is reused and invalidated by a new version, and forcing works.
+
+Timing rules are tested with fault-injecting kernels (a baseline made slow by a sleep, a kernel that
+raises, one that returns zeros) so they hold on any machine, however loaded."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from leanvideo.int8 import Int8WeightConfig, dequantize_weight, quantize_weight, sqnr_db
+from leanvideo.int8.dispatch import ENV_KERNEL, KernelDispatcher, KernelImpl, forced_kernel
+from leanvideo.int8.kernel_table import current_fingerprint, load_table
+from leanvideo.int8.linear import (
+    KERNELS,
+    import_kitchen,
+    int8_linear,
+    linear_w8a16,
+    run_kernel,
+    unsupported_reason,
+)
+from leanvideo.int8.quantize import Int8Weight
+
+KITCHEN = import_kitchen()
+KITCHEN_MISSING = "comfy-kitchen does not import here (pip install comfy-kitchen, or .[cuda])"
+SHAPES = [(64, 256, 128), (96, 512, 384)]  # (rows, in, out)
+CONFIGS = {
+    "row": Int8WeightConfig(),
+    "tensor": Int8WeightConfig(granularity="tensor"),
+    "row-convrot": Int8WeightConfig(convrot=True),
+}
+
+
+def _layer(rows: int, in_features: int, out_features: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out_features, in_features, generator=generator) * 0.02
+    x = torch.randn(rows, in_features, generator=generator)
+    bias = torch.randn(out_features, generator=generator) * 0.1
+    return weight, x, bias
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_kernel_is_within_35_db_of_the_float_matmul(
+    kernel: str, config_name: str, shape: tuple[int, int, int], dtype: torch.dtype
+) -> None:
+    if kernel == "kitchen" and KITCHEN is None:
+        pytest.skip(KITCHEN_MISSING)
+    weight, x, bias = _layer(*shape)
+    packed = quantize_weight(weight, CONFIGS[config_name])
+    reference = torch.nn.functional.linear(x, weight, bias)
+    assert unsupported_reason(kernel, x.to(dtype), packed, KITCHEN) is None
+    out = run_kernel(kernel, x.to(dtype), packed, bias, kitchen=KITCHEN)
+    measured = sqnr_db(reference, out.float())
+    print(f"{kernel} {config_name} {shape} {dtype}: {measured:.2f} dB vs float matmul")
+    assert out.dtype == dtype and out.shape == reference.shape
+    assert measured >= 35.0
+
+
+def test_w8a8_kernels_refuse_block_scales_and_int8_linear_falls_back() -> None:
+    weight, x, _ = _layer(32, 256, 64)
+    packed = quantize_weight(weight, Int8WeightConfig(granularity="block", block_size=64))
+    for kernel in ("int_mm", "kitchen"):
+        assert "block-wise" in str(unsupported_reason(kernel, x, packed, KITCHEN))
+        assert torch.equal(int8_linear(x, packed, route=kernel), linear_w8a16(x, packed))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'fast'"):
+        int8_linear(x, packed, route="fast")  # type: ignore[arg-type]
+
+
+# --- the dispatcher, with fault-injecting kernels --------------------------------------------------------
+
+
+def _w8a16(delay: float = 0.0, calls: list[str] | None = None, name: str = "w8a16") -> KernelImpl:
+    def run(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+        if calls is not None:
+            calls.append(name)
+        time.sleep(delay)
+        return linear_w8a16(x, packed, bias)
+
+    return KernelImpl(run=run, unsupported=lambda x, packed: None)
+
+
+def _raising(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    raise RuntimeError("no kernel image for this device")
+
+
+def _zeros(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.zeros(*x.shape[:-1], packed.qdata.shape[0], dtype=x.dtype)
+
+
+def _fixture() -> tuple[torch.Tensor, Int8Weight, torch.Tensor]:
+    weight, x, bias = _layer(48, 256, 128)
+    return x, quantize_weight(weight, Int8WeightConfig()), bias
+
+
+def test_fastest_correct_kernel_wins_and_broken_ones_never_do() -> None:
+    x, packed, bias = _fixture()
+    calls: list[str] = []
+    dispatcher = KernelDispatcher(
+        kernels={
+            "w8a16": _w8a16(0.02, calls),  # the baseline, made slow
+            "broken": KernelImpl(run=_raising, unsupported=lambda x, p: None),
+            "wrong": KernelImpl(run=_zeros, unsupported=lambda x, p: None),  # fastest, but wrong
+            "absent": KernelImpl(run=_raising, unsupported=lambda x, p: "not installed"),
+            "fast": _w8a16(0.0, calls, "fast"),
+        }
+    )
+    out = dispatcher.linear(x, packed, bias)
+    [(key, choice)] = dispatcher.choices().items()
+    print(key, choice)
+    assert choice.kernel == "fast" and choice.source == "measured"
+    assert choice.rejected["broken"].startswith("error: RuntimeError: no kernel image")
+    assert choice.rejected["wrong"].startswith("inaccurate:")
+    assert choice.rejected["absent"] == "unsupported: not installed"
+    assert set(choice.seconds) == {"w8a16", "fast"}
+    assert choice.ratios()["fast"] < 1.0
+    assert torch.equal(out, linear_w8a16(x, packed, bias))
+    assert "|128x256|rows<=64|row" in key
+    calls.clear()
+    dispatcher.linear(x, packed, bias)  # measured once per shape class: now only the winner runs
+    assert calls == ["fast"]
+    dispatcher.linear(x[:20], packed, bias)  # another row bucket is another shape class
+    assert len(dispatcher.choices()) == 2
+
+
+def test_a_kernel_that_loses_to_w8a16_is_never_chosen() -> None:
+    x, packed, bias = _fixture()
+    dispatcher = KernelDispatcher(kernels={"w8a16": _w8a16(), "slow": _w8a16(0.02, name="slow")})
+    dispatcher.linear(x, packed, bias)
+    [choice] = dispatcher.choices().values()
+    assert choice.kernel == "w8a16"
+    assert choice.rejected == {"slow": "slower than w8a16"}
+    assert choice.ratios()["slow"] > 1.0
+
+
+def test_table_is_reused_from_disk_and_a_new_version_invalidates_it(tmp_path: Path) -> None:
+    x, packed, bias = _fixture()
+    table = tmp_path / "user" / "int8_kernels.json"
+    first = KernelDispatcher(cache_path=table, kernels={"w8a16": _w8a16(0.02), "fast": _w8a16()})
+    first.linear(x, packed, bias)
+    saved = json.loads(table.read_text())
+    assert saved["fingerprint"] == current_fingerprint()
+    assert [c["kernel"] for c in saved["entries"].values()] == ["fast"]
+
+    calls: list[str] = []
+    kernels = {"w8a16": _w8a16(0.0, calls), "fast": _w8a16(0.0, calls, "fast")}
+    KernelDispatcher(cache_path=table, kernels=kernels).linear(x, packed, bias)
+    assert calls == ["fast"]  # read from the table: nothing measured
+
+    for changed in ({"torch": "9.9.9"}, {"comfy_kitchen": "0.0.1"}):
+        calls.clear()
+        fingerprint = current_fingerprint() | changed
+        assert load_table(table, fingerprint) == {}
+        KernelDispatcher(cache_path=table, kernels=kernels, fingerprint=fingerprint).linear(x, packed, bias)
+        assert sorted(set(calls)) == ["fast", "w8a16"]  # measured again
+        assert json.loads(table.read_text())["fingerprint"] == fingerprint
+
+
+def test_unreadable_table_is_ignored_and_rewritten(tmp_path: Path) -> None:
+    table = tmp_path / "int8_kernels.json"
+    table.write_text("{not json")
+    x, packed, bias = _fixture()
+    dispatcher = KernelDispatcher(cache_path=table, kernels={"w8a16": _w8a16()})
+    assert dispatcher.choices() == {}
+    dispatcher.linear(x, packed, bias)
+    assert len(load_table(table, current_fingerprint())) == 1
+
+
+def test_forced_kernel_runs_where_it_can_and_w8a16_elsewhere(tmp_path: Path) -> None:
+    calls: list[str] = []
+    kernels = {"w8a16": _w8a16(0.0, calls), "int_mm": _w8a16(0.0, calls, "int_mm")}
+    kernels["int_mm"] = KernelImpl(
+        run=kernels["int_mm"].run,
+        unsupported=lambda x, p: "block-wise" if p.config.granularity == "block" else None,
+    )
+    table = tmp_path / "t.json"
+    dispatcher = KernelDispatcher(forced="int_mm", kernels=kernels, cache_path=table)
+    x, packed, bias = _fixture()
+    dispatcher.linear(x, packed, bias)
+    assert calls == ["int_mm"]  # forced: nothing measured
+    block = quantize_weight(
+        torch.randn(128, 256) * 0.02, Int8WeightConfig(granularity="block", block_size=64)
+    )
+    dispatcher.linear(x, block, None)
+    assert calls == ["int_mm", "w8a16"]
+    sources = sorted((c.kernel, c.source) for c in dispatcher.choices().values())
+    assert sources == [("int_mm", "forced"), ("w8a16", "fallback")]
+    assert not table.exists()  # forced choices are not measurements: nothing cached
+    assert "forced int_mm" in dispatcher.summary()
+    with pytest.raises(ValueError, match="'fast'"):
+        KernelDispatcher(forced="fast")
+
+
+def test_forcing_by_input_and_environment() -> None:
+    assert forced_kernel("auto", {}) is None
+    assert forced_kernel("auto", {ENV_KERNEL: "kitchen"}) == "kitchen"
+    assert forced_kernel("auto", {ENV_KERNEL: "auto"}) is None
+    assert forced_kernel("w8a16", {ENV_KERNEL: "kitchen"}) == "w8a16"  # the node's input wins
+    assert forced_kernel("w8a8", {}) == "int_mm"  # the older name
+    with pytest.raises(ValueError, match=f"{ENV_KERNEL}='cublas'"):
+        forced_kernel("auto", {ENV_KERNEL: "cublas"})
+    with pytest.raises(ValueError, match="'fast'"):
+        forced_kernel("fast", {})
+
+
+def test_real_kernels_measured_on_this_device(tmp_path: Path) -> None:
+    x, packed, bias = _fixture()
+    dispatcher = KernelDispatcher(cache_path=tmp_path / "t.json")
+    out = dispatcher.linear(x, packed, bias)
+    [choice] = dispatcher.choices().values()
+    print(dispatcher.summary({(128, 256)}))
+    assert choice.kernel in KERNELS
+    assert "w8a16" in choice.seconds
+    assert choice.seconds[choice.kernel] <= choice.seconds["w8a16"]
+    if KITCHEN is None:
+        assert choice.rejected["kitchen"].startswith("unsupported: comfy-kitchen is not installed")
+    else:
+        assert "kitchen" in choice.seconds
+    assert sqnr_db(torch.nn.functional.linear(x, dequantize_weight(packed), bias), out) >= 35.0
+    assert "128x256 rows<=64 float32 row" in dispatcher.summary({(128, 256)})
+    assert "1 weight shape(s) not run yet" in dispatcher.summary({(128, 256), (64, 64)})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cuda_kernels_match_the_float_matmul(kernel: str) -> None:
+    if kernel == "kitchen" and KITCHEN is None:
+        pytest.skip(KITCHEN_MISSING)
+    weight, x, bias = (t.cuda() for t in _layer(256, 1024, 512))
+    packed = quantize_weight(weight, Int8WeightConfig())
+    assert unsupported_reason(kernel, x, packed, KITCHEN) is None
+    out = run_kernel(kernel, x.to(torch.bfloat16), packed, bias, kitchen=KITCHEN)
+    measured = sqnr_db(torch.nn.functional.linear(x, weight, bias), out.float())
+    print(f"{kernel} on {torch.cuda.get_device_name()}: {measured:.2f} dB vs float matmul")
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    assert measured >= 35.0
+
+
+@pytest.mark.gpu
+def test_cuda_dispatch_measures_and_never_loses_to_w8a16(tmp_path: Path) -> None:
+    weight, x, bias = (t.cuda() for t in _layer(4096, 4096, 4096))
+    packed = quantize_weight(weight, Int8WeightConfig())
+    dispatcher = KernelDispatcher(cache_path=tmp_path / "t.json")
+    dispatcher.linear(x.to(torch.bfloat16), packed, bias)
+    [choice] = dispatcher.choices().values()
+    print(dispatcher.summary())
+    assert choice.seconds[choice.kernel] <= choice.seconds["w8a16"]
+    assert "int_mm" in choice.seconds or "int_mm" in choice.rejected
