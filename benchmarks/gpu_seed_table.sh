@@ -11,7 +11,9 @@
 # --cpu      no GPU: FAMILIES defaults to the tiny matrix and the kernel table is left out
 # RESULTS    working folder (default: a new folder under $TMPDIR or /tmp, printed)
 # Settings (environment):
-#   FAMILIES="ltxv-13b"   in order: ltxv-13b, wan-14b (full-size random weights, ≈ 20–30 GB each), tiny
+#   FAMILIES="ltxv-13b"   in order: ltxv-13b (≈ 40 GB of full-size random weights), wan-14b (≈ 22 GB),
+#                         wan22-14b (Wan 2.2 A14B, two experts, ≈ 37 GB), tiny; each family's files are
+#                         removed before the next one is written (KEEP=0)
 #   BUDGET_S=540          whole-script budget, kit install included; the report is written when it ends
 #   RUN_RESERVE_S=150     no benchmark run starts later than this before the budget's end (20 with --cpu)
 #   REPEATS=1 WARMUPS=1   per variant; the warmup takes the first load and any compilation
@@ -21,11 +23,14 @@
 #   KERNELS=1             0 leaves out the INT8 linear-layer table
 #   PYTHON=python3        the interpreter used with --kit
 #
-# 1. The GPU (nvidia-smi) and the INT8 linear-layer table: W8A8 and W8A16 against bf16 at LTXV-13B and
-#    Wan-14B shapes (benchmarks/int8_bench.py, 4096 activation rows).
+# 1. The GPU (nvidia-smi) and the INT8 linear-layer table: each INT8 kernel and auto's choice against
+#    bf16 at LTXV-13B, Wan-14B and mid-LTXV shapes (benchmarks/int8_bench.py, 4096 activation rows);
+#    the matrix's auto choices are read from the bench servers' kernel tables by proof_report.
 # 2. Per family: full-size random-weight models written on the GPU under the release file names
-#    (python -m benchmarks.synth_models), then its matrix (seed_table.toml, seed_table_wan.toml or
-#    seed_table_tiny.toml) with real CUDA peaks, NVML energy, the compile and attention variants.
+#    in their release forms (python -m benchmarks.synth_models; the loaders quantize them on load, so a
+#    cold run includes load + quantize), then its matrix (seed_table.toml, seed_table_wan.toml,
+#    seed_table_wan22.toml or seed_table_tiny.toml) with real CUDA peaks, NVML energy, the compile and
+#    attention variants.
 # 3. Always, even when time ran out or a step failed: python -m benchmarks.proof_report hands back
 #    summary.json, report.md, log.txt, the CSVs and the plots (8 files at most) into $OUT when it is
 #    set, else into RESULTS/handback.
@@ -36,7 +41,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --kit) KIT="${2:?--kit needs a folder}"; shift 2 ;;
     --cpu) CPU=1; shift ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set /!p;}' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (--kit DIR, --cpu)" >&2; exit 2 ;;
     *) RESULTS="$1"; shift ;;
   esac
@@ -86,17 +91,20 @@ if [ "$CPU" = 1 ] || [ "${KERNELS:-1}" = 0 ]; then
   echo "== 1. INT8 linear layers: left out (--cpu or KERNELS=0)"
 else
   echo "== 1. INT8 linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
-  timeout 90 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
-    --out "$RESULTS/int8_linear.json" >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"
-  grep -A14 "^linear on" "$RESULTS/int8_linear.txt" || tail -5 "$RESULTS/int8_linear.txt"
+  # Each kernel (w8a16, int_mm, kitchen when comfy-kitchen imports) and auto's choice vs bf16.
+  timeout 120 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
+    --out "$RESULTS/int8_linear.json" --json "$RESULTS/int8_kernels.json" \
+    >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"
+  grep -A16 "^linear on" "$RESULTS/int8_linear.txt" || tail -5 "$RESULTS/int8_linear.txt"
 fi
 
 for family in $FAMILIES; do
   case "$family" in
     ltxv-13b) matrix=benchmarks/seed_table.toml ;;
     wan-14b) matrix=benchmarks/seed_table_wan.toml ;;
+    wan22-14b) matrix=benchmarks/seed_table_wan22.toml ;;
     tiny) matrix=benchmarks/seed_table_tiny.toml ;;
-    *) echo "unknown family $family (ltxv-13b, wan-14b, tiny)"; exit 2 ;;
+    *) echo "unknown family $family (ltxv-13b, wan-14b, wan22-14b, tiny)"; exit 2 ;;
   esac
   if [ "$(left)" -lt $((RUN_RESERVE_S + 30)) ]; then
     echo "== $family: skipped, $(left) s of the ${BUDGET_S} s budget left"

@@ -1,24 +1,17 @@
-"""Full-size random-weight models for benchmarking without downloads: LTXV-13B-class and Wan-14B-class.
+"""Full-size random-weight models for benchmarking without downloads, written under the release names.
 
-Each family writes the files its real-size matrix (``seed_table.toml``, ``seed_table_wan.toml``) and
-shipped workflow name, under the names users have them, into a models folder:
-
-- ``ltxv-13b``: ``diffusion_models/ltxv-13b-0.9.7-dev-int8.safetensors`` (13.0 B-parameter DiT in the
-  LeanVideo INT8 format, as ``leanvideo quantize`` writes it), ``vae/ltxv-13b-0.9.7-vae.safetensors``
-  (the 0.9.5+ VAE, bf16), ``text_encoders/t5xxl_int8.safetensors`` (T5-XXL encoder, INT8) and
-  ``loras/ltxv-13b-0.9.7-distilled-lora128.safetensors`` (rank 128, bf16);
-- ``wan-14b``: ``diffusion_models/wan2.1_t2v_14B_int8.safetensors`` (14.3 B, INT8),
-  ``vae/wan_2.1_vae.safetensors``, ``text_encoders/umt5_xxl_int8.safetensors`` (INT8, with a stand-in
-  tokenizer, :func:`stand_in_tokenizer`) and the rank-32 LightX2V-style step-distill LoRA.
+The families and their files (LTXV-13B, Wan 2.1 14B, Wan 2.2 A14B T2V and I2V) are in
+:mod:`benchmarks.synth_families`: the release files users have (bf16/fp16, ComfyUI scaled fp8, a
+release checkpoint), which our INT8 loaders quantize on load.
 
 Key names and shapes come from the pinned ComfyUI's own classes (:mod:`runner.fixtures.layouts`), so
 the stock loaders and ours load these files exactly as the real ones. Values are random (seeded per
 tensor, :func:`runner.fixtures.tensors.init_rule`) and drawn on ``--device`` (a GPU makes a 13 B DiT
 in seconds). Every file carries a ``leanvideo_synthetic`` metadata stamp; a file under one of these
 names that lacks the stamp (a real model) is never overwritten or removed. ``--layers N`` keeps the
-full width but only N blocks, for a dry run of the whole pipeline on a CPU.
+full width but only N blocks per DiT, for a dry run of the whole pipeline on a CPU.
 
-Run: ``python -m benchmarks.synth_models ltxv-13b [--device cuda] [--models-dir DIR] [--layers N]``;
+Run: ``python -m benchmarks.synth_models wan22-14b [--device cuda] [--models-dir DIR] [--layers N]``;
 ``--remove`` deletes a family's synthetic files (only stamped ones).
 """
 
@@ -31,146 +24,36 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from leanvideo.int8 import Int8WeightConfig, quantize_weight
-from leanvideo.int8.convert import declare_int8_layer, int8_metadata, write_int8_layer
+from leanvideo.int8 import Int8WeightConfig
+from leanvideo.int8.fp8 import E4M3_MAX, MARKER, scale_weight_key
 from leanvideo.int8.policy import plan_quantization
 from leanvideo.int8.spec import WEIGHT_SUFFIX
 from leanvideo.int8.writer import StreamingWriter
 
-from runner.fixtures.layouts import LayoutRequest, read_layouts
+from benchmarks.synth_families import FAMILIES, STAND_IN_TOKENIZER, Family, SynthError, SynthFile
+from runner.fixtures.layouts import Layouts, read_layouts
 from runner.fixtures.ltxv import lora_specs
 from runner.fixtures.tensors import TensorSpec, init_rule, read_safetensors_metadata, seed_for
 
-STAMP_KEY = "leanvideo_synthetic"
-SYNTH_FORMAT = 3  # bump when generated values or layouts change (3: INT8 text encoders)
-LORA_B_STD = 0.01  # non-zero so the LoRA changes the output, small so 48 blocks stay finite
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "SynthError",
+    "SynthFile",
+    "is_synthetic",
+    "remove",
+    "stand_in_tokenizer",
+    "synthesize",
+]
 
-LTXV_13B_TRANSFORMER = {
-    "num_layers": 48,
-    "num_attention_heads": 32,
-    "attention_head_dim": 128,
-    "cross_attention_dim": 4096,
-    "caption_channels": 4096,  # T5-XXL's width
-    "in_channels": 128,
-}
-WAN_14B_DIT = {"dim": 5120, "ffn_dim": 13824, "num_layers": 40, "num_heads": 40, "in_dim": 16, "out_dim": 16}
-STAND_IN_TOKENIZER = "comfy/text_encoders/t5_pile_tokenizer/tokenizer.model"
-STAND_IN_TOKENIZER_NOTE = f"stand-in: the pinned ComfyUI's {STAND_IN_TOKENIZER}"
+STAMP_KEY = "leanvideo_synthetic"
+SYNTH_FORMAT = 4  # bump when generated values or layouts change (4: release names and forms, Wan 2.2)
+LORA_B_STD = 0.01  # non-zero so the LoRA changes the output, small so 48 blocks stay finite
 WAN_LORA_TARGETS = ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o")
 WAN_LORA_TARGETS += ("cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2")
-
-
-class SynthError(RuntimeError):
-    """A synthetic model cannot be written (a real file is in the way, an unknown family …)."""
-
-
-@dataclass(frozen=True)
-class SynthFile:
-    """One file of a family: where it goes, which layout it holds and how it is stored."""
-
-    relative: str  # path under the models folder
-    layout: str  # name of a LayoutRequest of the family
-    form: str  # "float", "int8" (LeanVideo INT8 DiT) or "lora"
-    dtype: torch.dtype = torch.bfloat16
-    int8_family: str = ""
-    lora_rank: int = 0
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    tokenizer: bool = False  # embed a SentencePiece model as ``spiece_model``, as UMT5 files do
-
-
-@dataclass(frozen=True)
-class Family:
-    """A model family: the layouts to read from ComfyUI and the files made from them."""
-
-    name: str
-    requests: Mapping[str, LayoutRequest]
-    files: tuple[SynthFile, ...]
-    dit_layout: str
-
-    def with_layers(self, layers: int) -> Family:
-        """The same family with only ``layers`` DiT blocks (full width), for dry runs on a CPU."""
-        if layers < 1:
-            raise SynthError(f"--layers must be at least 1, not {layers}")
-        dit = self.requests[self.dit_layout]
-        requests = {
-            **self.requests,
-            self.dit_layout: replace(dit, config={**dit.config, "num_layers": layers}),
-        }
-        files = tuple(
-            replace(f, metadata=_ltxv_dit_metadata(requests[self.dit_layout].config))
-            if f.metadata.get("config")
-            else f
-            for f in self.files
-        )
-        return replace(self, requests=requests, files=files)
-
-
-def _ltxv_dit_metadata(transformer: Mapping[str, object]) -> dict[str, str]:
-    # ComfyUI reads the LTXV DiT config from this entry, as in Lightricks' releases.
-    return {"config": json.dumps({"transformer": dict(transformer)}, sort_keys=True)}
-
-
-FAMILIES: dict[str, Family] = {
-    "ltxv-13b": Family(
-        name="ltxv-13b",
-        requests={
-            "dit": LayoutRequest("ltxv_dit", LTXV_13B_TRANSFORMER),
-            "vae": LayoutRequest("ltxv_vae", {"version": 2}),
-            "text_encoder": LayoutRequest("t5_xxl"),
-        },
-        files=(
-            SynthFile(
-                "diffusion_models/ltxv-13b-0.9.7-dev-int8.safetensors",
-                "dit",
-                "int8",
-                int8_family="ltxv",
-                metadata=_ltxv_dit_metadata(LTXV_13B_TRANSFORMER),
-            ),
-            SynthFile("vae/ltxv-13b-0.9.7-vae.safetensors", "vae", "float"),
-            SynthFile(
-                "text_encoders/t5xxl_int8.safetensors",
-                "text_encoder",
-                "int8",
-                torch.float16,
-                int8_family="text_encoder",
-            ),
-            SynthFile("loras/ltxv-13b-0.9.7-distilled-lora128.safetensors", "dit", "lora", lora_rank=128),
-        ),
-        dit_layout="dit",
-    ),
-    "wan-14b": Family(
-        name="wan-14b",
-        requests={
-            "dit": LayoutRequest("wan_dit", WAN_14B_DIT),
-            "vae": LayoutRequest("wan_vae", {"dim": 96}),
-            "text_encoder": LayoutRequest("umt5_xxl"),
-        },
-        files=(
-            SynthFile("diffusion_models/wan2.1_t2v_14B_int8.safetensors", "dit", "int8", int8_family="wan"),
-            SynthFile("vae/wan_2.1_vae.safetensors", "vae", "float"),
-            SynthFile(
-                "text_encoders/umt5_xxl_int8.safetensors",
-                "text_encoder",
-                "int8",
-                torch.float16,
-                int8_family="text_encoder",
-                metadata={"tokenizer": STAND_IN_TOKENIZER_NOTE},
-                tokenizer=True,
-            ),
-            SynthFile(
-                "loras/Wan21_T2V_14B_lightx2v_cfg_step_distill_lora_rank32.safetensors",
-                "dit",
-                "lora",
-                lora_rank=32,
-            ),
-        ),
-        dit_layout="dit",
-    ),
-}
 
 
 def random_value(namespace: str, spec: TensorSpec, device: torch.device) -> torch.Tensor:
@@ -257,45 +140,92 @@ def stand_in_tokenizer(comfyui_dir: Path) -> torch.Tensor:
     return torch.frombuffer(bytearray(source.read_bytes()), dtype=torch.uint8)
 
 
+Part = tuple[str, Sequence[TensorSpec], Callable[[TensorSpec], torch.Tensor]]  # key prefix, tensors, values
+
+
+def _drawer(namespace: str, device: torch.device, *, lora: bool) -> Callable[[TensorSpec], torch.Tensor]:
+    def value(spec: TensorSpec) -> torch.Tensor:
+        return _lora_value(namespace, spec, device) if lora else random_value(namespace, spec, device)
+
+    return value
+
+
+def _fp8_layers(file: SynthFile, parts: Sequence[Part]) -> set[str]:
+    """The layers (prefixed keys without ``.weight``) an fp8_scaled file stores in fp8."""
+    if file.form != "fp8_scaled":
+        return set()
+    layers: set[str] = set()
+    for prefix, specs, _ in parts:
+        plan = plan_quantization({s.key: s.shape for s in specs}, file.policy_family, Int8WeightConfig())
+        layers |= {prefix + layer for layer in plan}
+    return layers
+
+
+def _to_scaled_fp8(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tensor`` as ComfyUI's scaled fp8 stores it: e4m3fn values and a float32 per-tensor scale (absmax
+    maps to the largest e4m3 value)."""
+    weight = tensor.to(torch.float32)
+    scale = weight.abs().amax().clamp(min=1e-12) / E4M3_MAX
+    return (weight / scale).to(torch.float8_e4m3fn), scale.reshape(())
+
+
 def _write(
     path: Path,
-    specs: Sequence[TensorSpec],
-    value: Callable[[TensorSpec], torch.Tensor],
+    parts: Sequence[Part],
     file: SynthFile,
     metadata: dict[str, str],
     extra: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
-    plan: dict[str, Int8WeightConfig] = {}
-    if file.form == "int8":
-        shapes = {s.key: s.shape for s in specs}
-        plan = plan_quantization(shapes, file.int8_family, Int8WeightConfig())
-        metadata = int8_metadata(plan, metadata)
+    fp8 = _fp8_layers(file, parts)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with StreamingWriter(partial, metadata) as writer:
-            for spec in specs:
-                layer = spec.key.removesuffix(WEIGHT_SUFFIX)
-                if spec.key.endswith(WEIGHT_SUFFIX) and layer in plan:
-                    declare_int8_layer(writer, layer, spec.shape, plan[layer])
-                else:
-                    writer.declare(spec.key, file.dtype, spec.shape)
+            for prefix, specs, _ in parts:
+                for spec in specs:
+                    key = prefix + spec.key
+                    if key.removesuffix(WEIGHT_SUFFIX) in fp8 and key.endswith(WEIGHT_SUFFIX):
+                        writer.declare(key, torch.float8_e4m3fn, spec.shape)
+                        writer.declare(str(scale_weight_key(key)), torch.float32, ())
+                    else:
+                        writer.declare(key, file.dtype, spec.shape)
+            if fp8:
+                writer.declare(file.prefix + MARKER, torch.float8_e4m3fn, (0,))
             for key, tensor in (extra or {}).items():
                 writer.declare(key, tensor.dtype, tuple(tensor.shape))
             writer.begin()
             for key, tensor in (extra or {}).items():
                 writer.write(key, tensor)
-            for spec in specs:
-                tensor = value(spec)
-                layer = spec.key.removesuffix(WEIGHT_SUFFIX)
-                if spec.key.endswith(WEIGHT_SUFFIX) and layer in plan:
-                    packed = quantize_weight(tensor.to(torch.bfloat16), plan[layer], name=spec.key)
-                    write_int8_layer(writer, layer, packed)
-                else:
-                    writer.write(spec.key, tensor.to(file.dtype))
+            if fp8:
+                writer.write(file.prefix + MARKER, torch.empty(0, dtype=torch.float8_e4m3fn))
+            for prefix, specs, value in parts:
+                for spec in specs:
+                    key = prefix + spec.key
+                    tensor = value(spec)
+                    if key.removesuffix(WEIGHT_SUFFIX) in fp8 and key.endswith(WEIGHT_SUFFIX):
+                        weight, scale = _to_scaled_fp8(tensor)
+                        writer.write(key, weight)
+                        writer.write(str(scale_weight_key(key)), scale.to(torch.float32))
+                    else:
+                        writer.write(key, tensor.to(file.dtype))
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _parts(family: Family, file: SynthFile, layouts: Layouts, device: torch.device) -> list[Part]:
+    if file.form == "lora":
+        namespace = f"{family.name}/{file.layout}/lora{file.lora_rank}"
+        specs = _lora_specs(family, layouts[file.layout], file.lora_rank)
+        return [("", specs, _drawer(namespace, device, lora=True))]
+    return [
+        (
+            prefix,
+            sorted(layouts[layout], key=lambda s: s.key),
+            _drawer(f"{family.name}/{layout}", device, lora=False),
+        )
+        for layout, prefix in file.parts
+    ]
 
 
 def synthesize(
@@ -309,8 +239,7 @@ def synthesize(
     progress: Callable[[str], None] = print,
 ) -> list[Path]:
     """Write the family's files under ``models_dir`` (skipping current ones) and return their paths."""
-    layers = int(family.requests[family.dit_layout].config["num_layers"])
-    targets = [(models_dir / f.relative, f, stamp(family, f, layers)) for f in family.files]
+    targets = [(models_dir / f.relative, f, stamp(family, f, family.dit_blocks)) for f in family.files]
     stale = [(path, f, s) for path, f, s in targets if _check_target(path, s, force)]
     if stale:
         started = time.perf_counter()
@@ -318,28 +247,14 @@ def synthesize(
         progress(f"read {family.name} layouts from ComfyUI in {time.perf_counter() - started:.1f} s")
     for path, file, file_stamp in stale:
         started = time.perf_counter()
-        namespace = f"{family.name}/{file.layout}"
-        if file.form == "lora":
-            specs = _lora_specs(family, layouts[file.layout], file.lora_rank)
-            namespace = f"{family.name}/lora{file.lora_rank}"
-
-            def value(spec: TensorSpec, namespace: str = namespace) -> torch.Tensor:
-                return _lora_value(namespace, spec, device)
-
-            metadata = {"rank": str(file.lora_rank)}
-        else:
-            specs = sorted(layouts[file.layout], key=lambda s: s.key)
-
-            def value(spec: TensorSpec, namespace: str = namespace) -> torch.Tensor:
-                return random_value(namespace, spec, device)
-
-            metadata = dict(file.metadata)
+        parts = _parts(family, file, layouts, device)
+        metadata = {"rank": str(file.lora_rank)} if file.form == "lora" else dict(file.metadata)
         metadata[STAMP_KEY] = file_stamp
         extra = {"spiece_model": stand_in_tokenizer(comfyui_dir)} if file.tokenizer else None
-        _write(path, specs, value, file, metadata, extra)
+        _write(path, parts, file, metadata, extra)
         seconds = time.perf_counter() - started
         size = path.stat().st_size
-        parameters = sum(math.prod(s.shape) for s in specs)
+        parameters = sum(math.prod(s.shape) for _, specs, _ in parts for s in specs)
         progress(
             f"wrote {path} ({parameters / 1e9:.2f} B parameters, {size / 1e9:.2f} GB) in {seconds:.1f} s "
             f"({size / 1e6 / max(seconds, 1e-9):.0f} MB/s)"

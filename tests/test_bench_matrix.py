@@ -15,7 +15,7 @@ from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
 from runner.errors import PromptFailedError
-from runner.graph.workflow import load_workflow
+from runner.graph.workflow import apply_overrides, load_workflow
 from runner.jobs.run import RunOptions
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
 from runner.transport.client import ComfyClient
@@ -66,6 +66,35 @@ def test_inserted_nodes_chain_onto_the_target_input() -> None:
     assert workflow["bench_lora"]["inputs"]["model"] == ["1", 0]
     assert "bench_compile" not in workflow  # one optimisation on top of the distill, not a stack
     assert "bench_lora" not in base  # the base workflow is left alone
+
+
+def test_the_wan22_matrix_splits_the_steps_and_patches_both_experts() -> None:
+    """Each expert gets its own 4-step LoRA and, in the optimisation rows, its own patch; the step split
+    moves with the step count (high noise 0→10 of 20, then 0→2 of 4; low noise on to the end)."""
+    matrix = load_matrix(REPO_ROOT / "benchmarks" / "seed_table_wan22.toml")
+    base = load_workflow(matrix.workflow)
+    variant = matrix.variant("4-step + attention acceleration")
+    workflow = variant.build_workflow(base)
+    apply_overrides(workflow, list(variant.overrides), None)
+    for sampler, sampling, lora, patch in (
+        ("10", "4", "bench_lora_high", "bench_attention_high"),
+        ("12", "5", "bench_lora_low", "bench_attention_low"),
+    ):
+        assert workflow[sampler]["inputs"]["model"] == [patch, 0]
+        assert workflow[patch]["inputs"]["model"] == [sampling, 0]
+        assert workflow[sampling]["inputs"]["model"] == [lora, 0]
+        assert workflow[sampling]["inputs"]["shift"] == 5.0
+        assert workflow[sampler]["inputs"]["steps"] == 4 and workflow[sampler]["inputs"]["cfg"] == 1.0
+    assert "high_noise" in workflow["bench_lora_high"]["inputs"]["lora_name"]
+    assert "low_noise" in workflow["bench_lora_low"]["inputs"]["lora_name"]
+    assert [workflow["10"]["inputs"][k] for k in ("start_at_step", "end_at_step")] == [0, 2]
+    assert [workflow["12"]["inputs"][k] for k in ("start_at_step", "end_at_step")] == [2, 10000]
+    baseline = matrix.variant("20-step baseline")
+    workflow = baseline.build_workflow(base)
+    apply_overrides(workflow, list(baseline.overrides), None)
+    assert "bench_lora_high" not in workflow
+    assert [workflow["10"]["inputs"][k] for k in ("steps", "start_at_step", "end_at_step")] == [20, 0, 10]
+    assert [workflow["12"]["inputs"][k] for k in ("steps", "start_at_step", "end_at_step")] == [20, 10, 10000]
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ import pytest
 
 from runner.cli.main import main
 from runner.graph.models import ModelSource, model_sources, required_models
-from runner.jobs.models import check_models, template_sources
+from runner.jobs.models import check_models, template_documents, template_sources
 from runner.local.workspace import WORKFLOWS_DIR
+from tests.ui_export import RELEASE_SOURCES
 
 WORKFLOW = {
     "1": {"class_type": "LeanVideoDiffusionModelLoaderINT8", "inputs": {"unet_name": "dit.safetensors"}},
@@ -123,3 +124,32 @@ def test_urls_come_from_the_installed_comfyui_templates() -> None:
     assert vae.cited_in.startswith("template ")
     report = check_models(WORKFLOWS_DIR / "wan21_t2v_int8.api.json", Path("/nonexistent"), templates=sources)
     assert {f.name: f.url for f in report.files}["wan_2.1_vae.safetensors"] == vae.url
+
+
+MANIFEST = json.loads((WORKFLOWS_DIR / "manifest.json").read_text(encoding="utf-8"))["workflows"]
+FULL_SIZE = sorted(n for n, e in MANIFEST.items() if e["models"] == "full" and e["format"] == "api")
+
+
+def _citable_urls() -> dict[str, set[str]]:
+    """Every URL an installed ComfyUI template gives for a file name, and the release pages' URLs."""
+    urls: dict[str, set[str]] = {}
+    for file_name, document in template_documents():
+        for name, source in model_sources(document, file_name).items():
+            urls.setdefault(name, set()).add(source.url)
+    for name, (url, _) in RELEASE_SOURCES.items():
+        urls.setdefault(name, set()).add(url)
+    return urls
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_every_file_of_a_shipped_workflow_comes_with_a_citable_url(name: str, tmp_path: Path) -> None:
+    """Each model file a shipped full-size workflow loads is named as a template or its release page names
+    it, and its editor twin alone (no template lookup) gives the URL and the folder it goes in."""
+    citable = _citable_urls()
+    report = check_models(WORKFLOWS_DIR / name, tmp_path, templates={})
+    assert report.files and report.missing == len(report.files)
+    for file in report.files:
+        assert file.name in citable, f"{name}: {file.name} is named by no template and no release page"
+        assert file.url in citable[file.name], f"{name}: {file.name} has the uncited URL {file.url}"
+        assert file.cited_in == name.replace(".api.json", ".ui.json")
+        assert file.folder and file.target == str(tmp_path / file.folder)

@@ -101,6 +101,7 @@ def test_tiny_workflow_queued_from_the_page_makes_a_video(comfy_server: ComfySer
 
 PACK_NODES = {
     "LeanVideoDiffusionModelLoaderINT8": ("Load Diffusion Model (INT8)", "advanced/loaders"),
+    "LeanVideoCheckpointLoaderINT8": ("Load Checkpoint (INT8)", "advanced/loaders"),
     "LeanVideoTextEncoderLoaderINT8": ("Load Text Encoder (INT8)", "advanced/loaders"),
     "LeanVideoFreeVRAM": ("Free VRAM", "utils"),
     "LeanVideoPatchAttention": ("Patch Attention", "advanced/model_patches"),

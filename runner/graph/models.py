@@ -34,6 +34,7 @@ MODEL_INPUTS: dict[tuple[str, str], str] = {
     ("LoraLoaderModelOnly", "lora_name"): "loras",
     ("UpscaleModelLoader", "model_name"): "upscale_models",
     ("LeanVideoDiffusionModelLoaderINT8", "unet_name"): "diffusion_models",
+    ("LeanVideoCheckpointLoaderINT8", "ckpt_name"): "checkpoints",
     ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
 }
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft")

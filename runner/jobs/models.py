@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from runner.graph.workflow import load_workflow
 from runner.install.pin import sha256_file
 from runner.local.server import MODEL_FOLDERS
 
-__all__ = ["ModelFile", "ModelsReport", "check_models", "template_sources"]
+__all__ = ["ModelFile", "ModelsReport", "check_models", "template_documents", "template_sources"]
 
 TEMPLATE_DISTRIBUTIONS = "comfyui-workflow-templates"
 
@@ -70,9 +70,8 @@ class ModelsReport:
         }
 
 
-def template_sources() -> dict[str, ModelSource]:
-    """``{file name: source}`` from every ComfyUI template workflow installed in this environment."""
-    sources: dict[str, ModelSource] = {}
+def template_documents() -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(file name, workflow)`` of every ComfyUI template workflow installed in this environment."""
     for dist in importlib.metadata.distributions():
         if not (dist.metadata["Name"] or "").lower().replace("_", "-").startswith(TEMPLATE_DISTRIBUTIONS):
             continue
@@ -84,8 +83,15 @@ def template_sources() -> dict[str, ModelSource]:
             except (OSError, ValueError):
                 continue
             if isinstance(document, dict):
-                for name, source in model_sources(document, f"template {file.name}").items():
-                    sources.setdefault(name, source)
+                yield file.name, document
+
+
+def template_sources() -> dict[str, ModelSource]:
+    """``{file name: source}`` from every ComfyUI template workflow installed in this environment."""
+    sources: dict[str, ModelSource] = {}
+    for file_name, document in template_documents():
+        for name, source in model_sources(document, f"template {file_name}").items():
+            sources.setdefault(name, source)
     return sources
 
 

@@ -95,6 +95,11 @@ class ServerConfig:
     def output_dir(self) -> Path:
         return self.state_dir / "output"
 
+    @property
+    def input_dir(self) -> Path:
+        """Where this server's LoadImage looks for images (ComfyUI's ``input`` under the base folder)."""
+        return self.state_dir / "base" / "input"
+
 
 def cuda_available(python: Path) -> bool:
     """Whether ``python``'s torch sees a CUDA device; cheap ``False`` when no NVIDIA driver is loaded."""
