@@ -59,6 +59,7 @@ LEFT_OUT = {
     "comfyui-workflow-templates": "optional import, editor material",
     "comfyui-embedded-docs": "optional import, editor material",
     "kornia": "only the Canny and Morphology nodes import it (7 MB with kornia-rs)",
+    "dbos": "only `leanvideo batch` imports it, and the proof runs no batch (4 MB with psycopg-binary)",
 }
 MANYLINUX = (
     "manylinux_2_17_x86_64",

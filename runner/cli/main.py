@@ -19,15 +19,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.cli.batch_args import add_batch_parser
 from runner.cli.bench import add_bench_parser, run_bench
+from runner.cli.demo import add_demo_parser, run_demo_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
 from runner.cli.server_options import add_server_arguments, run_options
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
-from runner.errors import LeanVideoError
+from runner.errors import LeanVideoError, WorkspaceError
 from runner.graph.workflow import load_workflow
-from runner.jobs.demo import run_demo
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
@@ -76,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
     fixtures.add_argument("--force", action="store_true", help="rewrite files even when they are current")
 
-    demo = sub.add_parser("demo", help="tiny LTXV text-to-video end to end: MP4 + run record + timings")
-    demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
-    demo.add_argument("--port", type=int, help="server port (default: a free one)")
+    add_demo_parser(sub)
 
     run = sub.add_parser(
         "run",
@@ -113,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_quantize_parser(sub)
     add_bench_parser(sub)
+    add_batch_parser(sub)
     return parser
 
 
@@ -145,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_workflow_command(args, console)
         if args.command == "models":
             return run_models_command(args, console)
-        return cmd_demo(args, tuple(passthrough), console)
+        if args.command == "batch":
+            return cmd_batch(args, console, err)
+        return run_demo_command(args, tuple(passthrough), console)
     except LeanVideoError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
@@ -154,6 +156,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
+    try:
+        # Imported here: DBOS costs every other command 0.25 s, and the GPU device kit does not carry it.
+        from runner.cli.batch import run_batch_command
+    except ImportError as exc:
+        err.print(
+            f"[bold red]error:[/] leanvideo batch needs DBOS, which does not import here "
+            f"({escape(str(exc))}); install it with: pip install 'dbos>=3.4,<4'",
+            highlight=False,
+        )
+        return WorkspaceError.exit_code
+    return run_batch_command(args, console, err)
 
 
 def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
@@ -215,28 +231,6 @@ def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:
     for path in fixture_set.paths():
         table.add_row(str(path.relative_to(target)), f"{path.stat().st_size / 1e6:.1f}")
     console.print(table)
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
-    ws = find_workspace()
-    console.print("running the tiny LTXV text-to-video demo…")
-    outcome = run_demo(args.out.resolve(), ws, port=args.port, extra_args=passthrough)
-    table = Table(title=f"prompt {outcome.result.prompt_id}: time per node")
-    for column in ("node", "class", "seconds", "steps"):
-        table.add_column(column, justify="right" if column in {"seconds", "steps"} else "left")
-    for node in outcome.result.nodes:
-        seconds = "cached" if node.cached else f"{node.seconds:.3f}"
-        table.add_row(node.node_id, node.class_type, seconds, str(node.steps or ""))
-    table.add_section()
-    table.add_row("", "prompt (submit → history)", f"{outcome.result.wall_seconds:.3f}", "")
-    console.print(table)
-    console.print(
-        f"fixtures {outcome.fixtures_seconds:.1f} s · server ready {outcome.server_ready_seconds:.1f} s · "
-        f"total {outcome.total_seconds:.1f} s"
-    )
-    console.print(f"video:  {outcome.video}")
-    console.print(f"record: {outcome.record_path}")
     return 0
 
 

@@ -1,0 +1,158 @@
+"""One attempt at one job on one server, and the job's folder of results, written exactly once.
+
+An attempt submits the job's prompt, follows it (:func:`runner.tracking.prompt.run_prompt`),
+downloads every output into a private folder under ``<out>/.partial/`` and writes ``result.json``
+there, then renames that folder to ``<out>/<job id>``. The rename is atomic and never replaces a
+folder that exists, so a job has one set of files whatever runs twice: when ``<out>/<job id>/
+result.json`` already exists (an earlier run finished but died before the queue recorded it), the
+attempt returns that record and runs nothing.
+
+What went wrong decides what happens next (``fault`` in the outcome):
+
+============  =========================================================  ==========================
+fault         cause                                                      the job
+============  =========================================================  ==========================
+``workflow``  the server rejected the prompt, or a node raised           fails: node id + message
+``timeout``   the prompt ran past the job's timeout (it was interrupted)  fails
+``server``    no answer for the health timeout, prompt lost, HTTP error   retried on another server
+============  =========================================================  ==========================
+
+Example::
+
+    outcome = run_attempt(job, "http://127.0.0.1:8188", worker="gpu-box-1", attempt=1)
+    print(outcome["status"], outcome["files"])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from runner.errors import (
+    LeanVideoError,
+    PromptFailedError,
+    PromptTimeoutError,
+    ServerError,
+    WorkflowError,
+)
+from runner.tracking.outputs import download_outputs
+from runner.tracking.prompt import run_prompt
+from runner.transport.client import ComfyClient
+
+logger = logging.getLogger(__name__)
+
+RESULT_NAME = "result.json"
+PARTIAL_DIR = ".partial"
+RESULT_VERSION = 1
+_REJECTED_NODE = re.compile(r"node (\S+) \(([^)]*)\)")
+
+
+def job_dir(job: dict[str, Any]) -> Path:
+    """Where the job's files and ``result.json`` end up."""
+    return Path(str(job["out_dir"])) / str(job["job_id"])
+
+
+def finished_record(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of a job whose folder is already in place, else ``None``."""
+    path = job_dir(job) / RESULT_NAME
+    if not path.is_file():
+        return None
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) -> dict[str, Any]:
+    """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
+
+    Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
+    """
+    began = time.monotonic()
+    base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt}
+    prompt_id = str(uuid.uuid4())
+    partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
+    deadline = began + float(job["timeout"])
+    try:
+        with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
+            result = run_prompt(client, job["prompt"], timeout=float(job["timeout"]), prompt_id=prompt_id)
+            files = download_outputs(client, result.outputs, partial)
+    except LeanVideoError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        fault, error = _classify(exc)
+        logger.warning("job %s on %s: %s fault: %s", job["job_id"], server, fault, error["message"])
+        return {**base, "status": "failed", "fault": fault, "error": error, "prompt_id": prompt_id,
+                "seconds": round(time.monotonic() - began, 3), "files": []}  # fmt: skip
+    final = job_dir(job)
+    record = {
+        "version": RESULT_VERSION,
+        **base,
+        "batch": job["batch"],
+        "status": "success",
+        "fault": None,
+        "error": None,
+        "prompt_id": prompt_id,
+        "seconds": round(time.monotonic() - began, 3),
+        "server_seconds": result.server_seconds,
+        "overrides": list(job["overrides"]),
+        "files": [
+            {
+                "name": f.path.name,
+                "path": str(final / f.path.name),
+                "node_id": f.node_id,
+                "bytes": f.bytes,
+                "sha256": f.sha256,
+            }
+            for f in files
+        ],
+    }
+    (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return _publish(partial, final, record)
+
+
+def _publish(partial: Path, final: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Rename the finished folder into place, unless another run of the job got there first."""
+    try:
+        os.rename(partial, final)  # fails on a non-empty target: a job's folder is never replaced
+    except OSError:
+        existing = final / RESULT_NAME
+        if not existing.is_file():
+            raise
+        logger.warning("job %s already has its results in %s; discarding this run's", record["job_id"], final)
+        shutil.rmtree(partial, ignore_errors=True)
+        kept: dict[str, Any] = json.loads(existing.read_text(encoding="utf-8"))
+        return kept
+    return record
+
+
+def _classify(exc: LeanVideoError) -> tuple[str, dict[str, Any]]:
+    """``(fault, error)`` for an attempt that raised ``exc``."""
+    message = str(exc)
+    if isinstance(exc, PromptTimeoutError):
+        return "timeout", {"node_id": _error_field(exc, "node_id"), "class_type": None, "message": message}
+    if isinstance(exc, PromptFailedError):
+        return "workflow", {
+            "node_id": _error_field(exc, "node_id"),
+            "class_type": _error_field(exc, "class_type"),
+            "message": str(_error_field(exc, "message") or message),
+        }
+    if isinstance(exc, WorkflowError):  # rejected by the server's validation
+        found = _REJECTED_NODE.search(message)
+        return "workflow", {
+            "node_id": found[1] if found else None,
+            "class_type": found[2] if found else None,
+            "message": message,
+        }
+    if isinstance(exc, ServerError):
+        return "server", {"node_id": None, "class_type": None, "message": message}
+    return "workflow", {"node_id": None, "class_type": None, "message": message}
+
+
+def _error_field(exc: LeanVideoError, name: str) -> Any:
+    error = getattr(exc.result, "error", None)
+    return error.get(name) if isinstance(error, dict) else None

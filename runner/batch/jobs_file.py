@@ -1,0 +1,276 @@
+"""Read a batch's jobs file (JSONL or CSV) and check every job before anything is queued.
+
+One job per line. JSONL::
+
+    {"id": "fox-7", "workflow": "ltxv_tiny_t2v.api.json", "set": {"Sample.noise_seed": 7}, "priority": 2}
+
+CSV (a header row; ``set:`` columns are overrides, an empty cell leaves that input alone)::
+
+    id,workflow,set:Sample.noise_seed,set:Positive Prompt.text,priority
+    fox-7,ltxv_tiny_t2v.api.json,7,a red fox,2
+
+``id`` is optional (default: the line number), ``workflow`` is an API-format file (relative paths are
+read from the jobs file's folder), overrides use the ``--set`` syntax of ``leanvideo run``
+(``NODE.input`` → value, NODE an id, title or unique class) and ``priority`` (optional, 1 … 2³¹−1)
+orders the queue: lower runs first, a job without one before all of them.
+
+Checking happens in two passes, and each reports *every* problem with its line and field:
+:func:`read_jobs_file` (bad JSON or CSV, unknown field, bad or duplicate id, bad priority, missing or
+malformed workflow file) and :func:`prepare_jobs` (overrides and the whole workflow against a server's
+``/object_info``: unknown node or input, value out of range, missing model).
+
+Example::
+
+    lines = read_jobs_file(Path("benchmarks/batch_jobs.jsonl"))
+    jobs = prepare_jobs(lines, client.get_json("/object_info"))
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ServerError, WorkflowError
+from runner.graph.workflow import ObjectInfo, Workflow, apply_overrides, load_workflow, validate_workflow
+from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
+
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+FIELDS = ("id", "workflow", "set", "priority")
+SET_COLUMN = "set:"
+MAX_PRIORITY = 2**31 - 1
+MAX_LISTED = 40  # problems listed in one error; the count says how many more
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """One job as the file states it."""
+
+    line: int
+    job_id: str
+    workflow: Path
+    overrides: tuple[str, ...]
+    priority: int | None = None
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job ready to queue: its API prompt with the overrides applied and checked."""
+
+    line: int
+    job_id: str
+    workflow: Path
+    overrides: tuple[str, ...]
+    priority: int | None
+    prompt: Workflow
+
+
+def read_jobs_file(path: Path) -> list[JobLine]:
+    """Every job of ``path`` (``.csv``: CSV, anything else: JSONL), checked as the module says.
+
+    Raises:
+        WorkflowError: the file is unreadable or empty, or lines are bad (all of them listed).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkflowError(f"jobs file {path}: cannot read it: {exc}") from exc
+    problems: list[str] = []
+    rows = _csv_rows(text, problems) if path.suffix.lower() == ".csv" else _jsonl_rows(text, problems)
+    jobs: list[JobLine] = []
+    seen: dict[str, int] = {}
+    workflows: dict[Path, str | None] = {}
+    for line, row in rows:
+        job = _job_from_row(line, row, path.parent, problems)
+        if job is None:
+            continue
+        if job.job_id in seen:
+            problems.append(f"line {line}: id {job.job_id!r} is already used on line {seen[job.job_id]}")
+            continue
+        seen[job.job_id] = line
+        if job.workflow not in workflows:
+            workflows[job.workflow] = _workflow_problem(job.workflow)
+        if workflows[job.workflow]:
+            problems.append(f"line {line}: workflow: {workflows[job.workflow]}")
+            continue
+        jobs.append(job)
+    if not rows and not problems:
+        problems.append("no jobs in the file")
+    _raise_if_any(path, problems)
+    return jobs
+
+
+def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> list[PreparedJob]:
+    """Apply each job's overrides to its workflow and validate the result against ``object_info``.
+
+    Raises:
+        WorkflowError: any job does not validate (every problem, with its line and field).
+    """
+    problems: list[str] = []
+    prepared: list[PreparedJob] = []
+    loaded: dict[Path, Workflow] = {}
+    for job in jobs:
+        if job.workflow not in loaded:
+            loaded[job.workflow] = load_workflow(job.workflow)
+        prompt = copy.deepcopy(loaded[job.workflow])
+        bad = False
+        for spec in job.overrides:
+            try:
+                apply_overrides(prompt, [spec], object_info)
+            except WorkflowError as exc:
+                field = spec.partition("=")[0]
+                problems.append(
+                    f"line {job.line}: set {field!r}: {str(exc).removeprefix(f'--set {spec!r}: ')}"
+                )
+                bad = True
+        if bad:
+            continue
+        errors = [p for p in validate_workflow(prompt, object_info) if p.kind == "error"]
+        for problem in errors:
+            problems.append(f"line {job.line}: workflow {job.workflow.name}: {problem}")
+        if not errors:
+            prepared.append(
+                PreparedJob(job.line, job.job_id, job.workflow, job.overrides, job.priority, prompt)
+            )
+    _raise_if_any(path, problems)
+    return prepared
+
+
+def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {number}: not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"line {number}: expected a JSON object, got {type(row).__name__}")
+            continue
+        rows.append((number, row))
+    return rows
+
+
+def _csv_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header:
+        return []
+    names = [name.strip() for name in header]
+    unknown = [n for n in names if (n not in FIELDS and not n.startswith(SET_COLUMN)) or n == "set"]
+    for name in unknown:
+        problems.append(f"line 1: column {name!r} is not one of id, workflow, priority, set:NODE.input")
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for cells in reader:
+        number = reader.line_num
+        if not any(cell.strip() for cell in cells):
+            continue
+        if len(cells) != len(names):
+            problems.append(f"line {number}: {len(cells)} cells, the header has {len(names)}")
+            continue
+        row: dict[str, Any] = {"set": {}}
+        for name, cell in zip(names, cells, strict=True):
+            cell = cell.strip()
+            if name.startswith(SET_COLUMN):
+                if cell:
+                    row["set"][name.removeprefix(SET_COLUMN)] = cell
+            elif cell:
+                row[name] = cell
+        rows.append((number, row))
+    return rows
+
+
+def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str]) -> JobLine | None:
+    before = len(problems)
+    for name in row:
+        if name not in FIELDS:
+            problems.append(f"line {line}: unknown field {name!r} (fields: {', '.join(FIELDS)})")
+    job_id = str(row.get("id", line))
+    if not isinstance(row.get("id", ""), (str, int)) or not JOB_ID.match(job_id):
+        problems.append(
+            f"line {line}: id {row.get('id')!r} must be 1-100 letters, digits, '.', '_' or '-' "
+            "(not starting with '.', '_' or '-')"
+        )
+    workflow = row.get("workflow")
+    if not isinstance(workflow, str) or not workflow.strip():
+        problems.append(f"line {line}: workflow: a workflow file path is required")
+    overrides = _overrides(line, row.get("set", {}), problems)
+    priority = _priority(line, row.get("priority"), problems)
+    if len(problems) > before or not isinstance(workflow, str):
+        return None
+    path = Path(workflow).expanduser()
+    return JobLine(line, job_id, (path if path.is_absolute() else base / path).resolve(), overrides, priority)
+
+
+def _overrides(line: int, given: Any, problems: list[str]) -> tuple[str, ...]:
+    if not isinstance(given, dict):
+        problems.append(f"line {line}: set: expected an object of NODE.input → value, got {given!r}")
+        return ()
+    specs = []
+    for target, value in given.items():
+        if "." not in str(target).strip(".") or not str(target).rpartition(".")[2]:
+            problems.append(f"line {line}: set {target!r}: expected NODE.input (e.g. Sample.noise_seed)")
+            continue
+        raw = value if isinstance(value, str) else json.dumps(value)
+        specs.append(f"{target}={raw}")
+    return tuple(specs)
+
+
+def _priority(line: int, given: Any, problems: list[str]) -> int | None:
+    if given is None:
+        return None
+    try:
+        value = int(given)
+        if isinstance(given, (float, bool)) or not 1 <= value <= MAX_PRIORITY:
+            raise ValueError
+    except ValueError:
+        problems.append(f"line {line}: priority {given!r} must be an integer from 1 to {MAX_PRIORITY}")
+        return None
+    return value
+
+
+def _workflow_problem(path: Path) -> str | None:
+    try:
+        load_workflow(path)
+    except WorkflowError as exc:
+        return str(exc)
+    return None
+
+
+def _raise_if_any(path: Path, problems: list[str]) -> None:
+    if not problems:
+        return
+    listed = "\n".join(f"  {p}" for p in problems[:MAX_LISTED])
+    more = f"\n  … and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    raise WorkflowError(f"jobs file {path}: {len(problems)} problem(s); nothing was queued:\n{listed}{more}")
+
+
+def fetch_object_info(servers: list[str]) -> ObjectInfo:
+    """``/object_info`` of the first of ``servers`` that answers (they run the same ComfyUI).
+
+    Raises:
+        ServerError: none of them answers.
+    """
+    problems = []
+    for url in servers:
+        try:
+            with ComfyClient(url, retry=RetryPolicy(retries=1)) as client:
+                info: ObjectInfo = client.get_json("/object_info")
+                return info
+        except ServerError as exc:
+            problems.append(str(exc))
+    raise ServerError("no server answers, so the jobs cannot be checked:\n  " + "\n  ".join(problems))
+
+
+def load_batch(path: Path, servers: list[str]) -> list[PreparedJob]:
+    """Read and check the jobs file, then every job against the servers' ``/object_info``."""
+    lines = read_jobs_file(path)
+    return prepare_jobs(path, lines, fetch_object_info(servers))

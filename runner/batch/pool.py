@@ -1,0 +1,186 @@
+"""The ComfyUI servers one batch worker drives: K job slots each, health probes, backoff.
+
+A job takes a slot with :meth:`ServerPool.acquire` (the least busy healthy server with a free slot;
+it waits when there is none) and gives it back with :meth:`ServerPool.release`. A server is probed
+(``GET /system_stats``) before its first job; one that fails a probe or a job (it stopped answering)
+is taken out and probed again after 1, 2, 4 … up to ``max_backoff`` seconds, by whichever job is
+waiting for a slot, and comes back in when a probe answers.
+
+Example::
+
+    pool = ServerPool(["http://127.0.0.1:8188", "http://127.0.0.1:8189"], per_server=1)
+    server = pool.acquire()
+    try:
+        ...  # run a prompt on it
+    finally:
+        pool.release(server)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runner.errors import ServerError
+from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 5.0
+FIRST_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 30.0
+WAIT_STEP_S = 0.5  # a waiting job looks again at least this often
+
+Probe = Callable[[str], bool]
+
+
+def probe_server(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether ``url`` answers ``GET /system_stats`` within ``timeout`` seconds."""
+    try:
+        with ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=0)) as client:
+            client.get_json("/system_stats")
+    except ServerError as exc:
+        logger.info("probe of %s failed: %s", url, exc)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ServerSnapshot:
+    """One server as the pool sees it now."""
+
+    url: str
+    healthy: bool | None  # None: not probed yet
+    running: int
+    failures: int
+    retry_in_s: float | None  # seconds to the next probe of a server that is out
+
+
+class _State:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.healthy: bool | None = None
+        self.running = 0
+        self.failures = 0
+        self.next_probe = 0.0
+        self.probing = False
+
+
+class ServerPool:
+    """Slots on a fixed set of servers; thread-safe. See the module docstring."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        per_server: int = 1,
+        probe: Probe = probe_server,
+        max_backoff: float = MAX_BACKOFF_S,
+    ) -> None:
+        if not urls:
+            raise ValueError("a server pool needs at least one server")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"a server is listed twice: {urls}")
+        if per_server < 1:
+            raise ValueError(f"per_server must be ≥ 1, got {per_server}")
+        self.per_server = per_server
+        self._probe = probe
+        self._max_backoff = max_backoff
+        self._states = {url: _State(url) for url in urls}
+        self._cond = threading.Condition()
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._states)
+
+    @property
+    def slots(self) -> int:
+        """Jobs this pool runs at once when every server is healthy."""
+        return self.per_server * len(self._states)
+
+    def acquire(self, stop: threading.Event | None = None) -> str:
+        """A slot on the least busy healthy server; waits (probing servers that are out) until one is
+        free, or raises :class:`ServerError` when ``stop`` is set first."""
+        while True:
+            with self._cond:
+                due = self._due_for_probe(first_time=True)  # every server is probed before its first job
+                best = self._free_server() if due is None else None
+                if best is not None:
+                    best.running += 1
+                    return best.url
+                due = due or self._due_for_probe()
+                if due is None:
+                    self._cond.wait(self._wait_time())
+            if due is not None:
+                self._run_probe(due)
+            if stop is not None and stop.is_set():
+                raise ServerError("stopped while waiting for a free server")
+
+    def release(self, url: str, *, server_failed: bool = False, reason: str = "") -> None:
+        """Give the slot back; ``server_failed`` takes the server out until a probe answers again."""
+        with self._cond:
+            state = self._states[url]
+            state.running -= 1
+            if server_failed:
+                self._take_out(state, reason)
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[ServerSnapshot]:
+        now = time.monotonic()
+        with self._cond:
+            return [
+                ServerSnapshot(
+                    s.url,
+                    s.healthy,
+                    s.running,
+                    s.failures,
+                    max(0.0, s.next_probe - now) if s.healthy is False else None,
+                )
+                for s in self._states.values()
+            ]
+
+    def _free_server(self) -> _State | None:
+        free = [s for s in self._states.values() if s.healthy and s.running < self.per_server]
+        return min(free, key=lambda s: s.running, default=None)
+
+    def _due_for_probe(self, *, first_time: bool = False) -> _State | None:
+        now = time.monotonic()
+        due = [
+            s
+            for s in self._states.values()
+            if not s.healthy and not s.probing and s.next_probe <= now
+            and (s.healthy is None or not first_time)
+        ]  # fmt: skip
+        if not due:
+            return None
+        state = min(due, key=lambda s: s.next_probe)
+        state.probing = True
+        return state
+
+    def _wait_time(self) -> float:
+        now = time.monotonic()
+        waits = [s.next_probe - now for s in self._states.values() if not s.healthy and not s.probing]
+        return max(0.01, min([WAIT_STEP_S, *waits]))
+
+    def _run_probe(self, state: _State) -> None:
+        answered = self._probe(state.url)
+        with self._cond:
+            state.probing = False
+            if answered:
+                if state.healthy is False:
+                    logger.warning("server %s answers again; back in the pool", state.url)
+                state.healthy, state.failures = True, 0
+            else:
+                self._take_out(state, "no answer to GET /system_stats")
+            self._cond.notify_all()
+
+    def _take_out(self, state: _State, reason: str) -> None:
+        state.failures += 1
+        delay = min(self._max_backoff, FIRST_BACKOFF_S * 2 ** (state.failures - 1))
+        state.healthy = False
+        state.next_probe = time.monotonic() + delay
+        logger.warning("server %s taken out (%s); next probe in %.0f s", state.url, reason, delay)

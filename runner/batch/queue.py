@@ -1,0 +1,247 @@
+"""A batch on the durable DBOS queue: submit it, read its jobs' states, cancel and retry them.
+
+Every job is one DBOS workflow, named :data:`JOB_WORKFLOW`, on the queue :data:`QUEUE`, with the
+workflow id ``<batch>/<job id>`` (``<batch>/<job id>/retry-N`` for a retry). The ids make a submit
+idempotent: submitting the same batch again (after the submitting process was killed, say) queues
+nothing twice. The job spec is the workflow's input and holds everything a worker on any machine
+needs (the API prompt with its overrides applied, where its files go, timeouts, attempts); the
+workflow's output is the job's result record.
+
+The queue lives in DBOS's system database: a SQLite file (one machine) or Postgres (many machines,
+each running ``leanvideo batch worker``). This module only uses a :class:`dbos.DBOSClient`; running
+jobs is :mod:`runner.batch.worker`'s.
+
+Example::
+
+    with open_client(resolve_db_url(None, workspace_root)) as client:
+        submit_batch(client, "nightly", jobs, BatchSettings(out_dir=Path("out/nightly")))
+        for job in list_jobs(client, "nightly"):
+            print(job.job_id, job.state)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dbos import DBOS, DBOSClient, EnqueueOptions
+
+from runner.batch.jobs_file import PreparedJob
+from runner.errors import LeanVideoError, WorkflowError
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "leanvideo"
+APP_VERSION = "leanvideo-batch-1"  # the job spec's format: workers dequeue only their own version
+QUEUE = "leanvideo-batch"
+JOB_WORKFLOW = "leanvideo.batch.job"
+DB_ENV = "LEANVIDEO_DB"
+DEFAULT_DB_NAME = "batch.sqlite"
+BATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+# DBOS workflow status → the job's state (a SUCCESS workflow is a job whose record says success|failed)
+STATES = {
+    "ENQUEUED": "queued",
+    "DELAYED": "queued",
+    "PENDING": "running",
+    "CANCELLED": "cancelled",
+    "ERROR": "error",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "error",
+}
+FINAL_STATES = ("success", "failed", "cancelled", "error")
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What every job of a batch shares."""
+
+    out_dir: Path
+    max_attempts: int = 3
+    timeout: float = 1800.0  # per attempt
+    health_timeout: float = 30.0  # a server silent this long has failed the attempt
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be ≥ 1, got {self.max_attempts}")
+        if self.timeout <= 0 or self.health_timeout <= 0:
+            raise ValueError("timeout and health_timeout must be positive")
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job of a batch as the queue knows it; ``record`` is its result once it has one."""
+
+    job_id: str
+    workflow_id: str
+    state: str  # queued | running | success | failed | cancelled | error
+    record: dict[str, Any] | None
+    created_ms: int | None
+    completed_ms: int | None
+    error: str | None = None
+    worker: str | None = None  # the DBOS executor that holds or last held the job
+
+
+def resolve_db_url(given: str | None, workspace_root: Path) -> str:
+    """``given``, else ``$LEANVIDEO_DB``, else a SQLite file in the workspace."""
+    url = given or os.environ.get(DB_ENV) or f"sqlite:///{(workspace_root / DEFAULT_DB_NAME).resolve()}"
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise WorkflowError(f"--db {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+    return url
+
+
+def check_batch_name(name: str) -> str:
+    if not BATCH_NAME.match(name):
+        raise WorkflowError(
+            f"batch name {name!r}: 1-80 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+@contextmanager
+def open_client(db_url: str) -> Iterator[DBOSClient]:
+    """A client of the queue's database, created (and its schema migrated) on first use."""
+    try:
+        if db_url.startswith("sqlite:///"):
+            Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        DBOS.migrate(db_url)
+        client = DBOSClient(system_database_url=db_url, application_name=APP_NAME)
+    except Exception as exc:  # SQLAlchemy / psycopg errors: the database cannot be used
+        raise LeanVideoError(f"cannot open the batch database {redact_db_url(db_url)}: {exc}") from exc
+    try:
+        yield client
+    finally:
+        client.destroy()
+
+
+def job_spec(name: str, job: PreparedJob, settings: BatchSettings) -> dict[str, Any]:
+    """The queued input of one job: all a worker needs, JSON only."""
+    spec: dict[str, Any] = {
+        "batch": name,
+        "job_id": job.job_id,
+        "line": job.line,
+        "workflow": str(job.workflow),
+        "overrides": list(job.overrides),
+        "prompt": job.prompt,
+        "out_dir": str(settings.out_dir.resolve()),
+        "max_attempts": settings.max_attempts,
+        "timeout": settings.timeout,
+        "health_timeout": settings.health_timeout,
+    }
+    spec["digest"] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return spec
+
+
+def submit_batch(client: DBOSClient, name: str, jobs: list[PreparedJob], settings: BatchSettings) -> int:
+    """Queue every job of the batch ``name``; returns how many were new (0 when it was all queued).
+
+    Raises:
+        WorkflowError: a batch of that name exists with other jobs (choose another ``--name``).
+    """
+    check_batch_name(name)
+    specs = [job_spec(name, job, settings) for job in jobs]
+    existing = {
+        status.workflow_id: (status.attributes or {}).get("digest")
+        for status in client.list_workflows(
+            workflow_id_prefix=f"{name}/", load_input=False, load_output=False
+        )
+    }
+    clashes = [
+        s["job_id"] for s in specs if f"{name}/{s['job_id']}" in existing
+        and existing[f"{name}/{s['job_id']}"] != s["digest"]
+    ]  # fmt: skip
+    if clashes:
+        raise WorkflowError(
+            f"batch {name!r} already exists with other jobs under the ids {', '.join(clashes[:10])}; "
+            "submit under another --name"
+        )
+    queued = 0
+    for spec in specs:
+        workflow_id = f"{name}/{spec['job_id']}"
+        if workflow_id in existing:
+            continue
+        options: EnqueueOptions = {
+            "workflow_name": JOB_WORKFLOW,
+            "queue_name": QUEUE,
+            "workflow_id": workflow_id,
+            "app_version": APP_VERSION,
+            "attributes": {"batch": name, "job": spec["job_id"], "digest": spec["digest"]},
+        }
+        priority = next(j.priority for j in jobs if j.job_id == spec["job_id"])
+        if priority is not None:
+            options["priority"] = priority
+        client.enqueue(options, spec)
+        queued += 1
+    logger.info("batch %s: %d job(s) queued, %d already there", name, queued, len(specs) - queued)
+    return queued
+
+
+def list_jobs(client: DBOSClient, name: str) -> list[JobState]:
+    """The current state of every job of batch ``name`` (its latest run when it was retried)."""
+    latest: dict[str, JobState] = {}
+    for status in client.list_workflows(workflow_id_prefix=f"{name}/", load_input=False):
+        job_id = (status.attributes or {}).get("job") or status.workflow_id.split("/")[1]
+        record = status.output if isinstance(status.output, dict) else None
+        if status.status == "SUCCESS":
+            state = str(record.get("status", "error")) if record else "error"
+        else:
+            state = STATES.get(status.status, status.status.lower())
+        job = JobState(
+            job_id=str(job_id),
+            workflow_id=status.workflow_id,
+            state=state,
+            record=record,
+            created_ms=status.created_at,
+            completed_ms=status.completed_at,
+            error=str(status.error) if status.error is not None else None,
+            worker=status.executor_id,
+        )
+        previous = latest.get(job.job_id)
+        if previous is None or (job.created_ms or 0) >= (previous.created_ms or 0):
+            latest[job.job_id] = job
+    return sorted(latest.values(), key=lambda j: (j.created_ms or 0, j.job_id))
+
+
+def cancel_batch(client: DBOSClient, name: str) -> int:
+    """Cancel every queued or running job of the batch; returns how many."""
+    ids = [j.workflow_id for j in list_jobs(client, name) if j.state in ("queued", "running")]
+    if ids:
+        client.cancel_workflows(ids)
+    return len(ids)
+
+
+def retry_batch(client: DBOSClient, name: str, *, failed: bool = False) -> list[str]:
+    """Put the batch's cancelled and errored jobs back on the queue (where they stopped); with
+    ``failed`` also run jobs whose result is a failure again, as new runs. Returns the job ids."""
+    jobs = list_jobs(client, name)
+    resume = [j for j in jobs if j.state in ("cancelled", "error")]
+    if resume:
+        client.resume_workflows([j.workflow_id for j in resume], queue_name=QUEUE)
+    rerun = [j for j in jobs if failed and j.state == "failed"]
+    for job in rerun:
+        (status,) = client.list_workflows(workflow_ids=[job.workflow_id], load_output=False)
+        spec = status.input["args"][0] if status.input else None
+        if not isinstance(spec, dict):
+            raise LeanVideoError(f"job {job.job_id} of batch {name}: its queued spec cannot be read")
+        generation = len(client.list_workflows(workflow_id_prefix=f"{name}/{job.job_id}/", load_output=False))
+        options: EnqueueOptions = {
+            "workflow_name": JOB_WORKFLOW,
+            "queue_name": QUEUE,
+            "workflow_id": f"{name}/{job.job_id}/retry-{generation + 1}",
+            "app_version": APP_VERSION,
+            "attributes": {"batch": name, "job": job.job_id, "digest": spec["digest"]},
+        }
+        client.enqueue(options, spec)
+    return [j.job_id for j in resume + rerun]
+
+
+def redact_db_url(url: str) -> str:
+    """``url`` with its password starred out, for messages."""
+    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", url)

@@ -1,0 +1,165 @@
+"""Run a batch's jobs: a DBOS executor that takes jobs off the shared queue onto its servers.
+
+A :class:`BatchWorker` launches DBOS in this process (DBOS allows one executor per process) with the
+job workflow registered, and takes up to ``per_server × servers`` jobs at once from the queue, plus
+:data:`PREFETCH` waiting for the next free slot (DBOS picks up queued work every
+:data:`POLLING_INTERVAL_S`; a job already taken starts the moment a slot frees). DBOS keeps one such
+limit per queue, in its database: the worker started last sets it for all. The
+job workflow is durable; its only step is one attempt on one server (:mod:`runner.batch.attempt`),
+so what DBOS records is the outcome of each attempt:
+
+- an attempt that fails because its **server** stopped answering is followed by another, on the
+  least busy healthy server (the failed one is out of the pool until a probe answers), up to the
+  job's ``max_attempts``;
+- a **workflow** fault or a **timeout** ends the job as failed, with the node id and message;
+- the job's **result record** is the workflow's output: exactly one per job id.
+
+When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
+with the same ``worker_id`` starts (by default this machine's name and its server list, so
+restarting the same command recovers them); any worker then takes them. An attempt that had
+finished but was not recorded yet finds its folder in place and runs nothing
+(:func:`runner.batch.attempt.finished_record`).
+
+Example::
+
+    pool = ServerPool(["http://127.0.0.1:8188"], per_server=1)
+    with BatchWorker(db_url, pool):
+        ...  # jobs run in DBOS's threads until the block ends
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from dbos import DBOS
+
+from runner.batch.attempt import finished_record, run_attempt
+from runner.batch.pool import ServerPool
+from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
+
+logger = logging.getLogger(__name__)
+
+POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
+PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
+DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
+
+
+def default_worker_id(servers: list[str]) -> str:
+    """This machine's name and a digest of its servers: stable across restarts of one command."""
+    digest = hashlib.sha256("\n".join(sorted(servers)).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()}-{digest}"
+
+
+class JobRunner:
+    """What a job workflow does, bound to this process's pool (the workflow's steps call it)."""
+
+    def __init__(self, pool: ServerPool, worker_id: str) -> None:
+        self.pool = pool
+        self.worker_id = worker_id
+        self.stop = threading.Event()
+
+    def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
+        log: list[dict[str, Any]] = []
+        outcome: dict[str, Any] = {}
+        for attempt in range(1, int(job["max_attempts"]) + 1):
+            outcome = DBOS.run_step({"name": "attempt"}, self.attempt, job, attempt)
+            log.append({k: outcome.get(k) for k in ("attempt", "server", "status", "fault", "seconds")})
+            if outcome["status"] == "success" or outcome.get("fault") != "server":
+                break
+        record = {**outcome, "attempts": len(log), "attempt_log": log}
+        if record["status"] != "success" and record.get("fault") == "server":
+            record["error"] = {
+                **record["error"],
+                "message": f"gave up after {len(log)} attempt(s); last: {record['error']['message']}",
+            }
+        return record
+
+    def attempt(self, job: dict[str, Any], attempt: int) -> dict[str, Any]:
+        """One attempt (a DBOS step): the finished record if the job's folder exists, else a run."""
+        done = finished_record(job)
+        if done is not None:
+            logger.info("job %s: results already in place; not run again", job["job_id"])
+            return done
+        server = self.pool.acquire(self.stop)
+        failed = False
+        try:
+            outcome = run_attempt(job, server, worker=self.worker_id, attempt=attempt)
+            failed = outcome.get("fault") == "server"
+            return outcome
+        finally:
+            self.pool.release(server, server_failed=failed, reason="a job lost it")
+
+
+def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Register the job workflow, bound to ``runner``, under :data:`JOB_WORKFLOW` (again: the last
+    registration in a process wins, which is how a second worker in one process gets its pool)."""
+
+    @DBOS.workflow(name=JOB_WORKFLOW)
+    def run_batch_job(job: dict[str, Any]) -> dict[str, Any]:
+        return runner.run_job(job)
+
+    return run_batch_job
+
+
+class BatchWorker:
+    """DBOS launched in this process, taking jobs off :data:`QUEUE` onto ``pool``'s servers."""
+
+    def __init__(
+        self,
+        db_url: str,
+        pool: ServerPool,
+        *,
+        worker_id: str | None = None,
+        grace: int = DEFAULT_GRACE_S,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.db_url = db_url
+        self.pool = pool
+        self.worker_id = worker_id or default_worker_id(pool.urls)
+        self.grace = grace
+        self.log_level = log_level
+        self.runner = JobRunner(pool, self.worker_id)
+
+    def __enter__(self) -> BatchWorker:
+        register_job_workflow(self.runner)
+        DBOS(
+            config={
+                "name": APP_NAME,
+                "system_database_url": self.db_url,
+                "application_version": APP_VERSION,
+                "executor_id": self.worker_id,
+                "log_level": self.log_level,
+            }
+        )
+        try:
+            DBOS.launch()
+            DBOS.register_queue(
+                QUEUE,
+                worker_concurrency=self.pool.slots + PREFETCH,
+                polling_interval_sec=POLLING_INTERVAL_S,
+                on_conflict="always_update",
+            )
+        except BaseException:
+            DBOS.destroy()
+            raise
+        logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop taking jobs, give running ones ``grace`` seconds, then shut DBOS down; what is still
+        running goes back on the queue when this worker id starts again."""
+        if self.grace <= 0:
+            self.runner.stop.set()
+        DBOS.destroy(workflow_completion_timeout_sec=self.grace)

@@ -1,0 +1,190 @@
+"""``leanvideo batch``: submit a jobs file to the durable queue, run workers, read and steer batches.
+
+Parses arguments, calls :mod:`runner.batch` and renders with rich; nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from runner.batch.jobs_file import load_batch
+from runner.batch.pool import ServerPool
+from runner.batch.queue import (
+    BatchSettings,
+    JobState,
+    cancel_batch,
+    check_batch_name,
+    list_jobs,
+    open_client,
+    redact_db_url,
+    resolve_db_url,
+    retry_batch,
+    submit_batch,
+)
+from runner.batch.results import job_row, summarize, write_manifest
+from runner.batch.worker import BatchWorker
+from runner.errors import LeanVideoError
+from runner.local.workspace import default_workspace_root
+
+REFRESH_S = 0.5
+EXIT_SOME_FAILED = 6  # as a failed prompt
+
+
+def run_batch_command(args: argparse.Namespace, console: Console, err: Console) -> int:
+    db_url = resolve_db_url(args.db, default_workspace_root())
+    verb = args.batch_command
+    if verb == "submit":
+        return _submit(args, db_url, console, err)
+    if verb == "worker":
+        return _worker(args, db_url, err)
+    name = check_batch_name(args.name)
+    with open_client(db_url) as client:
+        if verb == "status":
+            jobs = list_jobs(client, name)
+            _require(jobs, name)
+            if args.json:
+                console.print_json(json.dumps([job_row(job) for job in jobs]))
+            else:
+                console.print(_progress_view(name, jobs, None, None))
+            return 0
+        if verb == "results":
+            jobs = list_jobs(client, name)
+            _require(jobs, name)
+            json_path, csv_path = write_manifest(jobs, args.out.resolve(), name)
+            if args.json:
+                console.print_json(json_path.read_text(encoding="utf-8"))
+            console.print(f"manifest: {json_path} and {csv_path}", highlight=False)
+            return 0
+        if verb == "cancel":
+            console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")
+            return 0
+        requeued = retry_batch(client, name, failed=args.failed)
+        console.print(f"requeued {len(requeued)} job(s): {', '.join(requeued) or '—'}", highlight=False)
+        return 0
+
+
+def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Console) -> int:
+    name = check_batch_name(args.name or args.jobs.stem.split(".")[0])
+    try:
+        settings = BatchSettings(
+            out_dir=(args.out or Path("leanvideo-out") / f"batch-{name}").resolve(),
+            max_attempts=args.max_attempts,
+            timeout=args.timeout,
+            health_timeout=args.health_timeout,
+        )
+        pool = ServerPool(args.servers, per_server=args.per_server)
+    except ValueError as exc:
+        raise LeanVideoError(str(exc)) from exc
+    jobs = load_batch(args.jobs.resolve(), args.servers)  # every line checked before anything is queued
+    with open_client(db_url) as client:
+        queued = submit_batch(client, name, jobs, settings)
+        err.print(
+            f"batch {name}: {len(jobs)} job(s), {queued} newly queued ({redact_db_url(db_url)})",
+            highlight=False,
+        )
+        if not args.wait:
+            console.print("run it with: leanvideo batch worker --server URL … (or submit again with --wait)")
+            return 0
+        _on_sigterm_interrupt()
+        began, first_done = time.monotonic(), None
+        with (
+            BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace),
+            Live(console=err, refresh_per_second=4, transient=False) as live,
+        ):
+            while True:
+                states = list_jobs(client, name)
+                summary = summarize(states)
+                first_done = first_done if first_done is not None else summary.finished
+                live.update(_progress_view(name, states, pool, (began, first_done)))
+                if summary.all_done:
+                    break
+                time.sleep(REFRESH_S)
+        counts = summary.counts
+        console.print(
+            f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not "
+            f"({dict(counts)}); results: leanvideo batch results {name} --out DIR",
+            highlight=False,
+        )
+        return 0 if counts["success"] == summary.total else EXIT_SOME_FAILED
+
+
+def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
+    try:
+        pool = ServerPool(args.servers, per_server=args.per_server)
+    except ValueError as exc:
+        raise LeanVideoError(str(exc)) from exc
+    _on_sigterm_interrupt()
+    with open_client(db_url):  # creates the database on first use
+        pass
+    with BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace) as worker:
+        err.print(
+            f"worker {worker.worker_id}: up to {pool.slots} job(s) at once on {', '.join(pool.urls)} "
+            f"({redact_db_url(db_url)}); Ctrl-C finishes running jobs and stops",
+            highlight=False,
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            err.print(f"stopping: running jobs get up to {args.grace} s to finish…")
+    return 0
+
+
+def _progress_view(
+    name: str, jobs: list[JobState], pool: ServerPool | None, clock: tuple[float, int] | None
+) -> Group:
+    summary = summarize(jobs)
+    counts = summary.counts
+    line = (
+        f"batch {name}: {summary.finished}/{summary.total} done · {counts['success']} ok · "
+        f"{counts['failed'] + counts['error']} failed · {counts['running']} running · "
+        f"{counts['queued']} queued"
+    )
+    if clock is not None:
+        began, done_at_start = clock
+        elapsed = time.monotonic() - began
+        finished_here = summary.finished - done_at_start
+        remaining = summary.total - summary.finished
+        if finished_here > 0 and remaining > 0:
+            line += f" · ETA {remaining * elapsed / finished_here:.0f} s"
+        line += f" · {elapsed:.0f} s"
+    table = Table(box=None, pad_edge=False)
+    for column in ("server", "health", "running", "ok", "failed"):
+        table.add_column(column, justify="left" if column in ("server", "health") else "right")
+    health = {s.url: s for s in pool.snapshot()} if pool is not None else {}
+    for url in sorted(set(summary.per_server) | set(health)):
+        done = summary.per_server.get(url)
+        snap = health.get(url)
+        state = "—" if snap is None else {True: "up", None: "not probed"}.get(snap.healthy, "out")
+        if snap is not None and snap.healthy is False and snap.retry_in_s is not None:
+            state += f" (probe in {snap.retry_in_s:.0f} s)"
+        table.add_row(
+            url,
+            state,
+            str(snap.running) if snap is not None else "—",
+            str(done["success"] if done else 0),
+            str(done["failed"] if done else 0),
+        )
+    return Group(Text(line), table)
+
+
+def _require(jobs: list[JobState], name: str) -> None:
+    if not jobs:
+        raise LeanVideoError(f"no batch named {name!r} in this database")
+
+
+def _on_sigterm_interrupt() -> None:
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)

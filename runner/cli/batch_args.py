@@ -1,0 +1,79 @@
+"""``leanvideo batch`` arguments: declared apart from :mod:`runner.cli.batch` so that building the CLI's
+parser imports no DBOS (about 0.25 s, and absent from the GPU device kit); the command module is imported
+only when ``batch`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = sub.add_parser(
+        "batch",
+        help="run a jobs file (one workflow × many settings) over many ComfyUI servers, durably",
+        description="A durable queue of workflow runs (DBOS): SQLite on one machine by default, "
+        "Postgres (--db postgresql://… or $LEANVIDEO_DB) for workers on many machines.",
+    )
+    verbs = batch.add_subparsers(dest="batch_command", required=True, metavar="VERB")
+
+    submit = verbs.add_parser("submit", help="check a jobs file and queue it; --wait runs it here")
+    submit.add_argument("jobs", type=Path, help="jobs file: JSONL, or CSV with set:NODE.input columns")
+    _servers(submit, required=True)
+    _db(submit)
+    submit.add_argument("--name", help="batch name (default: the jobs file's name without suffix)")
+    submit.add_argument("--out", type=Path, help="where job folders go (default leanvideo-out/batch-NAME)")
+    submit.add_argument("--wait", action="store_true", help="run the batch here, with live progress")
+    submit.add_argument("--max-attempts", type=int, default=3, help="tries per job on dead servers (3)")
+    submit.add_argument("--timeout", type=float, default=1800.0, help="seconds per attempt (1800)")
+    submit.add_argument(
+        "--health-timeout", type=float, default=30.0, help="seconds a silent server gets mid-job (30)"
+    )
+    _worker_options(submit)
+
+    worker = verbs.add_parser("worker", help="take jobs from the queue onto these servers until Ctrl-C")
+    _servers(worker, required=True)
+    _db(worker)
+    _worker_options(worker)
+
+    for verb, text in (
+        ("status", "counts and per-server progress"),
+        ("cancel", "cancel queued and running jobs"),
+    ):
+        parser = verbs.add_parser(verb, help=text)
+        parser.add_argument("name")
+        _db(parser)
+        if verb == "status":
+            parser.add_argument("--json", action="store_true", help="print every job as JSON")
+
+    results = verbs.add_parser("results", help="write results.csv + results.json for a batch")
+    results.add_argument("name")
+    results.add_argument("--out", type=Path, required=True, help="folder for the manifest")
+    results.add_argument("--json", action="store_true", help="also print the manifest rows as JSON")
+    _db(results)
+
+    retry = verbs.add_parser("retry", help="requeue cancelled and errored jobs (--failed: failed too)")
+    retry.add_argument("name")
+    retry.add_argument("--failed", action="store_true", help="also run jobs whose result is a failure")
+    _db(retry)
+
+
+def _servers(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--server", dest="servers", action="append", required=required, metavar="URL", help="repeatable"
+    )
+
+
+def _db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", help="sqlite:///PATH or postgresql://… (default $LEANVIDEO_DB or the workspace)"
+    )
+
+
+def _worker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--per-server", type=int, default=1, metavar="K", help="jobs at once per server (1)")
+    parser.add_argument("--worker-id", help="this worker's id (default: host name + a digest of its servers)")
+    parser.add_argument(
+        "--grace", type=int, default=600, help="on Ctrl-C, seconds running jobs get to finish (600)"
+    )

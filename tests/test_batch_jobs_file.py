@@ -1,0 +1,128 @@
+"""Jobs files (JSONL and CSV) are read and checked whole: every bad line is named, with its field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.batch.jobs_file import prepare_jobs, read_jobs_file
+from runner.errors import WorkflowError
+
+WORKFLOW = {
+    "1": {"class_type": "KSampler", "inputs": {"seed": 1, "steps": 5}, "_meta": {"title": "Sample"}},
+}
+OBJECT_INFO = {
+    "KSampler": {
+        "input": {
+            "required": {"seed": ["INT", {"min": 0, "max": 100}], "steps": ["INT", {"min": 1, "max": 50}]}
+        },
+        "output": [],
+    }
+}
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "wf.api.json").write_text(json.dumps(WORKFLOW), encoding="utf-8")
+    return tmp_path
+
+
+def write_lines(path: Path, *lines: str) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_good_jsonl_file_gives_its_jobs_with_ids_overrides_and_priorities(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.jsonl",
+        '{"id": "a", "workflow": "wf.api.json", "set": {"Sample.seed": 7}, "priority": 3}',
+        "",
+        '{"workflow": "wf.api.json", "set": {"1.steps": 9, "Sample.seed": 8}}',
+    )
+    jobs = read_jobs_file(jobs_file)
+    assert [(j.job_id, j.line, j.priority) for j in jobs] == [("a", 1, 3), ("3", 3, None)]
+    assert jobs[1].overrides == ("1.steps=9", "Sample.seed=8")
+    prepared = prepare_jobs(jobs_file, jobs, OBJECT_INFO)
+    assert [p.prompt["1"]["inputs"] for p in prepared] == [{"seed": 7, "steps": 5}, {"seed": 8, "steps": 9}]
+    assert WORKFLOW["1"]["inputs"] == {"seed": 1, "steps": 5}  # each job works on its own copy
+
+
+def test_every_bad_line_is_named_with_its_field_in_one_error(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.jsonl",
+        '{"id": "a", "workflow": "wf.api.json"}',
+        '{"id": "b", "workflow": "wf.api.json",}',
+        '{"id": "a", "workflow": "wf.api.json"}',
+        '{"id": "c", "workflow": "missing.api.json"}',
+        '{"id": "d", "workflow": "wf.api.json", "colour": "red"}',
+        '{"id": "e", "workflow": "wf.api.json", "priority": 0}',
+        '{"id": "../f", "workflow": "wf.api.json"}',
+        '{"id": "g", "workflow": "wf.api.json", "set": {"seed": 1}}',
+        "[1, 2]",
+    )
+    with pytest.raises(WorkflowError) as caught:
+        read_jobs_file(jobs_file)
+    message = str(caught.value)
+    assert "8 problem(s); nothing was queued" in message
+    for expected in (
+        "line 2: not valid JSON",
+        "line 3: id 'a' is already used on line 1",
+        "line 4: workflow: workflow file",
+        "missing.api.json does not exist",
+        "line 5: unknown field 'colour'",
+        "line 6: priority 0 must be an integer",
+        "line 7: id '../f' must be",
+        "line 8: set 'seed': expected NODE.input",
+        "line 9: expected a JSON object, got list",
+    ):
+        assert expected in message
+
+
+def test_overrides_are_checked_against_object_info_naming_line_and_input(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.jsonl",
+        '{"id": "ok", "workflow": "wf.api.json", "set": {"Sample.seed": 100}}',
+        '{"id": "high", "workflow": "wf.api.json", "set": {"Sample.seed": 101}}',
+        '{"id": "typo", "workflow": "wf.api.json", "set": {"Sample.sede": 1}}',
+        '{"id": "nonode", "workflow": "wf.api.json", "set": {"Sampler.seed": 1}}',
+    )
+    with pytest.raises(WorkflowError) as caught:
+        prepare_jobs(jobs_file, read_jobs_file(jobs_file), OBJECT_INFO)
+    message = str(caught.value)
+    assert "3 problem(s)" in message
+    assert (
+        "line 2: set 'Sample.seed': node 1 (KSampler) input 'seed': 101 is above the maximum 100" in message
+    )
+    assert "line 3: set 'Sample.sede'" in message and "has no input 'sede'; close inputs: seed" in message
+    assert "line 4: set 'Sampler.seed': no node 'Sampler'" in message
+
+
+def test_a_csv_file_takes_set_columns_and_leaves_empty_cells_alone(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.csv",
+        "id,workflow,set:Sample.seed,set:1.steps,priority",
+        "x,wf.api.json,5,,",
+        "y,wf.api.json,6,12,2",
+    )
+    jobs = read_jobs_file(jobs_file)
+    assert [(j.job_id, j.line, j.overrides, j.priority) for j in jobs] == [
+        ("x", 2, ("Sample.seed=5",), None),
+        ("y", 3, ("Sample.seed=6", "1.steps=12"), 2),
+    ]
+    prepared = prepare_jobs(jobs_file, jobs, OBJECT_INFO)
+    assert prepared[1].prompt["1"]["inputs"] == {"seed": 6, "steps": 12}
+
+
+def test_a_csv_file_with_a_bad_column_or_row_is_refused_naming_them(folder: Path) -> None:
+    jobs_file = write_lines(folder / "jobs.csv", "id,workflow,seed", "x,wf.api.json,5", "y,wf.api.json")
+    with pytest.raises(WorkflowError) as caught:
+        read_jobs_file(jobs_file)
+    assert "line 1: column 'seed' is not one of" in str(caught.value)
+    assert "line 3: 2 cells, the header has 3" in str(caught.value)
+
+
+def test_an_empty_file_is_refused(folder: Path) -> None:
+    with pytest.raises(WorkflowError, match="no jobs in the file"):
+        read_jobs_file(write_lines(folder / "jobs.jsonl", ""))

@@ -1,0 +1,99 @@
+"""The server pool (K slots per server, least busy first, a failed server out until a probe answers,
+with growing waits) and the job folder that is published once and never replaced. A fake probe
+stands in for ``GET /system_stats``: the faults are the point."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.batch.attempt import RESULT_NAME, _publish, finished_record
+from runner.batch.pool import ServerPool
+from runner.errors import ServerError
+
+A, B = "http://127.0.0.1:1", "http://127.0.0.1:2"
+
+
+class FakeProbe:
+    def __init__(self, answering: set[str]) -> None:
+        self.answering = answering
+        self.calls: list[tuple[str, float]] = []
+
+    def __call__(self, url: str) -> bool:
+        self.calls.append((url, time.monotonic()))
+        return url in self.answering
+
+
+def test_each_server_takes_k_jobs_and_the_least_busy_comes_first() -> None:
+    pool = ServerPool([A, B], per_server=2, probe=FakeProbe({A, B}))
+    taken = [pool.acquire() for _ in range(4)]
+    assert sorted(taken) == [A, A, B, B] and taken[:2] in ([A, B], [B, A])
+    stop = threading.Event()
+    waiter: list[str] = []
+    thread = threading.Thread(target=lambda: waiter.append(pool.acquire(stop)))
+    thread.start()
+    time.sleep(0.3)
+    assert not waiter  # all four slots are busy: the fifth job waits
+    pool.release(B)
+    thread.join(timeout=5)
+    assert waiter == [B]
+    assert [(s.url, s.running) for s in pool.snapshot()] == [(A, 2), (B, 2)]
+
+
+def test_a_failed_server_is_out_until_a_probe_answers_with_growing_waits() -> None:
+    probe = FakeProbe({A, B})
+    pool = ServerPool([A, B], per_server=1, probe=probe)
+    first = pool.acquire()
+    pool.release(first, server_failed=True, reason="test")
+    other = B if first == A else A
+    assert pool.acquire() == other  # the failed one is out
+    (out,) = [s for s in pool.snapshot() if s.url == first]
+    assert out.healthy is False and out.failures == 1 and out.retry_in_s is not None
+    probe.answering.discard(first)
+    began = time.monotonic()
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(pool.acquire()))
+    thread.start()
+    time.sleep(1.5)  # first probe after 1 s fails: next in 2 s
+    assert not result
+    probe.answering.add(first)
+    thread.join(timeout=10)
+    assert result == [first]
+    probes = [t - began for url, t in probe.calls if url == first and t >= began]
+    assert len(probes) == 2 and 0.8 < probes[0] < 1.5 and 2.6 < probes[1] < 3.8, probes
+
+
+def test_a_waiting_job_gives_up_when_the_worker_stops() -> None:
+    pool = ServerPool([A], per_server=1, probe=FakeProbe(set()))
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(ServerError, match="stopped while waiting"):
+        pool.acquire(stop)
+
+
+def test_bad_pools_are_refused() -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        ServerPool([A, A])
+    with pytest.raises(ValueError, match="per_server"):
+        ServerPool([A], per_server=0)
+
+
+def test_a_job_folder_is_published_once_and_never_replaced(tmp_path: Path) -> None:
+    job = {"out_dir": str(tmp_path), "job_id": "j1"}
+    assert finished_record(job) is None
+    runs = []
+    for n in (1, 2):
+        partial = tmp_path / ".partial" / f"j1-{n}"
+        partial.mkdir(parents=True)
+        (partial / "video.mp4").write_bytes(b"run %d" % n)
+        record = {"job_id": "j1", "prompt_id": f"p{n}"}
+        (partial / RESULT_NAME).write_text(json.dumps(record), encoding="utf-8")
+        runs.append(_publish(partial, tmp_path / "j1", record))
+        assert not partial.exists()
+    assert runs == [{"job_id": "j1", "prompt_id": "p1"}] * 2  # the second run got the first's record
+    assert (tmp_path / "j1" / "video.mp4").read_bytes() == b"run 1"
+    assert finished_record(job) == {"job_id": "j1", "prompt_id": "p1"}
