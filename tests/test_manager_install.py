@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 NODES = (
     "LeanVideoDiffusionModelLoaderINT8",
+    "LeanVideoCheckpointLoaderINT8",
     "LeanVideoTextEncoderLoaderINT8",
     "LeanVideoFreeVRAM",
     "LeanVideoPatchAttention",
