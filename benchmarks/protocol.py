@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 FREE_SETTLE_S = 0.2
 FREE_POLL_S = 0.05
 FREE_APPLY_TIMEOUT_S = 600.0  # a prompt already running (another client's) delays the reset this long
+# ComfyUI's worker reads the flags only after its queue wait returns, and /free wakes that wait with a
+# notify that is lost when the worker is busy between prompts (its gc.collect()): it then sleeps up to
+# 1000 s with the flags pending. Posting /free again (the flags are idempotent) wakes it.
+FREE_REPOST_S = 2.0
 MB = 1024 * 1024
 
 
@@ -91,8 +95,10 @@ def defeat_cache(
     the worker has applied it (``GET /leanvideo/queue`` lists no pending flag), or ``settle_s`` on a
     server without the pack. Raises :class:`~runner.errors.ServerError` when the server does not answer
     or refuses."""
-    client.post_json("/free", {"free_memory": True, "unload_models": mode == "cold"})
-    deadline = time.monotonic() + timeout_s
+    request = {"free_memory": True, "unload_models": mode == "cold"}
+    client.post_json("/free", request)
+    posted = time.monotonic()
+    deadline = posted + timeout_s
     while True:
         queue = client.get_json("/leanvideo/queue", missing_ok=True)
         if queue is None:  # a server without the pack
@@ -100,11 +106,15 @@ def defeat_cache(
             return
         if not queue.get("pending_flags"):
             return
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             logger.warning(
                 "%s has not applied POST /free after %.0f s; running anyway", client.base_url, timeout_s
             )
             return
+        if now - posted > FREE_REPOST_S:  # the worker may have missed the wake-up (see FREE_REPOST_S)
+            client.post_json("/free", request)
+            posted = now
         time.sleep(FREE_POLL_S)
 
 
