@@ -6,7 +6,6 @@ diffusion_models, and a checkpoint without a VAE is refused with the file named.
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from safetensors.torch import save_file
 
 from runner.errors import PromptFailedError
 from runner.fixtures import FixtureSet
+from runner.jobs.frames import psnr_db
 from runner.local.server import ComfyServer
 from runner.local.workspace import Workspace
 from runner.tracking.outputs import download_file
@@ -64,11 +64,6 @@ def _removed_after(path: Path) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
-def _psnr(reference: np.ndarray, other: np.ndarray) -> float:
-    mse = float(np.mean((reference - other) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
-
-
 def test_checkpoint_node_schema(comfy_server: ComfyServer) -> None:
     info = httpx.get(f"{comfy_server.url}/object_info/{NODE_ID}", timeout=30).json()[NODE_ID]
     assert info["display_name"] == "Load Checkpoint (INT8)"
@@ -93,7 +88,7 @@ def test_checkpoint_node_runs_the_tiny_ltxv_close_to_stock(
     with ComfyClient(comfy_server.url) as client:
         reference = _frames(client, stock, tmp_path / "stock")
         frames = _frames(client, ours, tmp_path / "int8")
-    psnr = _psnr(reference, frames)
+    psnr = psnr_db(reference, frames)
     print(f"PSNR, tiny LTXV frames, Load Checkpoint (INT8) vs CheckpointLoaderSimple: {psnr:.2f} dB")
     assert frames.shape == reference.shape and frames.shape[0] == 9
     assert psnr >= PSNR_THRESHOLD_DB

@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
+from runner.jobs.frames import psnr_db
 from runner.local.server import ComfyServer
 from runner.local.workspace import Workspace
 from runner.tracking.outputs import download_file
@@ -95,11 +96,6 @@ def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> n
     return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
 
 
-def _psnr(reference: np.ndarray, other: np.ndarray) -> float:
-    mse = float(np.mean((reference - other) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
-
-
 def test_int8_layouts_and_lora_stay_close_to_bf16(
     comfy_server: ComfyServer,
     workspace: Workspace,
@@ -120,12 +116,12 @@ def test_int8_layouts_and_lora_stay_close_to_bf16(
             frames = _frames(
                 client, _workflow(tiny_workflow, f"test-int8/{layout}", name, False), tmp_path / layout
             )
-            measured[f"{layout} (vs bf16)"] = _psnr(reference, frames)
+            measured[f"{layout} (vs bf16)"] = psnr_db(reference, frames)
         for mode in ("merge", "side_branch"):
             workflow = _workflow(tiny_workflow, f"test-int8/lora-{mode}", names["leanvideo"], True, mode)
             frames = _frames(client, workflow, tmp_path / f"lora-{mode}")
-            measured[f"leanvideo + LoRA, {mode} (vs bf16 + LoRA)"] = _psnr(lora_reference, frames)
-    baseline = _psnr(reference, lora_reference)
+            measured[f"leanvideo + LoRA, {mode} (vs bf16 + LoRA)"] = psnr_db(lora_reference, frames)
+    baseline = psnr_db(reference, lora_reference)
     for label, value in measured.items():
         print(f"PSNR INT8 {label}: {value:.2f} dB")
     print(f"PSNR bf16 without vs with LoRA (how much the LoRA changes the frames): {baseline:.2f} dB")
@@ -182,8 +178,8 @@ def test_fp8_files_through_our_loader_against_stock_comfyui_running_them(
             stock = _stock_workflow(tiny_workflow, f"test-fp8/stock-{kind}", name)
             ours = _workflow(tiny_workflow, f"test-fp8/ours-{kind}", name, False)
             measured[kind] = (
-                _psnr(reference, _frames(client, stock, tmp_path / f"stock-{kind}")),
-                _psnr(reference, _frames(client, ours, tmp_path / f"ours-{kind}")),
+                psnr_db(reference, _frames(client, stock, tmp_path / f"stock-{kind}")),
+                psnr_db(reference, _frames(client, ours, tmp_path / f"ours-{kind}")),
             )
     for kind, (stock_db, ours_db) in measured.items():
         print(f"frames vs bf16, {kind} fp8: stock ComfyUI {stock_db:.2f} dB, our INT8 of it {ours_db:.2f} dB")
@@ -227,7 +223,9 @@ def test_e4m3_weights_of_real_magnitude_give_the_same_frames_as_stock_comfyui(
         int8 = _frames(client, ours, tmp_path / "ours")
     print(
         f"frames vs bf16, e4m3 fp8 at {FP8_EXACT_WIDTH}-wide magnitudes: stock ComfyUI "
-        f"{_psnr(reference, stock):.2f} dB, our INT8 of it {_psnr(reference, int8):.2f} dB"
+        f"{psnr_db(reference, stock):.2f} dB, our INT8 of it {psnr_db(reference, int8):.2f} dB"
     )
     assert np.array_equal(stock, int8)
-    assert math.isfinite(_psnr(reference, stock))  # fp8 did change the frames: the comparison means something
+    assert math.isfinite(
+        psnr_db(reference, stock)
+    )  # fp8 did change the frames: the comparison means something
