@@ -49,13 +49,13 @@ from typing import Any
 from benchmarks.int8_e2e_report import build_record, print_table, write_json
 from benchmarks.mid_dit import MidDitConfig, write_mid_dit
 from benchmarks.protocol import defeat_cache
-from runner.fixtures import FIXTURE_NODES_DIR, write_fixtures
+from runner.fixtures import write_fixtures
 from runner.graph.workflow import Workflow, load_workflow
 from runner.jobs.demo import DEMO_WORKFLOW, add_frame_output
 from runner.jobs.frames import psnr_db, read_frames
 from runner.jobs.run import collect_environment
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import NODE_PACK_DIR, Workspace, find_workspace
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import Workspace, find_workspace
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.transport.client import ComfyClient
@@ -189,14 +189,8 @@ def run_bench(settings: BenchSettings, workspace: Workspace, out_dir: Path) -> d
     workflows = {key: build_workflow(settings, key, path.name) for key, path in paths.items()}
     workspace.servers_dir.mkdir(parents=True, exist_ok=True)
     state_dir = Path(tempfile.mkdtemp(prefix="int8-e2e-", dir=workspace.servers_dir))
-    config = ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=state_dir,  # its user directory too: auto measures afresh in the warmup
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=pick_free_port(),
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-    )
+    # state_dir holds its user directory too: auto measures afresh in the warmup
+    config = ServerConfig.in_workspace(workspace, state_dir)
     runs: list[Run] = []
     try:
         with ComfyServer(config) as server, ComfyClient(server.url) as client:

@@ -99,18 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         return measure(args.server, args)
     from runner.fixtures import write_fixtures
-    from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-    from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+    from runner.local.server import ComfyServer, ServerConfig
+    from runner.local.workspace import find_workspace
 
     ws = find_workspace()
     write_fixtures(ws.models_dir, ws.comfyui_dir, python=ws.python)
-    config = ServerConfig(
-        comfyui_dir=ws.comfyui_dir,
-        state_dir=ws.servers_dir / f"bench-{int(time.time())}",
-        models_dir=ws.models_dir,
-        python=ws.python,
-        port=args.port or pick_free_port(),
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
+    config = ServerConfig.in_workspace(
+        ws, ws.servers_dir / f"bench-{int(time.time())}", port=args.port or None
     )
     with ComfyServer(config) as server:
         return measure(server.url, args)

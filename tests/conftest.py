@@ -35,7 +35,7 @@ from runner.errors import WorkspaceError
 from runner.fixtures import FixtureSet, write_fixtures
 from runner.jobs.demo import DEMO_WORKFLOW, load_workflow
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace, find_workspace
+from runner.local.workspace import WORKFLOWS_DIR, Workspace, find_workspace
 
 TIERS = ("unit", "integration", "browser", "gpu")
 INSTALLED_COMFYUI = "workspace"  # the fixture every fixture of the installed ComfyUI depends on
@@ -116,15 +116,7 @@ def comfy_server(
     """One real pinned ComfyUI shared by the integration tests of a session: our node pack, the
     fixture helper nodes and the tiny models are all loaded, and the shipped workflows' input images
     (``workflows/input/``) are in its input folder."""
-    config = ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=tmp_path_factory.mktemp("comfy-server"),
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=pick_free_port(),
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-        cpu=True,
-    )
+    config = ServerConfig.in_workspace(workspace, tmp_path_factory.mktemp("comfy-server"), cpu=True)
     shutil.copytree(WORKFLOWS_DIR / "input", config.input_dir)
     with ComfyServer(config) as server:
         yield server
@@ -135,15 +127,7 @@ def second_comfy_server(
     workspace: Workspace, tiny_models: FixtureSet, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComfyServer]:
     """A second server like ``comfy_server``, for the tests that spread jobs over two (batch)."""
-    config = ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=tmp_path_factory.mktemp("comfy-server-2"),
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=pick_free_port(),
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-        cpu=True,
-    )
+    config = ServerConfig.in_workspace(workspace, tmp_path_factory.mktemp("comfy-server-2"), cpu=True)
     with ComfyServer(config) as server:
         yield server
 

@@ -21,8 +21,8 @@ from rich.console import Console
 
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.fixtures import FixtureSet
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import WORKFLOWS_DIR, Workspace
 
 pytestmark = pytest.mark.integration
 
@@ -36,18 +36,7 @@ def two_servers(workspace: Workspace, tiny_models: FixtureSet, tmp_path: Path) -
 
     Started one after the other from this thread: a server dies with the thread that started it
     (``PR_SET_PDEATHSIG``), so a start from a worker thread would not outlive that thread."""
-    configs = [
-        ServerConfig(
-            comfyui_dir=workspace.comfyui_dir,
-            state_dir=tmp_path / f"server-{i}",
-            models_dir=workspace.models_dir,
-            python=workspace.python,
-            port=pick_free_port(),
-            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-            cpu=True,
-        )
-        for i in range(2)
-    ]
+    configs = [ServerConfig.in_workspace(workspace, tmp_path / f"server-{i}", cpu=True) for i in range(2)]
     with ExitStack() as stack:
         yield [stack.enter_context(ComfyServer(config)).url for config in configs]
 

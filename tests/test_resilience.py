@@ -18,7 +18,7 @@ from runner.cli.main import main
 from runner.install.pin import sha256_file
 from runner.jobs.demo import DEMO_WORKFLOW
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
+from runner.local.workspace import Workspace
 from tests.tcp_proxy import Cut, CuttingProxy
 
 pytestmark = pytest.mark.integration
@@ -82,15 +82,7 @@ def test_a_dead_server_fails_within_the_retries_with_a_clear_error(
 def test_a_server_restarted_mid_run_is_a_lost_prompt_reported_within_the_deadline(
     workspace: Workspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=tmp_path / "server",
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=pick_free_port(),
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-        cpu=True,
-    )
+    config = ServerConfig.in_workspace(workspace, tmp_path / "server", cpu=True)
     first = ComfyServer(config)
     first.start()
     out = tmp_path / "out"

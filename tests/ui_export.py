@@ -28,8 +28,8 @@ from typing import Any
 from runner.graph.models import required_models
 from runner.graph.workflow import load_workflow
 from runner.jobs.models import template_sources
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import find_workspace
 from tests.browser import open_app
 
 FIXED_WORKFLOW_ID = "00000000-0000-0000-0000-000000000000"
@@ -109,15 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workspace = find_workspace()
     with tempfile.TemporaryDirectory(prefix="leanvideo-ui-export-") as state:
-        config = ServerConfig(
-            comfyui_dir=workspace.comfyui_dir,
-            state_dir=Path(state),
-            models_dir=workspace.models_dir,
-            python=workspace.python,
-            port=pick_free_port(),
-            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-            cpu=True,
-        )
+        config = ServerConfig.in_workspace(workspace, Path(state), cpu=True)
         with ComfyServer(config) as server, open_app(server.url) as page:
             for api_path in args.workflows:
                 target = twin_path(api_path)

@@ -41,7 +41,7 @@ from runner.graph.workflow import Workflow, load_workflow
 from runner.jobs.frames import psnr_db, read_frames, write_contact_sheet
 from runner.jobs.models import ModelFile, check_models
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, WORKFLOWS_DIR, Workspace
+from runner.local.workspace import WORKFLOWS_DIR, Workspace
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.tracking.record import build_run_record, collect_server_info, write_run_record
@@ -207,7 +207,9 @@ def run_demo(
         for server_port in ports:
             state_dir = Path(tempfile.mkdtemp(prefix="demo-", dir=workspace.servers_dir))
             cleanup.callback(shutil.rmtree, state_dir, ignore_errors=True)
-            server = ComfyServer(_server_config(workspace, state_dir, server_port, args))
+            server = ComfyServer(
+                ServerConfig.in_workspace(workspace, state_dir, port=server_port, extra_args=args)
+            )
             cleanup.callback(server.stop)
             servers.append(server)
         ready_seconds = list(pool.map(_start, servers))
@@ -269,18 +271,6 @@ def _server_args(workspace: Workspace, extra_args: tuple[str, ...]) -> tuple[str
     user_dir = workspace.servers_dir / DEMO_USER_DIR
     user_dir.mkdir(parents=True, exist_ok=True)
     return ("--user-directory", str(user_dir), *extra_args)
-
-
-def _server_config(workspace: Workspace, state_dir: Path, port: int, args: tuple[str, ...]) -> ServerConfig:
-    return ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=state_dir,
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=port,
-        custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-        extra_args=args,
-    )
 
 
 def _start(server: ComfyServer) -> float:

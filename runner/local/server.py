@@ -32,7 +32,7 @@ import httpx
 import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
-from runner.local.workspace import NODE_PACK_DIR
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,35 @@ class ServerConfig:
             raise ValueError(f"ready_timeout must be positive, got {self.ready_timeout}")
         if not (self.comfyui_dir / "main.py").is_file():
             raise ValueError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
+
+    @classmethod
+    def in_workspace(
+        cls,
+        workspace: Workspace,
+        state_dir: Path,
+        *,
+        port: int | None = None,
+        fixture_nodes: bool = True,
+        cpu: bool | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> ServerConfig:
+        """A server of ``workspace`` (its ComfyUI, models and Python) on ``port`` (a free one when
+        ``None``) with our node pack and, unless ``fixture_nodes`` is off, the tiny models' helper nodes.
+
+        Example::
+
+            config = ServerConfig.in_workspace(find_workspace(), Path("state"), cpu=True)
+        """
+        return cls(
+            comfyui_dir=workspace.comfyui_dir,
+            state_dir=state_dir,
+            models_dir=workspace.models_dir,
+            python=workspace.python,
+            port=port if port is not None else pick_free_port(),
+            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR) if fixture_nodes else (NODE_PACK_DIR,),
+            cpu=cpu,
+            extra_args=extra_args,
+        )
 
     @property
     def url(self) -> str:
