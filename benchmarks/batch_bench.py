@@ -53,9 +53,17 @@ class Measurement:
     server_s_mean: float
 
 
-def write_jobs(path: Path, count: int, first_seed: int) -> Path:
+def write_jobs(path: Path, count: int, *, steps: int = 8, first_seed: int = 100) -> Path:
+    """A JSONL jobs file of ``count`` tiny text-to-video jobs (ids ``job-0`` …) with ``steps`` steps and
+    seeds ``first_seed``, ``first_seed + 1`` …"""
     lines = [
-        json.dumps({"id": f"j{n}", "workflow": str(WORKFLOW), "set": {"Sample.noise_seed": first_seed + n}})
+        json.dumps(
+            {
+                "id": f"job-{n}",
+                "workflow": str(WORKFLOW),
+                "set": {"Sample.noise_seed": first_seed + n, "LTXV Scheduler.steps": steps},
+            }
+        )
         for n in range(count)
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -67,7 +75,7 @@ def run_batch(
 ) -> tuple[float, list[dict[str, Any]]]:
     """Queue ``count`` jobs, run them on ``servers``; returns the wall time and the result records."""
     db_url = f"sqlite:///{work / f'{name}.sqlite'}"
-    jobs = load_batch(write_jobs(work / f"{name}.jsonl", count, seed), servers)
+    jobs = load_batch(write_jobs(work / f"{name}.jsonl", count, first_seed=seed), servers)
     settings = BatchSettings(out_dir=work / name, timeout=600)
     pool = ServerPool(servers, per_server=1)
     with open_client(db_url) as client, BatchWorker(db_url, pool, grace=60, log_level="ERROR"):
@@ -143,21 +151,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def start_servers(stack: ExitStack, work: Path) -> list[str]:
     from runner.fixtures import write_fixtures
-    from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-    from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+    from runner.local.server import ComfyServer, ServerConfig
+    from runner.local.workspace import find_workspace
 
     ws = find_workspace()
     write_fixtures(ws.models_dir, ws.comfyui_dir, python=ws.python)
     urls = []
     for n in (1, 2):
-        config = ServerConfig(
-            comfyui_dir=ws.comfyui_dir,
-            state_dir=work / f"server-{n}",
-            models_dir=ws.models_dir,
-            python=ws.python,
-            port=pick_free_port(),
-            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-        )
+        config = ServerConfig.in_workspace(ws, work / f"server-{n}")
         urls.append(stack.enter_context(ComfyServer(config)).url)
     return urls
 

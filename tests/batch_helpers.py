@@ -15,24 +15,7 @@ import httpx
 
 from runner.batch.queue import JobState, list_jobs, open_client
 from runner.install.pin import sha256_file
-from runner.jobs.demo import DEMO_WORKFLOW
 from runner.local.workspace import REPO_ROOT
-
-
-def write_jobs(path: Path, count: int, *, steps: int = 8, first_seed: int = 100) -> Path:
-    """``count`` tiny text-to-video jobs with seeds ``first_seed``, ``first_seed + 1`` …"""
-    lines = [
-        json.dumps(
-            {
-                "id": f"job-{n}",
-                "workflow": str(DEMO_WORKFLOW),
-                "set": {"Sample.noise_seed": first_seed + n, "LTXV Scheduler.steps": steps},
-            }
-        )
-        for n in range(count)
-    ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def batch_command(*args: str) -> list[str]:

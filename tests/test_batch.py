@@ -14,10 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.batch_bench import write_jobs
 from runner.cli.main import main
 from runner.install.pin import sha256_file
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import Workspace
 from tests.batch_helpers import (
     assert_exactly_once,
     history_ids,
@@ -25,7 +26,6 @@ from tests.batch_helpers import (
     run_batch,
     start_batch,
     wait_until,
-    write_jobs,
 )
 
 pytestmark = pytest.mark.integration
@@ -121,17 +121,7 @@ def test_the_submitter_killed_mid_batch_and_started_again_finishes_every_job_exa
 def test_a_server_killed_mid_job_has_its_job_finished_on_the_other_server(
     workspace: Workspace, comfy_server: ComfyServer, tmp_path: Path
 ) -> None:
-    victim = ComfyServer(
-        ServerConfig(
-            comfyui_dir=workspace.comfyui_dir,
-            state_dir=tmp_path / "victim",
-            models_dir=workspace.models_dir,
-            python=workspace.python,
-            port=pick_free_port(),
-            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR),
-            cpu=True,
-        )
-    )
+    victim = ComfyServer(ServerConfig.in_workspace(workspace, tmp_path / "victim", cpu=True))
     victim.start()
     db_url, out = f"sqlite:///{tmp_path / 'queue.sqlite'}", tmp_path / "out"
     jobs_file = write_jobs(tmp_path / "two.jsonl", 2, steps=30, first_seed=9000)

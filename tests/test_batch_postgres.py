@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.batch_bench import write_jobs
 from runner.batch.queue import FINAL_STATES
 from runner.local.server import ComfyServer, pick_free_port
 from tests.batch_helpers import (
@@ -21,7 +22,6 @@ from tests.batch_helpers import (
     run_batch,
     start_batch,
     wait_until,
-    write_jobs,
 )
 from tests.postgres import throwaway_postgres
 
