@@ -32,6 +32,7 @@ from runner.fixtures.int8 import int8_copy_is_current, write_int8_copy
 from runner.fixtures.layouts import LTXV_DIT, LayoutRequest, read_layouts
 from runner.fixtures.tensors import (
     FixtureFileError,
+    has_metadata,
     random_tensor,
     read_safetensors_header,
     read_safetensors_metadata,
@@ -113,7 +114,7 @@ def write_mid_dit(
     metadata = config.metadata(read_version(comfyui_dir))
     for path in (float_path, int8_path):
         _refuse_foreign(path)
-    if not _is_current(float_path, metadata):
+    if not has_metadata(float_path, metadata):
         started = time.perf_counter()
         layouts = read_layouts(
             comfyui_dir, {LTXV_DIT: LayoutRequest("ltxv_dit", config.transformer())}, python=python
@@ -142,16 +143,6 @@ def _refuse_foreign(path: Path) -> None:
         stamped = False  # our writers replace files atomically: an unreadable file is not ours
     if not stamped:
         raise MidDitError(f"{path} exists and is not a LeanVideo benchmark file; refusing to overwrite it")
-
-
-def _is_current(path: Path, metadata: dict[str, str]) -> bool:
-    try:
-        return read_safetensors_metadata(path) == metadata
-    except FileNotFoundError:
-        return False
-    except (OSError, FixtureFileError) as error:
-        logger.warning("Rewriting %s: %s", path, error)
-        return False
 
 
 def _parameters(path: Path) -> int:
