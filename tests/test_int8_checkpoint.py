@@ -17,12 +17,11 @@ import numpy as np
 import pytest
 import torch
 from leanvideo.int8.files import read_header, read_tensors
-from PIL import Image
 from safetensors.torch import save_file
 
 from runner.errors import PromptFailedError
 from runner.fixtures import FixtureSet
-from runner.jobs.frames import psnr_db
+from runner.jobs.frames import psnr_db, read_frames
 from runner.local.server import ComfyServer
 from runner.local.workspace import Workspace
 from runner.tracking.outputs import download_file
@@ -52,7 +51,7 @@ def _lossless(base: dict[str, Any], prefix: str) -> dict[str, Any]:
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
     result = run_prompt(client, workflow, timeout=300)
     paths = [download_file(client, item, directory) for item in result.outputs["14"]["images"]]
-    return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
+    return read_frames(paths)
 
 
 @contextlib.contextmanager

@@ -18,13 +18,12 @@ from leanvideo.int8.convert import quantize_state_dict
 from leanvideo.int8.export import to_layout
 from leanvideo.int8.files import read_header, read_tensors
 from leanvideo.int8.policy import plan_quantization
-from PIL import Image
 from rich.console import Console
 from safetensors.torch import save_file
 
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
-from runner.jobs.frames import psnr_db
+from runner.jobs.frames import psnr_db, read_frames
 from runner.local.server import ComfyServer
 from runner.local.workspace import Workspace
 from runner.tracking.outputs import download_file
@@ -93,7 +92,7 @@ def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> n
     result = run_prompt(client, workflow, timeout=300)
     items = result.outputs["14"]["images"]
     paths = [download_file(client, item, directory) for item in items]
-    return np.stack([np.asarray(Image.open(path).convert("RGB"), dtype=np.float64) for path in paths])
+    return read_frames(paths)
 
 
 def test_int8_layouts_and_lora_stay_close_to_bf16(

@@ -21,8 +21,9 @@ malformed workflow file) and :func:`prepare_jobs` (overrides and the whole workf
 
 Example::
 
-    lines = read_jobs_file(Path("benchmarks/batch_jobs.jsonl"))
-    jobs = prepare_jobs(lines, client.get_json("/object_info"))
+    path = Path("benchmarks/batch_jobs.jsonl")
+    lines = read_jobs_file(path)
+    jobs = prepare_jobs(path, lines, client.get_json("/object_info"))
 """
 
 from __future__ import annotations
