@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
@@ -19,6 +20,7 @@ from runner.errors import WorkflowError
 from runner.jobs.demo import DEMO_WORKFLOW, INT8_DEMO_WORKFLOW, DemoOutcome, load_workflow, run_demo
 from runner.jobs.frames import contact_sheet_size
 from runner.local.workspace import Workspace
+from tests.scratch import scratch_dir
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +41,9 @@ def _decode(path: Path) -> tuple[int, int, int]:
 
 
 @pytest.fixture(scope="module")
-def outcome(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> DemoOutcome:
-    return run_demo(tmp_path_factory.mktemp("demo") / "out", workspace)
+def outcome(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoOutcome]:
+    with scratch_dir(tmp_path_factory, "demo") as root:
+        yield run_demo(root / "out", workspace)
 
 
 def test_demo_runs_our_nodes_then_stock_comfyui(outcome: DemoOutcome) -> None:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from benchmarks.device_image import ImageError, make_image_venv, read_device_ima
 from benchmarks.device_kit import DEFAULT_MAX_MIB, KitError, install_kit
 from runner.install.pin import load_pin, sha256_file
 from runner.local.workspace import REPO_ROOT, Workspace
+from tests.scratch import scratch_dir
 
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
 DEVICE_COMMAND_LIMIT = 2000  # characters of one device call
@@ -40,19 +42,21 @@ def build(out: Path, python: str) -> tuple[dict[str, Any], str]:
 
 
 @pytest.fixture(scope="module")
-def gpu_kit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+def gpu_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any], str]]:
     """The kit for the GPU machine (CPython 3.12), built from the package index."""
-    out = tmp_path_factory.mktemp("gpu-kit") / "device-kit"
-    manifest, printed = build(out, "3.12")
-    return out, manifest, printed
+    with scratch_dir(tmp_path_factory, "gpu-kit") as root:
+        out = root / "device-kit"
+        manifest, printed = build(out, "3.12")
+        yield out, manifest, printed
 
 
 @pytest.fixture(scope="module")
-def local_kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def local_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A kit for this machine's Python, for the rehearsal."""
-    out = tmp_path_factory.mktemp("local-kit") / "device-kit"
-    build(out, RUNNING)
-    return out
+    with scratch_dir(tmp_path_factory, "local-kit") as root:
+        out = root / "device-kit"
+        build(out, RUNNING)
+        yield out
 
 
 @pytest.mark.integration

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from runner.fixtures.tensors import (
 )
 from runner.install.pin import sha256_file
 from runner.local.workspace import Workspace
+from tests.scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_WORKFLOW = REPO / "workflows" / "ltxv_tiny_t2v.api.json"
@@ -49,16 +51,18 @@ def comfyui_dir(workspace: Workspace) -> Path:
     return workspace.comfyui_dir
 
 
-@pytest.fixture(scope="session")
-def fixtures(comfyui_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> FixtureSet:
-    """One write of all fixture files per session (CLIP-L alone is 247 MB)."""
-    return write_fixtures(tmp_path_factory.mktemp("fixtures-a"), comfyui_dir)
+@pytest.fixture(scope="module")
+def fixtures(comfyui_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixtureSet]:
+    """One write of all fixture files per module (CLIP-L alone is 247 MB), removed after it."""
+    with scratch_dir(tmp_path_factory, "fixtures-a") as root:
+        yield write_fixtures(root, comfyui_dir)
 
 
-@pytest.fixture(scope="session")
-def forced_fixtures(comfyui_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> FixtureSet:
+@pytest.fixture(scope="module")
+def forced_fixtures(comfyui_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixtureSet]:
     """An independent second write, forced."""
-    return write_fixtures(tmp_path_factory.mktemp("fixtures-b"), comfyui_dir, force=True)
+    with scratch_dir(tmp_path_factory, "fixtures-b") as root:
+        yield write_fixtures(root, comfyui_dir, force=True)
 
 
 # --- pure helpers (no ComfyUI needed) ------------------------------------------------------------

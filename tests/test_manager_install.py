@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 from benchmarks.device_image import closure, installed_distributions, make_view_venv
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
 from runner.local.workspace import REPO_ROOT, Workspace
+from tests.scratch import scratch_dir
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +35,15 @@ NODES = (
 
 
 @pytest.fixture(scope="module")
-def manager_layout(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def manager_layout(
+    workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, Path, Path]]:
     """(ComfyUI copy, the clone in its custom_nodes, a ComfyUI-only venv's python)."""
-    root = tmp_path_factory.mktemp("manager")
+    with scratch_dir(tmp_path_factory, "manager") as root:
+        yield _manager_layout(workspace, root)
+
+
+def _manager_layout(workspace: Workspace, root: Path) -> tuple[Path, Path, Path]:
     comfy = root / "ComfyUI"
     shutil.copytree(workspace.comfyui_dir, comfy, ignore=shutil.ignore_patterns("__pycache__"))
     clone = comfy / "custom_nodes" / "ComfyUI-LeanVideo"

@@ -16,7 +16,8 @@ import hashlib
 import importlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,6 +44,7 @@ from runner.graph.models import required_models
 from runner.graph.workflow import apply_overrides, load_workflow, validate_workflow
 from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR, Workspace
+from tests.scratch import scratch_dir
 
 REAL_SIZE_MATRICES = {
     "seed_table.toml": "ltxv-13b",
@@ -111,54 +113,30 @@ def _small(name: str) -> Family:
 
 
 @pytest.fixture(scope="module")
-def depth_cut(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Synthesized]:
-    """The depth-cut files of a family, written once per module."""
-    written: dict[str, Synthesized] = {}
+def depth_cut(
+    workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], Synthesized]]:
+    """The depth-cut files of a family, written once and kept until another family is asked for (one
+    family on disk at a time: up to 1.9 GB; the tests that share a family follow each other)."""
+    held: dict[str, tuple[Synthesized, ExitStack]] = {}
 
     def get(name: str) -> Synthesized:
-        if name not in written:
+        if name not in held:
+            for _, stack in held.values():
+                stack.close()
+            held.clear()
+            stack = ExitStack()
+            root = stack.enter_context(scratch_dir(tmp_path_factory, name))
             family = _small(name)
-            root = tmp_path_factory.mktemp(name)
             paths = synthesize(
                 family, root, workspace.comfyui_dir, device=torch.device("cpu"), python=workspace.python
             )
-            written[name] = (family, paths)
-        return written[name]
+            held[name] = ((family, paths), stack)
+        return held[name][0]
 
-    return get
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("name", ["wan-14b", "wan22-14b", "wan22-i2v-14b"])
-def test_depth_cut_wan_files_are_the_release_forms_comfyui_expects(
-    name: str, depth_cut: Callable[[str], Synthesized], workspace: Workspace
-) -> None:
-    family, paths = depth_cut(name)
-    assert all(p.as_posix().endswith(f.relative) for p, f in zip(paths, family.files, strict=True))
-    assert all(is_synthetic(p) for p in paths)
-    layouts = read_layouts(workspace.comfyui_dir, family.requests, python=workspace.python)
-    for path, file in zip(paths, family.files, strict=True):
-        header = read_safetensors_header(path)
-        if file.form == "fp8_scaled":  # a DiT in ComfyUI's scaled fp8, as the templates' files are
-            for spec in layouts[file.layout]:  # every tensor ComfyUI's Wan model has, at its shape
-                assert header[spec.key]["shape"] == list(spec.shape), spec.key
-            fp8 = [k for k in _dtypes(header, "F8_E4M3") if k != "scaled_fp8"]
-            assert len(fp8) == WAN_BLOCK_PROJECTIONS and all(k.startswith("blocks.0.") for k in fp8)
-            for key in fp8:
-                scale = header[key.removesuffix(".weight") + ".scale_weight"]
-                assert (scale["dtype"], scale["shape"]) == ("F32", [])
-            assert header["scaled_fp8"]["shape"] == [0]  # the marker v0.3.75 detects scaled fp8 by
-            assert "blocks.1.self_attn.q.weight" not in header
-        elif file.form == "lora":
-            targets = {k.removeprefix("diffusion_model.").rsplit(".lora_", 1)[0] + ".weight" for k in header}
-            targets.discard("__metadata__.weight")
-            assert len(targets) == WAN_BLOCK_PROJECTIONS
-            assert targets <= {spec.key for spec in layouts[file.layout]}
-            assert all(64 in v["shape"] for k, v in header.items() if k != "__metadata__")  # rank 64
-        else:
-            assert set(header) - {"__metadata__"} == {spec.key for spec in layouts[file.layout]}
-    if name == "wan22-i2v-14b":  # 16 latent + 4 mask + 16 image-latent channels
-        assert read_safetensors_header(paths[0])["patch_embedding.weight"]["shape"][1] == 36
+    yield get
+    for _, stack in held.values():
+        stack.close()
 
 
 def _digest(path: Path) -> str:
@@ -196,6 +174,39 @@ def test_current_files_are_kept_and_force_writes_the_same_bytes(
     )
     assert vae.stat().st_mtime_ns != before[vae] and _digest(vae) == digest  # values are seeded per tensor
     assert any("wrote" in line and "B parameters" in line for line in lines)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["wan-14b", "wan22-14b", "wan22-i2v-14b"])
+def test_depth_cut_wan_files_are_the_release_forms_comfyui_expects(
+    name: str, depth_cut: Callable[[str], Synthesized], workspace: Workspace
+) -> None:
+    family, paths = depth_cut(name)
+    assert all(p.as_posix().endswith(f.relative) for p, f in zip(paths, family.files, strict=True))
+    assert all(is_synthetic(p) for p in paths)
+    layouts = read_layouts(workspace.comfyui_dir, family.requests, python=workspace.python)
+    for path, file in zip(paths, family.files, strict=True):
+        header = read_safetensors_header(path)
+        if file.form == "fp8_scaled":  # a DiT in ComfyUI's scaled fp8, as the templates' files are
+            for spec in layouts[file.layout]:  # every tensor ComfyUI's Wan model has, at its shape
+                assert header[spec.key]["shape"] == list(spec.shape), spec.key
+            fp8 = [k for k in _dtypes(header, "F8_E4M3") if k != "scaled_fp8"]
+            assert len(fp8) == WAN_BLOCK_PROJECTIONS and all(k.startswith("blocks.0.") for k in fp8)
+            for key in fp8:
+                scale = header[key.removesuffix(".weight") + ".scale_weight"]
+                assert (scale["dtype"], scale["shape"]) == ("F32", [])
+            assert header["scaled_fp8"]["shape"] == [0]  # the marker v0.3.75 detects scaled fp8 by
+            assert "blocks.1.self_attn.q.weight" not in header
+        elif file.form == "lora":
+            targets = {k.removeprefix("diffusion_model.").rsplit(".lora_", 1)[0] + ".weight" for k in header}
+            targets.discard("__metadata__.weight")
+            assert len(targets) == WAN_BLOCK_PROJECTIONS
+            assert targets <= {spec.key for spec in layouts[file.layout]}
+            assert all(64 in v["shape"] for k, v in header.items() if k != "__metadata__")  # rank 64
+        else:
+            assert set(header) - {"__metadata__"} == {spec.key for spec in layouts[file.layout]}
+    if name == "wan22-i2v-14b":  # 16 latent + 4 mask + 16 image-latent channels
+        assert read_safetensors_header(paths[0])["patch_embedding.weight"]["shape"][1] == 36
 
 
 @pytest.mark.integration

@@ -95,7 +95,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
         if not args.wait:
             console.print("run it with: leanvideo batch worker --server URL … (or submit again with --wait)")
             return 0
-        _on_sigterm_interrupt()
+        _stop_on_signals()
         began, first_done = time.monotonic(), None
         with (
             BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace),
@@ -123,7 +123,7 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
         pool = ServerPool(args.servers, per_server=args.per_server)
     except ValueError as exc:
         raise LeanVideoError(str(exc)) from exc
-    _on_sigterm_interrupt()
+    _stop_on_signals()
     with open_client(db_url):  # creates the database on first use
         pass
     with BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace) as worker:
@@ -183,8 +183,13 @@ def _require(jobs: list[JobState], name: str) -> None:
         raise LeanVideoError(f"no batch named {name!r} in this database")
 
 
-def _on_sigterm_interrupt() -> None:
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGINT both stop the way Ctrl-C does. SIGINT is set explicitly: a process started
+    in the background by a shell (``worker … &``, nohup) inherits SIGINT ignored, and ``kill -INT``
+    would otherwise do nothing."""
+
     def _terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
