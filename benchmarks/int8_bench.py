@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight
-from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
+from leanvideo.int8.dispatch import KernelDispatcher, cpu_isa, cpu_model, default_kernels
 from leanvideo.int8.formats import read_int8_file
 from leanvideo.int8.linear import KERNELS, import_kitchen, run_kernel, unsupported_reason
 from safetensors.torch import load_file, save_file
@@ -272,7 +272,8 @@ def environment() -> dict[str, Any]:
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_isa": cpu_isa(),  # torch's CPU kernels, int8 dot-product flags, any oneDNN cap
         "threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "leanvideo": pack,

@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leanvideo.int8.dispatch import cpu_model
+from leanvideo.int8.dispatch import cpu_isa, cpu_model
 
 from benchmarks.stats import summarize
 
@@ -83,7 +83,7 @@ def build_record(
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "environment": {**environment, "cpu": cpu_model()},
+        "environment": {**environment, "cpu": cpu_model(), "cpu_isa": cpu_isa()},
         "settings": {
             "pairs": settings.pairs,
             "kernel": settings.kernel,
@@ -158,7 +158,8 @@ def print_table(record: dict[str, Any]) -> None:
         f"\nLTXV DiT {s['layers']}×{s['dim']} ({s['parameters'] / 1e6:.1f} M parameters), "
         f"{s['tokens']} tokens, {s['steps']} steps, seed {s['seed']}, "
         f"{s['pairs']} pair(s) after one warmup each; "
-        f"{record['environment']['cpu']}, torch {record['environment'].get('pytorch_version')}"
+        f"{record['environment']['cpu']} [{record['environment'].get('cpu_isa', '?')}], "
+        f"torch {record['environment'].get('pytorch_version')}"
     )
     print(
         f"{'configuration':<44}{'DiT file':>11}{'DiT in RAM':>12}  {'sampling s: median [p10–p90]':<30}"

@@ -163,6 +163,29 @@ def test_table_is_reused_from_disk_and_a_new_version_invalidates_it(tmp_path: Pa
         assert json.loads(table.read_text())["fingerprint"] == fingerprint
 
 
+def test_a_table_from_a_cpu_with_other_int8_instructions_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clouds name CPUs with and without VNNI alike ("AMD EPYC"): the instruction sets are part of
+    the device in the table, so a workspace moved to another CPU measures again."""
+    x, packed, bias = _fixture()
+    table = tmp_path / "int8_kernels.json"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    KernelDispatcher(cache_path=table, kernels={"w8a16": _w8a16(0.02), "fast": _w8a16()}).linear(
+        x, packed, bias
+    )
+    (device,) = {key.split("|", 1)[0] for key in load_table(table, current_fingerprint())}
+    assert device.startswith("cpu:") and f"[{torch.backends.cpu.get_cpu_capability()}" in device
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN (torch._int_mm on CPU) capped: another machine
+    calls: list[str] = []
+    kernels = {"w8a16": _w8a16(0.0, calls), "fast": _w8a16(0.0, calls, "fast")}
+    KernelDispatcher(cache_path=table, kernels=kernels).linear(x, packed, bias)
+    assert sorted(set(calls)) == ["fast", "w8a16"]  # measured again, not taken from the first CPU's row
+    devices = {key.split("|", 1)[0] for key in load_table(table, current_fingerprint())}
+    assert len(devices) == 2 and any("onednn<=AVX2" in d for d in devices)
+
+
 def test_unreadable_table_is_ignored_and_rewritten(tmp_path: Path) -> None:
     table = tmp_path / "int8_kernels.json"
     table.write_text("{not json")

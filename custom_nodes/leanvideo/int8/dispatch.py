@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import threading
 import time
@@ -46,6 +47,8 @@ ENV_KERNEL = "LEANVIDEO_INT8_KERNEL"
 MIN_AGREEMENT_DB = 30.0  # a W8A8 kernel agrees with W8A16 at ≈ 40 dB; far below means a wrong kernel
 EARLY_STOP_RATIO = 3.0
 DEFAULT_RUNS = 5
+# /proc/cpuinfo flags of int8 dot-product instructions (VNNI on AVX-512 and AVX, AMX tiles)
+INT8_ISA_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 RunKernel = Callable[[torch.Tensor, Int8Weight, "torch.Tensor | None"], torch.Tensor]
 Unsupported = Callable[[torch.Tensor, Int8Weight], "str | None"]
 OnChoice = Callable[[str, Choice], None]
@@ -72,11 +75,33 @@ def default_kernels(kitchen: ModuleType | None) -> dict[str, KernelImpl]:
 
 
 def describe_device(device: torch.device) -> str:
-    """A device's kind and model, e.g. ``cuda:NVIDIA H200`` or ``cpu:x86_64 (16 threads)``."""
+    """A device's kind and model, e.g. ``cuda:NVIDIA H200`` or ``cpu:AMD EPYC [AVX512 avx512_vnni]
+    (16 threads)``. On a CPU the instruction sets that decide int8 speed are part of it
+    (:func:`cpu_isa`): clouds give one model name to CPUs with and without VNNI, and a table measured
+    on one must not be used on the other."""
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{torch.cuda.get_device_name(index)}"
-    return f"{device.type}:{cpu_model()} ({torch.get_num_threads()} threads)"
+    return f"{device.type}:{cpu_model()} [{cpu_isa()}] ({torch.get_num_threads()} threads)"
+
+
+def cpu_isa() -> str:
+    """What torch's CPU kernels use (``AVX512``, ``AVX2``, …), the CPU's int8 dot-product extensions
+    (``/proc/cpuinfo`` flags) and any ``ONEDNN_MAX_CPU_ISA`` cap, e.g. ``AVX512 avx512_vnni amx_int8``."""
+    parts = [torch.backends.cpu.get_cpu_capability()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    parts += [flag for flag in INT8_ISA_FLAGS if flag in flags]
+                    break
+    except OSError:
+        pass
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if cap:
+        parts.append(f"onednn<={cap}")
+    return " ".join(parts)
 
 
 def cpu_model() -> str:
