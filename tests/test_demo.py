@@ -81,11 +81,15 @@ def test_both_columns_have_sane_figures(outcome: DemoOutcome) -> None:
     for run in outcome.runs:
         assert run.peak_rss_bytes is not None and run.peak_rss_bytes > 300 * 2**20  # a whole ComfyUI
         assert 0 < run.sampling_seconds < run.prompt_seconds
+        assert 0 < run.loading_seconds < run.prompt_seconds
+    assert int8.release_seconds > 0 and stock.release_seconds == 0  # only our graph has Free VRAM
     assert math.isfinite(outcome.psnr_db) and outcome.psnr_db >= MIN_PSNR_DB
     figures = json.loads(json.dumps(outcome.to_json()))  # JSON all the way down
     assert [run["configuration"] for run in figures["runs"]] == ["int8", "stock"]
     assert figures["frame_psnr_db"] == outcome.psnr_db
-    assert {"model_bytes", "peak_rss_bytes", "sampling_s", "prompt_s"} <= set(figures["runs"][0])
+    assert {"model_bytes", "peak_rss_bytes", "sampling_s", "loading_s", "release_s", "prompt_s"} <= set(
+        figures["runs"][0]
+    )
 
 
 def test_contact_sheet_is_a_png_of_both_rows(outcome: DemoOutcome) -> None:

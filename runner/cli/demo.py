@@ -92,6 +92,18 @@ def comparison_table(outcome: DemoOutcome) -> Table:
         _ratio(int8.sampling_seconds, stock.sampling_seconds),
     )
     table.add_row(
+        "model loading (loader nodes)",
+        f"{int8.loading_seconds:.3f} s",
+        f"{stock.loading_seconds:.3f} s",
+        _ratio(int8.loading_seconds, stock.loading_seconds),
+    )
+    table.add_row(
+        "memory release (Free VRAM node)",
+        f"{int8.release_seconds:.3f} s" if int8.release_seconds else "—",
+        f"{stock.release_seconds:.3f} s" if stock.release_seconds else "—",
+        "",
+    )
+    table.add_row(
         "prompt (submit → history)",
         f"{int8.prompt_seconds:.3f} s",
         f"{stock.prompt_seconds:.3f} s",

@@ -54,6 +54,7 @@ DEMO_WORKFLOW = WORKFLOWS_DIR / "ltxv_tiny_t2v.api.json"  # the stock configurat
 INT8_DEMO_WORKFLOW = WORKFLOWS_DIR / "ltxv_tiny_t2v_int8.api.json"
 FRAMES_PREFIX = "leanvideo/demo_frames"
 DEMO_USER_DIR = "demo-user"  # under the workspace's servers folder, shared by the demo's servers
+FREE_VRAM_NODE = "LeanVideoFreeVRAM"
 
 __all__ = [
     "CONFIGURATIONS",
@@ -107,6 +108,17 @@ class DemoRun:
         return self.result.phases["sampling"]
 
     @property
+    def loading_seconds(self) -> float:
+        """The loader nodes' time: reading the model files and building the models (the first INT8
+        load in a process also imports the kernel libraries)."""
+        return self.result.phases["model_load"]
+
+    @property
+    def release_seconds(self) -> float:
+        """The Free VRAM nodes' time (garbage collection, cache and heap release); 0 without one."""
+        return sum(n.seconds for n in self.result.nodes if n.class_type == FREE_VRAM_NODE and not n.cached)
+
+    @property
     def prompt_seconds(self) -> float:
         """The whole prompt, submit → history entry, as the client saw it."""
         return self.result.wall_seconds
@@ -124,6 +136,8 @@ class DemoRun:
             "model_bytes": self.model_bytes,
             "peak_rss_bytes": self.peak_rss_bytes,
             "sampling_s": round(self.sampling_seconds, 6),
+            "loading_s": round(self.loading_seconds, 6),
+            "release_s": round(self.release_seconds, 6),
             "prompt_s": round(self.prompt_seconds, 6),
             "server_ready_s": round(self.server_ready_seconds, 3),
             "phases": self.result.phases,
