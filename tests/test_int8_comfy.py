@@ -384,3 +384,40 @@ def test_a_scaled_fp8_text_encoder_loads_through_ours_like_stock(
     print(f"CLIP-L conditioning SQNR vs fp16, scaled fp8: stock {stock_db:.2f} dB, ours {ours_db:.2f} dB")
     # v0.3.75 applies no scale_weight to a CLIP-L (≈ 0 dB here: it reads the bare fp8 values); ours does
     assert ours_db >= max(stock_db - FP8_MARGIN_DB, 20.0)
+
+
+def _graph_breaks(patcher: Any, inputs: tuple[torch.Tensor, ...]) -> tuple[int, list[str]]:
+    import torch._dynamo
+
+    x, timestep, context, mask = inputs
+    torch._dynamo.reset()
+    with torch.no_grad():
+        explained = torch._dynamo.explain(patcher.model.diffusion_model)(
+            x, timestep, context, attention_mask=mask, frame_rate=24
+        )
+    return explained.graph_break_count, [str(b.reason)[:200] for b in explained.break_reasons]
+
+
+@pytest.mark.parametrize("route", ["w8a16", "auto"])
+def test_int8_dit_traces_for_torch_compile_like_the_float_one(
+    comfy: SimpleNamespace,
+    tiny_models: FixtureSet,
+    float_dit: Any,
+    dit_inputs: tuple[torch.Tensor, ...],
+    route: str,
+) -> None:
+    """ComfyUI's TorchCompileModel compiles the DiT: the INT8 Linear (a QuantizedTensor weight) and its
+    kernel dispatch must trace into the same graphs as the float model's layers do. A graph break per
+    layer would cut the model into hundreds of graphs and undo what compilation buys. With ``auto``,
+    the kernels were measured first (an eager step), as in a real run."""
+    from leanvideo.int8.dispatch import KernelDispatcher
+
+    dispatcher = KernelDispatcher(forced=None if route == "auto" else route)
+    options = comfy.loading.Int8LoadOptions(matmul_route=route, dispatcher=dispatcher)
+    patcher = comfy.loading.load_diffusion_model_int8(tiny_models.diffusion_model, options)
+    _run_dit(patcher, dit_inputs)  # eager: measures (auto) or records (forced) each shape's kernel
+    assert dispatcher.choices()
+    float_breaks, _ = _graph_breaks(float_dit, dit_inputs)
+    int8_breaks, reasons = _graph_breaks(patcher, dit_inputs)
+    print(f"graph breaks, tiny DiT: float {float_breaks}, INT8 ({route}) {int8_breaks}")
+    assert int8_breaks == float_breaks, reasons
