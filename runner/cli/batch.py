@@ -109,6 +109,8 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                 if summary.all_done:
                     break
                 time.sleep(REFRESH_S)
+        if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
+            err.line()
         counts = summary.counts
         console.print(
             f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not "
