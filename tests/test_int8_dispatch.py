@@ -10,11 +10,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 from leanvideo.int8 import Int8WeightConfig, dequantize_weight, quantize_weight, sqnr_db
-from leanvideo.int8.dispatch import ENV_KERNEL, KernelDispatcher, KernelImpl, forced_kernel
+from leanvideo.int8.dispatch import (
+    ENV_KERNEL,
+    KernelDispatcher,
+    KernelImpl,
+    LazyKitchen,
+    default_kernels,
+    forced_kernel,
+)
 from leanvideo.int8.kernel_table import current_fingerprint, load_table
 from leanvideo.int8.linear import (
     KERNELS,
@@ -194,6 +202,28 @@ def test_unreadable_table_is_ignored_and_rewritten(tmp_path: Path) -> None:
     assert dispatcher.choices() == {}
     dispatcher.linear(x, packed, bias)
     assert len(load_table(table, current_fingerprint())) == 1
+
+
+def test_comfy_kitchen_is_imported_only_when_its_kernel_is_asked_about(tmp_path: Path) -> None:
+    imports: list[str] = []
+
+    def importer() -> ModuleType | None:
+        imports.append("comfy_kitchen")
+        return KITCHEN
+
+    x, packed, bias = _fixture()
+    table = tmp_path / "t.json"
+    forced = KernelDispatcher(forced="w8a16", kernels=default_kernels(LazyKitchen(importer)))
+    forced.linear(x, packed, bias)
+    assert imports == []  # a forced kernel: comfy-kitchen never needed
+    measuring = KernelDispatcher(cache_path=table, kernels=default_kernels(LazyKitchen(importer)))
+    measuring.linear(x, packed, bias)
+    measuring.linear(x, packed, bias)
+    assert imports == ["comfy_kitchen"]  # asked about once while measuring, then remembered
+    from_table = KernelDispatcher(cache_path=table, kernels=default_kernels(LazyKitchen(importer)))
+    from_table.linear(x, packed, bias)
+    (choice,) = from_table.choices().values()  # read from the table, not measured
+    assert len(imports) == (2 if choice.kernel == "kitchen" else 1)  # imported only to run its kernel
 
 
 def test_forced_kernel_runs_where_it_can_and_w8a16_elsewhere(tmp_path: Path) -> None:
