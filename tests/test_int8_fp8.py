@@ -11,6 +11,7 @@ import argparse
 import io
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -202,3 +203,28 @@ def test_the_cli_reports_exact_layers_in_strict_json(tmp_path: Path) -> None:
     assert report["exact_layers"] == report["layers"] == len(QUANTIZED_LAYERS)
     assert report["sqnr_db"]["min"] is None and report["fp8_tensors"] > 0
     assert report["fp8_rotated_layers"] == []
+
+
+@pytest.mark.parametrize("kind", ["scaled", "none"])
+def test_a_loader_s_tensors_are_consumed_as_they_convert_with_the_same_result(kind: str) -> None:
+    """Quantize on load hands its own dict over (``consume``): each source tensor leaves it as its
+    result is made, so the source's memory goes while the INT8 model grows; the result is the same."""
+    tensors = _ltxv_like() if kind == "none" else to_fp8(_ltxv_like(), kind)[0]
+    shapes = {k: tuple(v.shape) for k, v in tensors.items() if not is_fp8_companion(k)}
+    plan = plan_quantization(shapes, "ltxv", Int8WeightConfig())
+    kept = quantize_state_dict(tensors, plan)
+    source = dict(tensors)
+    seen: list[int] = []
+
+    class Watched(dict):  # the dict's size each time a tensor leaves it
+        def pop(self, key: str, *default: object) -> torch.Tensor:
+            seen.append(len(self))
+            return super().pop(key, *default)
+
+    watched = Watched(source)
+    consumed = quantize_state_dict(watched, plan, consume=True)
+    assert not watched and seen == sorted(seen, reverse=True) and len(seen) == len(shapes)
+    assert consumed.keys() == kept.keys()
+    assert all(torch.equal(consumed[k], kept[k]) for k in kept)
+    with pytest.raises(TypeError, match="mutable mapping"):
+        quantize_state_dict(MappingProxyType(tensors), plan, consume=True)

@@ -123,7 +123,7 @@ def _quantize_loaded(
     if not plan:
         raise Int8FormatError(f"{loaded.path}: no layer of family {family!r} to quantize")
     logger.info("Quantizing %d %s layers of %s on load", len(plan), family, loaded.path)
-    return quantize_state_dict(loaded.tensors, plan)
+    return quantize_state_dict(loaded.tensors, plan, consume=True)  # the read tensors go as they convert
 
 
 def read_for_loading(path: Path, options: Int8LoadOptions, keys: list[str] | None = None) -> LoadedFile:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,18 +56,28 @@ FP8_GRID_SCALES = "fp8_grid"  # the header's "scales" value for a file quantized
 
 
 def quantize_state_dict(
-    tensors: Mapping[str, torch.Tensor], plan: Mapping[str, Int8WeightConfig]
+    tensors: Mapping[str, torch.Tensor] | MutableMapping[str, torch.Tensor],
+    plan: Mapping[str, Int8WeightConfig],
+    *,
+    consume: bool = False,
 ) -> dict[str, torch.Tensor]:
     """A copy of ``tensors`` with every layer of ``plan`` replaced by int8 weight + scale + config.
 
     fp8 tensors (and scaled fp8, whose ``scale_weight``, ``scale_input`` and marker are dropped) are
     dequantized exactly first, one at a time; those outside ``plan`` stay float32, those in it are
     quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight` (which may rotate a layer).
+
+    ``consume`` (a loader's own dict): each source tensor leaves ``tensors`` as its result is made, so
+    its memory goes as the INT8 model grows and the peak stays near the source's size instead of source
+    plus result; ``tensors`` is empty afterwards.
     """
+    if consume and not isinstance(tensors, MutableMapping):
+        raise TypeError("consume=True needs a mutable mapping of tensors")
     result: dict[str, torch.Tensor] = {}
-    for key, tensor in tensors.items():
+    for key in list(tensors):
         if is_fp8_companion(key):
-            continue
+            continue  # read with its weight; dropped at the end
+        tensor = tensors.pop(key) if consume else tensors[key]  # type: ignore[attr-defined]
         grid = None
         if tensor.dtype in FP8_TORCH_DTYPES:
             scale_key = scale_weight_key(key)
@@ -81,9 +91,12 @@ def quantize_state_dict(
             packed = quantize_weight(tensor, plan[layer], name=key)
         else:
             packed = quantize_fp8_weight(tensor, grid, plan[layer], name=key)
+        del tensor
         result[key] = packed.qdata
         result[layer + SCALE_SUFFIX] = packed.scale
         result[layer + CONFIG_SUFFIX] = config_to_tensor(packed.config)
+    if consume:
+        tensors.clear()  # type: ignore[attr-defined]
     return result
 
 
