@@ -5,7 +5,8 @@ Each loader run makes one :class:`~leanvideo.int8.dispatch.KernelDispatcher` for
 - forced by the node's ``path`` input, or when that is ``auto`` by ``LEANVIDEO_INT8_KERNEL``
   (``w8a16``, ``int_mm`` or ``kitchen``), else measuring at first use;
 - its table on disk is ``<ComfyUI user directory>/leanvideo/int8_kernels.json``, shared by every load
-  and server using that user directory (per device inside; a new torch or comfy-kitchen measures again);
+  and server using that user directory (per device inside, a CPU named with its int8 instruction sets;
+  a new torch or comfy-kitchen measures again);
 - each new choice is logged and added to the running prompt's telemetry record as an ``int8_kernel``
   event; the loader's report (the node's UI text, and an ``int8_kernels`` telemetry event) lists the
   mode and the choices known for the model's weight shapes.
