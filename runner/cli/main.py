@@ -22,6 +22,7 @@ from rich.table import Table
 from runner.cli.batch_args import add_batch_parser
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.cli.demo import add_demo_parser, run_demo_command
+from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_workflow_parser(sub)
     add_models_parser(sub)
     add_quantize_parser(sub)
+    add_kernels_parser(sub)
     add_bench_parser(sub)
     add_batch_parser(sub)
     return parser
@@ -145,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_workflow_command(args, console)
         if args.command == "models":
             return run_models_command(args, console)
+        if args.command == "kernels":
+            return run_kernels_command(args, console)
         if args.command == "batch":
             return cmd_batch(args, console, err)
         return run_demo_command(args, tuple(passthrough), console)

@@ -1,0 +1,83 @@
+"""``leanvideo kernels [PATH ...] [--json] [--clear]``: the INT8 kernel choices servers measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from runner.jobs.kernel_tables import KernelTable, clear_tables, find_tables, read_tables
+from runner.local.workspace import find_workspace
+
+
+def add_kernels_parser(sub: Any) -> None:
+    """Add ``kernels`` to ``sub`` (from ``add_subparsers``)."""
+    kernels = sub.add_parser(
+        "kernels",
+        help="the INT8 kernel each layer shape runs on (path=auto measures them), per device",
+        epilog="exit codes: 0 shown or cleared (also with no table yet), 1 a path is missing or no table",
+    )
+    kernels.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="table files or folders to search (default: the workspace's servers, the demo's included)",
+    )
+    kernels.add_argument("--json", action="store_true", help="print the tables as JSON")
+    kernels.add_argument(
+        "--clear", action="store_true", help="delete the tables: the next load measures again"
+    )
+
+
+def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
+    """Show (or clear) the tables; errors propagate as runner.errors."""
+    places = args.paths or [find_workspace().servers_dir]
+    paths = find_tables(places)
+    if args.clear:
+        for path in clear_tables(paths):
+            console.print(f"removed {escape(str(path))}", highlight=False)
+        if not paths:
+            console.print("no INT8 kernel table to remove", highlight=False)
+        return 0
+    tables = read_tables(paths)
+    if args.json:
+        console.print_json(json.dumps([table.to_json() for table in tables]))
+        return 0
+    if not tables:
+        where = ", ".join(str(place) for place in places)
+        console.print(
+            f"no INT8 kernel table under {escape(where)}: path=auto measures at first use", highlight=False
+        )
+    for table in tables:
+        for view in _tables(table):
+            console.print(view)
+    return 0
+
+
+def _tables(table: KernelTable) -> list[Table]:
+    """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16."""
+    versions = (
+        f"torch {table.fingerprint.get('torch')}, comfy-kitchen {table.fingerprint.get('comfy_kitchen')}"
+    )
+    state = "in use" if table.current else "[yellow]stale: other versions, measured again at next use[/]"
+    views = []
+    for device in sorted({row.device for row in table.rows}):
+        title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
+        view = Table(title=title, title_justify="left")
+        for column in ("weight", "rows ≤", "layout", "kernel", "time vs w8a16"):
+            view.add_column(column)
+        rows = [row for row in table.rows if row.device == device]
+        for row in sorted(rows, key=lambda r: (r.dtype, r.shape, int(r.rows) if r.rows.isdigit() else 0)):
+            others = {k: v for k, v in row.choice.ratios().items() if k != "w8a16"}
+            ratios = "  ".join(f"{name} {value:.2f}×" for name, value in others.items())
+            kernel = row.choice.kernel + (
+                "" if row.choice.source == "measured" else f" ({row.choice.source})"
+            )
+            view.add_row(f"{row.shape} {row.dtype}", row.rows, row.layout, kernel, ratios or "—")
+        views.append(view)
+    return views

@@ -1,0 +1,117 @@
+"""The INT8 kernel tables that servers measured (``<user dir>/leanvideo/int8_kernels.json``): find them,
+read them as the dispatcher would, and clear them so that the next load measures again.
+
+``path=auto`` in the INT8 loaders times each kernel on each layer shape at first use and keeps the
+fastest in that table. A table measured while the machine was busy can keep a poor choice; a table
+from another torch or comfy-kitchen is ignored by the dispatcher (``current`` is False here).
+
+Example::
+
+    for table in read_tables(find_tables([workspace.servers_dir])):
+        print(table.path, table.current, len(table.rows))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leanvideo.int8.kernel_table import Choice, current_fingerprint
+
+from runner.errors import LeanVideoError
+
+TABLE_NAME = "int8_kernels.json"
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One shape class of a table (its key split into fields) and the choice made for it."""
+
+    device: str
+    dtype: str
+    shape: str
+    rows: str
+    layout: str
+    choice: Choice
+
+    def to_json(self) -> dict[str, Any]:
+        ratios = {name: round(value, 4) for name, value in self.choice.ratios().items()}
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "shape": self.shape,
+            "rows": self.rows,
+            "layout": self.layout,
+            "kernel": self.choice.kernel,
+            "source": self.choice.source,
+            "ratio_to_w8a16": ratios,
+            "rejected": self.choice.rejected,
+        }
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    """A table file: the versions it was measured with, whether the running ones match, its rows."""
+
+    path: Path
+    fingerprint: dict[str, Any]
+    current: bool
+    rows: tuple[KernelRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "fingerprint": self.fingerprint,
+            "current": self.current,
+            "rows": [row.to_json() for row in self.rows],
+        }
+
+
+def find_tables(places: Iterable[Path]) -> list[Path]:
+    """Every table file among ``places``: a file is taken as it is, a folder is searched (recursively)."""
+    found: list[Path] = []
+    for place in places:
+        if place.is_file():
+            found.append(place)
+        elif place.is_dir():
+            found += sorted(place.rglob(TABLE_NAME))
+        else:
+            raise LeanVideoError(f"{place}: no such file or folder")
+    return list(dict.fromkeys(path.resolve() for path in found))
+
+
+def read_table(path: Path) -> KernelTable:
+    """``path`` as a :class:`KernelTable`; :class:`LeanVideoError` naming the file when it is no table."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        fingerprint = dict(data["fingerprint"])
+        rows = tuple(_row(str(key), Choice.from_dict(entry)) for key, entry in data["entries"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LeanVideoError(f"{path}: not an INT8 kernel table ({type(exc).__name__}: {exc})") from exc
+    return KernelTable(
+        path=path, fingerprint=fingerprint, current=fingerprint == current_fingerprint(), rows=rows
+    )
+
+
+def read_tables(paths: Iterable[Path]) -> list[KernelTable]:
+    return [read_table(path) for path in paths]
+
+
+def _row(key: str, choice: Choice) -> KernelRow:
+    parts = key.split("|")
+    if len(parts) != 5:
+        raise ValueError(f"shape class key {key!r} does not have 5 fields")
+    device, dtype, shape, rows, layout = parts
+    return KernelRow(device, dtype, shape, rows.removeprefix("rows<="), layout, choice)
+
+
+def clear_tables(paths: Iterable[Path]) -> list[Path]:
+    """Delete the table files (the next INT8 load measures again); returns those removed."""
+    removed = []
+    for path in paths:
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed

@@ -1,0 +1,79 @@
+"""``leanvideo kernels``: the INT8 kernel tables the dispatcher wrote, shown per device, stale ones
+marked, bad files named, and cleared so that the next load measures again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from leanvideo.int8 import Int8WeightConfig, quantize_weight
+from leanvideo.int8.dispatch import KernelDispatcher
+from leanvideo.int8.kernel_table import Choice, current_fingerprint, save_table
+
+from runner.cli.main import main
+
+TABLE = Path("leanvideo") / "int8_kernels.json"
+
+
+def _measured_table(user_dir: Path) -> Path:
+    """A table written by a real dispatcher measuring the real kernels on one small layer."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(128, 256, generator=generator) * 0.02
+    x = torch.randn(64, 256, generator=generator)
+    dispatcher = KernelDispatcher(cache_path=user_dir / TABLE, runs=2)
+    dispatcher.linear(x, quantize_weight(weight, Int8WeightConfig()))
+    return user_dir / TABLE
+
+
+def test_tables_under_a_folder_are_shown_as_json_with_their_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = _measured_table(tmp_path / "servers" / "8188" / "user")
+    assert main(["kernels", str(tmp_path / "servers"), "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["path"] == str(table.resolve()) and shown["current"] is True
+    (row,) = shown["rows"]
+    assert row["device"].startswith("cpu:") and row["shape"] == "128x256" and row["rows"] == "64"
+    assert row["kernel"] in row["ratio_to_w8a16"] and row["ratio_to_w8a16"]["w8a16"] == 1.0
+
+    assert main(["kernels", str(table)]) == 0
+    printed = capsys.readouterr().out
+    assert "128x256 float32" in printed and "in use" in printed and row["kernel"] in printed
+
+
+def test_a_table_of_other_versions_is_marked_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "int8_kernels.json"
+    old = current_fingerprint() | {"torch": "2.0.0"}
+    save_table(
+        path, old, {"cuda:NVIDIA H200|bfloat16|5120x5120|rows<=4096|row": Choice("int_mm", "measured")}
+    )
+    assert main(["kernels", str(path), "--json"]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["current"] is False and shown["fingerprint"]["torch"] == "2.0.0"
+    assert shown["rows"][0]["device"] == "cuda:NVIDIA H200" and shown["rows"][0]["ratio_to_w8a16"] == {}
+    assert main(["kernels", str(path)]) == 0
+    assert "stale" in capsys.readouterr().out
+
+
+def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _measured_table(tmp_path / "a")
+    second = _measured_table(tmp_path / "b")
+    assert main(["kernels", str(tmp_path), "--clear"]) == 0
+    assert not first.exists() and not second.exists()
+    assert capsys.readouterr().out.count("removed ") == 2
+    assert main(["kernels", str(tmp_path)]) == 0
+    assert "no INT8 kernel table" in capsys.readouterr().out
+
+    broken = tmp_path / "c" / "int8_kernels.json"
+    broken.parent.mkdir()
+    broken.write_text("{not json", encoding="utf-8")
+    assert main(["kernels", str(tmp_path)]) == 1
+    assert str(broken.resolve()) in capsys.readouterr().err.replace("\n", "")
+    assert main(["kernels", str(tmp_path / "nowhere")]) == 1
+    assert "no such file or folder" in capsys.readouterr().err
