@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runner.jobs.kernel_tables import KernelTable, clear_tables, find_tables, read_tables
 from runner.local.workspace import find_workspace
+
+if TYPE_CHECKING:
+    from runner.jobs.kernel_tables import KernelTable
 
 
 def add_kernels_parser(sub: Any) -> None:
@@ -36,6 +38,9 @@ def add_kernels_parser(sub: Any) -> None:
 
 def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     """Show (or clear) the tables; errors propagate as runner.errors."""
+    # Imported here: the table's fingerprint needs torch, which the rest of the CLI imports only on use.
+    from runner.jobs.kernel_tables import clear_tables, find_tables, read_tables
+
     places = args.paths or [find_workspace().servers_dir]
     paths = find_tables(places)
     if args.clear:
