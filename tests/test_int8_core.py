@@ -59,13 +59,34 @@ def test_convrot_helps_an_outlier_heavy_layer() -> None:
     assert rotated > plain + 3.0
 
 
-def test_hadamard_is_orthogonal_and_its_own_inverse() -> None:
-    matrix = hadamard_matrix(64, dtype=torch.float64)
-    assert torch.allclose(matrix @ matrix.T, torch.eye(64, dtype=torch.float64))
-    x = torch.randn(3, 512, dtype=torch.float64)
-    assert torch.allclose(rotate_groups(rotate_groups(x, 256), 256), x)
+@pytest.mark.parametrize(("kind", "size"), [("regular", 64), ("regular", 256), ("sylvester", 128)])
+def test_hadamard_is_orthogonal_symmetric_and_its_own_inverse(kind: str, size: int) -> None:
+    matrix = hadamard_matrix(size, kind=kind, dtype=torch.float64)
+    assert torch.allclose(matrix @ matrix.T, torch.eye(size, dtype=torch.float64))
+    assert torch.equal(matrix, matrix.T) and torch.allclose(matrix.abs(), torch.full_like(matrix, size**-0.5))
+    x = torch.randn(3, 4 * size, dtype=torch.float64)
+    assert torch.allclose(rotate_groups(rotate_groups(x, size, kind), size, kind), x)
+
+
+def test_the_two_hadamard_kinds_differ_and_sizes_are_checked() -> None:
+    regular, sylvester = (hadamard_matrix(16, kind=k, dtype=torch.float64) for k in ("regular", "sylvester"))
+    assert not torch.allclose(regular, sylvester)  # a file read with the wrong one is garbage
+    with pytest.raises(ValueError, match="power of 4"):
+        hadamard_matrix(128)  # ConvRot's regular matrix exists for 4, 16, 64, 256, …
     with pytest.raises(ValueError, match="power of two"):
-        hadamard_matrix(48)
+        hadamard_matrix(48, kind="sylvester")
+    with pytest.raises(ValueError, match="power of 4"):
+        Int8WeightConfig(convrot=True, convrot_group=128)
+    assert Int8WeightConfig(convrot=True, convrot_group=128, hadamard="sylvester").convrot_group == 128
+
+
+def test_regular_hadamard_is_comfy_kitchens_convrot_matrix() -> None:
+    """ConvRot as ComfyUI's kernel library defines it: the same matrix, so a ``convrot`` layer means
+    the same thing in our files and in theirs."""
+    kitchen = pytest.importorskip("comfy_kitchen.tensor.int8_utils", reason="comfy-kitchen not installed")
+    for size in (16, 64, 256):
+        theirs = kitchen._build_hadamard(size, device="cpu", dtype=torch.float64)
+        assert torch.allclose(hadamard_matrix(size, dtype=torch.float64), theirs)
 
 
 def test_config_validation_names_the_bad_value() -> None:

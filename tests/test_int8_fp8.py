@@ -30,7 +30,7 @@ from leanvideo.int8.fp8 import (
 )
 from leanvideo.int8.policy import plan_quantization
 from leanvideo.int8.quantize import dequantize_weight, quantize_weight, sqnr_db, weight_sqnr_db
-from leanvideo.int8.spec import METADATA_KEY, Int8FormatError, Int8WeightConfig
+from leanvideo.int8.spec import FORMAT_VERSION, METADATA_KEY, Int8FormatError, Int8WeightConfig
 from rich.console import Console
 from safetensors.torch import save_file
 
@@ -176,7 +176,7 @@ def test_quantize_file_and_quantize_on_load_agree_on_fp8_and_record_the_rule(tmp
     report = quantize_file(source, target, family="ltxv")
     assert report.rotated_layers == [PREFIX + "transformer_blocks.0.ff.net.2"]
     entry = json.loads(read_header(target).metadata[METADATA_KEY])
-    assert entry == {"format_version": 1, "scales": FP8_GRID_SCALES}
+    assert entry == {"format_version": FORMAT_VERSION, "scales": FP8_GRID_SCALES}
     written = read_int8_file(target).tensors
     shapes = {key.removeprefix(PREFIX): tuple(t.shape) for key, t in stored.items()}
     plan = {PREFIX + layer: c for layer, c in plan_quantization(shapes, "ltxv", Int8WeightConfig()).items()}

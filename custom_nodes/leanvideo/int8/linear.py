@@ -119,7 +119,8 @@ def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None 
 
 def _rotated_rows(x: torch.Tensor, packed: Int8Weight) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
-    return rotate_groups(rows, packed.config.convrot_group) if packed.config.convrot else rows
+    config = packed.config
+    return rotate_groups(rows, config.convrot_group, config.hadamard) if config.convrot else rows
 
 
 def linear_w8a8(

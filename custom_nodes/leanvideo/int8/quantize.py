@@ -74,7 +74,11 @@ def _row_chunks(rows: int, columns: int) -> list[tuple[int, int]]:
 
 
 def _float_rows(weight: torch.Tensor, config: Int8WeightConfig) -> torch.Tensor:
-    return rotate_groups(weight, config.convrot_group) if config.convrot else weight.to(torch.float32)
+    return (
+        rotate_groups(weight, config.convrot_group, config.hadamard)
+        if config.convrot
+        else weight.to(torch.float32)
+    )
 
 
 def quantize_weight(
@@ -185,7 +189,7 @@ def dequantize(
         scale.to(device=qdata.device, dtype=torch.float32), qdata.shape
     )
     if config.convrot:
-        weight = rotate_groups(weight, config.convrot_group)
+        weight = rotate_groups(weight, config.convrot_group, config.hadamard)
     return weight.to(dtype)
 
 

@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FORMAT_VERSION = 1  # bump on any change to what is written to disk
+FORMAT_VERSION = 2  # bump on any change to what is written to disk (2: convrot is ConvRot's regular Hadamard)
+SYLVESTER_UNTIL_VERSION = 1  # LeanVideo files up to this version rotated with the Sylvester matrix
 METADATA_KEY = "leanvideo_int8"  # safetensors header entry: {"format_version": 1, ...}
 COMFY_METADATA_KEY = "_quantization_metadata"  # ComfyUI-native header entry
 COMFY_METADATA_VERSION = "1.0"
@@ -68,6 +69,14 @@ def is_allowed_uint8(key: str) -> bool:
     return key.endswith(CONFIG_SUFFIX) or is_auxiliary(key, "U8")
 
 
+HADAMARD_KINDS = ("regular", "sylvester")  # regular: ConvRot's (comfy-kitchen); sylvester: format v1
+
+
+def is_power_of_4(size: int) -> bool:
+    """Whether ``size`` is 4, 16, 64, 256, … (the sizes of ConvRot's regular Hadamard matrices)."""
+    return size >= 4 and size & (size - 1) == 0 and (size.bit_length() - 1) % 2 == 0
+
+
 @dataclass(frozen=True)
 class Int8WeightConfig:
     """How one weight is quantized: scale granularity, optional blocks and Hadamard rotation.
@@ -81,6 +90,7 @@ class Int8WeightConfig:
     block_size: int | None = None
     convrot: bool = False
     convrot_group: int = DEFAULT_CONVROT_GROUP
+    hadamard: str = "regular"  # ConvRot's matrix; "sylvester" only in LeanVideo files of format version 1
 
     def __post_init__(self) -> None:
         if self.granularity not in _FORMAT_OF:
@@ -91,6 +101,10 @@ class Int8WeightConfig:
         elif self.block_size is not None:
             raise ValueError(f"block_size={self.block_size} only applies to granularity 'block'")
         group = self.convrot_group
+        if self.hadamard not in HADAMARD_KINDS:
+            raise ValueError(f"hadamard must be one of {HADAMARD_KINDS}, not {self.hadamard!r}")
+        if self.convrot and self.hadamard == "regular" and not is_power_of_4(group):
+            raise ValueError(f"convrot_group must be a power of 4 (ConvRot's regular Hadamard), not {group}")
         if self.convrot and (group < 1 or group & (group - 1)):
             raise ValueError(f"convrot_group must be a power of two, not {group}")
 
@@ -106,6 +120,8 @@ class Int8WeightConfig:
         if self.convrot:
             entry["convrot"] = True
             entry["convrot_groupsize"] = self.convrot_group
+            if self.hadamard != "regular":  # a format-v1 layer carried in memory, never written so
+                entry["hadamard"] = self.hadamard
         return entry
 
     def to_json(self) -> str:
@@ -123,6 +139,7 @@ class Int8WeightConfig:
                 block_size=entry.get("block_size"),
                 convrot=bool(entry.get("convrot", False)),
                 convrot_group=int(entry.get("convrot_groupsize", DEFAULT_CONVROT_GROUP)),
+                hadamard=str(entry.get("hadamard", "regular")),
             )
         except ValueError as error:
             raise Int8FormatError(f"{where}: {error}") from error

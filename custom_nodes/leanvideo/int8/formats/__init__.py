@@ -77,6 +77,7 @@ def read_int8_file(path: Path, keys: Collection[str] | None = None) -> LoadedFil
         header = restrict_header(header, keys)
     name = detect_format(header)
     entries = FORMATS[name].layer_entries(header)
-    tensors = canonicalize(read_tensors(path, header.dtypes), entries, source=str(path))
+    hadamard = leanvideo.hadamard_of(header) if name == leanvideo.NAME else "regular"
+    tensors = canonicalize(read_tensors(path, header.dtypes), entries, source=str(path), hadamard=hadamard)
     metadata = {k: v for k, v in header.metadata.items() if k != COMFY_METADATA_KEY}
     return LoadedFile(path=path, format=name, tensors=tensors, metadata=metadata)

@@ -45,12 +45,18 @@ def config_from_tensor(tensor: torch.Tensor, *, where: str) -> dict[str, Any]:
 
 
 def infer_config(
-    weight_shape: tuple[int, ...], scale_shape: tuple[int, ...], entry: Mapping[str, Any], *, where: str
+    weight_shape: tuple[int, ...],
+    scale_shape: tuple[int, ...],
+    entry: Mapping[str, Any],
+    *,
+    where: str,
+    hadamard: str = "regular",
 ) -> Int8WeightConfig:
     """The config a scale of ``scale_shape`` implies for a weight of ``weight_shape``.
 
     Granularity comes from the scale's shape (files label it inconsistently); rotation comes from
-    the per-layer ``entry`` (``convrot``, ``convrot_groupsize``).
+    the per-layer ``entry`` (``convrot``, ``convrot_groupsize``, and ``hadamard`` when a layer read
+    from a format-v1 LeanVideo file is handed on), its matrix otherwise from ``hadamard`` (the file's).
     """
     if len(weight_shape) != 2:
         raise Int8FormatError(f"{where}: int8 weight has shape {list(weight_shape)}; expected [out, in]")
@@ -58,9 +64,11 @@ def infer_config(
     numel = 1
     for size in scale_shape:
         numel *= size
-    rotation = {"convrot": bool(entry.get("convrot", False))}
+    rotation: dict[str, Any] = {"convrot": bool(entry.get("convrot", False))}
     if "convrot_groupsize" in entry:
-        rotation["convrot_group"] = int(entry["convrot_groupsize"])  # type: ignore[assignment]
+        rotation["convrot_group"] = int(entry["convrot_groupsize"])
+    if rotation["convrot"]:
+        rotation["hadamard"] = str(entry.get("hadamard", hadamard))
     try:
         if numel == 1:
             config = Int8WeightConfig(granularity="tensor", **rotation)  # type: ignore[arg-type]
@@ -87,7 +95,11 @@ READ_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.u
 
 
 def canonicalize(
-    tensors: dict[str, torch.Tensor], entries: Mapping[str, Mapping[str, Any]], *, source: str
+    tensors: dict[str, torch.Tensor],
+    entries: Mapping[str, Mapping[str, Any]],
+    *,
+    source: str,
+    hadamard: str = "regular",
 ) -> dict[str, torch.Tensor]:
     """Validate int8 layers of ``tensors`` and return them in the canonical layout.
 
@@ -110,7 +122,9 @@ def canonicalize(
         entry: Mapping[str, Any] = entries.get(layer, {})
         if layer + CONFIG_SUFFIX in tensors:
             entry = config_from_tensor(tensors[layer + CONFIG_SUFFIX], where=f"{source}: {layer}")
-        config = infer_config(tuple(tensor.shape), tuple(scale.shape), entry, where=f"{source}: {key!r}")
+        config = infer_config(
+            tuple(tensor.shape), tuple(scale.shape), entry, where=f"{source}: {key!r}", hadamard=hadamard
+        )
         if not torch.isfinite(scale).all() or bool((scale <= 0).any()):
             raise Int8FormatError(
                 f"{source}: scale {layer + SCALE_SUFFIX!r} has non-positive or non-finite values"
