@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 from benchmarks.protocol import RunMeasure
 from benchmarks.stats import drift_verdict, percentile, summarize
 from runner.graph.workflow import find_seeds, load_workflow
+from runner.jobs.frames import psnr_db
 from runner.jobs.run import RunOptions, run_workflow
 
 CONSISTENCY_PSNR_DB = 40.0
@@ -57,12 +57,6 @@ def frames_digest(path: Path) -> str:
     digest = hashlib.sha256(str(frames.shape).encode())
     digest.update(frames.tobytes())
     return digest.hexdigest()
-
-
-def psnr(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
-    """Peak signal-to-noise ratio in dB of two uint8 images (``inf`` when equal)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 def ssim(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], window: int = 8) -> float:
@@ -90,7 +84,7 @@ def compare_videos(path: Path, reference: Path) -> dict[str, float]:
     frames, ref = decode_frames(path), decode_frames(reference)
     if frames.shape != ref.shape:
         raise ValueError(f"{path} has frames {frames.shape}, reference {reference} has {ref.shape}")
-    psnrs = [min(psnr(f, r), 100.0) for f, r in zip(frames, ref, strict=True)]
+    psnrs = [min(psnr_db(f, r), 100.0) for f, r in zip(frames, ref, strict=True)]
     ssims = [ssim(f, r) for f, r in zip(frames, ref, strict=True)]
     return {"psnr_db": float(np.mean(psnrs)), "ssim": float(np.mean(ssims)), "frames": float(len(frames))}
 

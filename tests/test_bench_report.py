@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.modes import psnr, soak_verdict, ssim
+from benchmarks.modes import soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
 from benchmarks.report import render_csv, render_markdown, write_plots
 from benchmarks.results import build_variant_result, skipped_result
+from runner.jobs.frames import psnr_db
 
 MB = 1024 * 1024
 
@@ -174,11 +175,11 @@ def test_soak_verdict_sees_memory_growth() -> None:
 def test_psnr_and_ssim_on_known_images() -> None:
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
-    assert psnr(image, image) == float("inf")
+    assert psnr_db(image, image) == float("inf")
     assert ssim(image, image) == pytest.approx(1.0)
     shifted = np.clip(image.astype(int) + 5, 0, 255).astype(np.uint8)
     mse = np.mean((image.astype(float) - shifted.astype(float)) ** 2)
-    assert psnr(image, shifted) == pytest.approx(10 * np.log10(255**2 / mse))
+    assert psnr_db(image, shifted) == pytest.approx(10 * np.log10(255**2 / mse))
     noisy = np.clip(image + rng.normal(0, 40, image.shape), 0, 255).astype(np.uint8)
     measured = ssim(image, noisy)
     print(f"SSIM of a noisy copy: {measured:.3f}")

@@ -33,13 +33,11 @@ from __future__ import annotations
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.subgraph import WIDGET_TYPES, flatten_subgraphs
+from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
 
-MODE_MUTED = 2
-MODE_BYPASSED = 4
 NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
 SEED_NAMES = frozenset({"seed", "noise_seed"})

@@ -26,7 +26,7 @@ from typing import Any
 
 SUBGRAPH_INPUT_NODE = -10
 SUBGRAPH_OUTPUT_NODE = -20
-MODE_MUTED = 2
+MODE_MUTED = 2  # a node's ``mode`` in UI workflows: muted (never runs), bypassed (inputs pass through)
 MODE_BYPASSED = 4
 # Input types the pinned frontend draws as widgets (AUDIO_RECORD: the Comfy.RecordAudio extension's);
 # they take a position in ``widgets_values``. runner.graph.convert reads node widgets with this table too.
