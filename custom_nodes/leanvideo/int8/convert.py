@@ -30,6 +30,7 @@ from .fp8 import (
     dequantize_fp8,
     fp8_grid,
     is_fp8_companion,
+    kept_dtype,
     quantize_fp8_weight,
     scale_weight_key,
 )
@@ -64,7 +65,8 @@ def quantize_state_dict(
     """A copy of ``tensors`` with every layer of ``plan`` replaced by int8 weight + scale + config.
 
     fp8 tensors (and scaled fp8, whose ``scale_weight``, ``scale_input`` and marker are dropped) are
-    dequantized exactly first, one at a time; those outside ``plan`` stay float32, those in it are
+    dequantized exactly first, one at a time; those outside ``plan`` are kept exactly
+    (:func:`~leanvideo.int8.fp8.kept_dtype`: bfloat16, or float32 when scaled), those in it are
     quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight` (which may rotate a layer).
 
     ``consume`` (a loader's own dict): each source tensor leaves ``tensors`` as its result is made, so
@@ -79,13 +81,15 @@ def quantize_state_dict(
             continue  # read with its weight; dropped at the end
         tensor = tensors.pop(key) if consume else tensors[key]  # type: ignore[attr-defined]
         grid = None
+        kept = tensor.dtype
         if tensor.dtype in FP8_TORCH_DTYPES:
             scale_key = scale_weight_key(key)
             scale = tensors.get(scale_key) if scale_key else None
             tensor, grid = dequantize_fp8(tensor, scale, where=key), fp8_grid(scale)
+            kept = kept_dtype(scale is not None)
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
         if layer is None or layer not in plan:
-            result[key] = tensor
+            result[key] = tensor.to(kept)
             continue
         if grid is None:
             packed = quantize_weight(tensor, plan[layer], name=key)
@@ -223,8 +227,8 @@ def _stream_quantized(
     progress: Progress | None,
 ) -> None:
     """Write ``partial``: the planned layers quantized (their SQNR into ``report``, against the exact
-    float weight: an fp8 weight is dequantized first), fp8 tensors that stay float written as float32,
-    the scaled-fp8 scales and marker dropped, the rest copied."""
+    float weight: an fp8 weight is dequantized first), fp8 tensors that stay float written exactly
+    (bfloat16, or float32 when scaled), the scaled-fp8 scales and marker dropped, the rest copied."""
     keys = sorted(key for key in header.shapes if not is_fp8_companion(key))
     report.fp8_tensors = sum(1 for key in keys if header.dtypes[key] in FP8_DTYPES)
     with (
@@ -237,10 +241,7 @@ def _stream_quantized(
             declare_int8_layer(writer, layer, header.shapes[layer + WEIGHT_SUFFIX], layer_config)
         for key in keys:
             if not (key.endswith(WEIGHT_SUFFIX) and key[: -len(WEIGHT_SUFFIX)] in plan):
-                dtype = header.dtypes[key]
-                writer.declare(
-                    key, torch.float32 if dtype in FP8_DTYPES else _DTYPES[dtype], header.shapes[key]
-                )
+                writer.declare(key, _kept_dtype(header, key), header.shapes[key])
         writer.begin()
         for done, key in enumerate(keys, 1):
             tensor, grid = _read_exact_with_grid(handle, header, key)
@@ -251,10 +252,18 @@ def _stream_quantized(
                 write_int8_layer(writer, layer, packed)
                 del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
             else:
-                writer.write(key, tensor)
+                writer.write(key, tensor.to(_kept_dtype(header, key)))
             del tensor
             if progress is not None:
                 progress(key, done, len(keys))
+
+
+def _kept_dtype(header: FileHeader, key: str) -> torch.dtype:
+    """The dtype ``key`` is written in when it is not quantized: its own, or for fp8 :func:`kept_dtype`."""
+    dtype = header.dtypes[key]
+    if dtype not in FP8_DTYPES:
+        return _DTYPES[dtype]
+    return kept_dtype(scale_weight_key(key) in header.dtypes)
 
 
 def _read_exact(handle: TensorReader, header: FileHeader, key: str) -> torch.Tensor:

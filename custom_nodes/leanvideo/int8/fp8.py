@@ -73,6 +73,14 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: s
     )
 
 
+def kept_dtype(scaled: bool) -> torch.dtype:
+    """The dtype an fp8 tensor outside the quantization plan is kept in: bfloat16 when it has no
+    ``scale_weight`` (every float8_e4m3fn and float8_e5m2 value is a bfloat16 value: exact at half
+    float32's bytes; a UMT5-XXL embedding is 2.1 GB instead of 4.2), float32 when scaled (fp8 × scale
+    rounds once in float32 and not exactly in bfloat16)."""
+    return torch.float32 if scaled else torch.bfloat16
+
+
 def fp8_grid(scale: torch.Tensor | None) -> torch.Tensor:
     """The value of one fp8 unit of a weight: its ``scale_weight`` (one or one per row), else 1."""
     return torch.ones((), dtype=torch.float32) if scale is None else scale.to(torch.float32)
