@@ -61,7 +61,9 @@ def add_quantize_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--convrot", action="store_true", help="Hadamard-rotate groups of input columns first"
     )
-    parser.add_argument("--convrot-group", type=int, default=256, help="rotation group size (default 256)")
+    parser.add_argument(
+        "--convrot-group", type=int, default=256, help="rotation group size, a power of 4 (default 256)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
