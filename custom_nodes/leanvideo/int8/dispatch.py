@@ -7,8 +7,9 @@ power of two, weight layout), it runs every candidate kernel of :mod:`.linear` o
 1. a kernel that cannot run the shape, raises, or disagrees with ``w8a16`` (SQNR below
    :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept;
 2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised; each kernel's
-   fastest call counts, so load from other processes hurts every candidate alike; a kernel slower
-   than :data:`EARLY_STOP_RATIO` × ``w8a16`` has lost and is not run again);
+   fastest call counts, so load from other processes hurts every candidate alike; a kernel whose best
+   of its first :data:`EARLY_STOP_MIN_SAMPLES` calls is slower than :data:`EARLY_STOP_RATIO` × ``w8a16``
+   has lost and is not run again);
 3. the fastest wins, but only if it beats ``w8a16``: a kernel that lost to ``w8a16`` is never chosen.
 
 The choice is kept in a table written to ``cache_path`` (:mod:`.kernel_table`: one file, invalidated by
@@ -46,6 +47,10 @@ logger = logging.getLogger(__name__)
 ENV_KERNEL = "LEANVIDEO_INT8_KERNEL"
 MIN_AGREEMENT_DB = 30.0  # a W8A8 kernel agrees with W8A16 at ≈ 40 dB; far below means a wrong kernel
 EARLY_STOP_RATIO = 3.0
+# timed calls a kernel gets before it can be ruled out early: one slow call is often a burst of other
+# work on the machine, not the kernel (a busy CPU once cached int_mm at 9.8× w8a16 on a shape where it
+# runs at 0.14×)
+EARLY_STOP_MIN_SAMPLES = 3
 DEFAULT_RUNS = 5
 # /proc/cpuinfo flags of int8 dot-product instructions (VNNI on AVX-512 and AVX, AMX tiles)
 INT8_ISA_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -294,12 +299,18 @@ class KernelDispatcher:
         sync: Callable[[], None],
     ) -> dict[str, float]:
         """Each kernel's fastest of ``runs`` calls, in interleaved rounds so that a burst of other work on
-        the machine slows every candidate alike; a kernel past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost
+        the machine slows every candidate alike; a kernel whose best of its first
+        ``EARLY_STOP_MIN_SAMPLES`` calls is past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost
         and sits out the remaining rounds."""
         times: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(self.runs):
             for name in names:
-                if name != "w8a16" and min(times[name], default=0.0) > EARLY_STOP_RATIO * min(times["w8a16"]):
+                samples = times[name]
+                if (
+                    name != "w8a16"
+                    and len(samples) >= EARLY_STOP_MIN_SAMPLES
+                    and min(samples) > EARLY_STOP_RATIO * min(times["w8a16"])
+                ):
                     continue
                 started = time.perf_counter()
                 self.kernels[name].run(x, packed, bias)
