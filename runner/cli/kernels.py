@@ -71,18 +71,22 @@ def _tables(table: KernelTable) -> list[Table]:
     )
     state = "in use" if table.current else "[yellow]stale: other versions, measured again at next use[/]"
     views = []
-    for device in sorted({row.device for row in table.rows}):
+    for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
         view = Table(title=title, title_justify="left")
         for column in ("weight", "rows ≤", "layout", "kernel", "time vs w8a16"):
             view.add_column(column)
-        rows = [row for row in table.rows if row.device == device]
-        for row in sorted(rows, key=lambda r: (r.dtype, r.shape, int(r.rows) if r.rows.isdigit() else 0)):
+        for row in sorted(
+            (r for r in table.rows if r.shape.device == device),
+            key=lambda r: (r.shape.dtype, r.shape.weight_shape, r.shape.rows),
+        ):
             others = {k: v for k, v in row.choice.ratios().items() if k != "w8a16"}
             ratios = "  ".join(f"{name} {value:.2f}×" for name, value in others.items())
             kernel = row.choice.kernel + (
                 "" if row.choice.source == "measured" else f" ({row.choice.source})"
             )
-            view.add_row(f"{row.shape} {row.dtype}", row.rows, row.layout, kernel, ratios or "—")
+            shape = row.shape
+            weight = f"{shape.weight_shape} {shape.dtype}"
+            view.add_row(weight, str(shape.rows), shape.layout, kernel, ratios or "—")
         views.append(view)
     return views

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leanvideo.int8.dispatch import ShapeClass
 from leanvideo.int8.kernel_table import Choice, current_fingerprint
 
 from runner.errors import LeanVideoError
@@ -28,23 +29,19 @@ TABLE_NAME = "int8_kernels.json"
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One shape class of a table (its key split into fields) and the choice made for it."""
+    """One shape class of a table and the choice made for it."""
 
-    device: str
-    dtype: str
-    shape: str
-    rows: str
-    layout: str
+    shape: ShapeClass
     choice: Choice
 
     def to_json(self) -> dict[str, Any]:
         ratios = {name: round(value, 4) for name, value in self.choice.ratios().items()}
         return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "shape": self.shape,
-            "rows": self.rows,
-            "layout": self.layout,
+            "device": self.shape.device,
+            "dtype": self.shape.dtype,
+            "shape": self.shape.weight_shape,
+            "rows": str(self.shape.rows),
+            "layout": self.shape.layout,
             "kernel": self.choice.kernel,
             "source": self.choice.source,
             "ratio_to_w8a16": ratios,
@@ -88,7 +85,10 @@ def read_table(path: Path) -> KernelTable:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         fingerprint = dict(data["fingerprint"])
-        rows = tuple(_row(str(key), Choice.from_dict(entry)) for key, entry in data["entries"].items())
+        rows = tuple(
+            KernelRow(ShapeClass.from_key(str(key)), Choice.from_dict(entry))
+            for key, entry in data["entries"].items()
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LeanVideoError(f"{path}: not an INT8 kernel table ({type(exc).__name__}: {exc})") from exc
     return KernelTable(
@@ -98,14 +98,6 @@ def read_table(path: Path) -> KernelTable:
 
 def read_tables(paths: Iterable[Path]) -> list[KernelTable]:
     return [read_table(path) for path in paths]
-
-
-def _row(key: str, choice: Choice) -> KernelRow:
-    parts = key.split("|")
-    if len(parts) != 5:
-        raise ValueError(f"shape class key {key!r} does not have 5 fields")
-    device, dtype, shape, rows, layout = parts
-    return KernelRow(device, dtype, shape, rows.removeprefix("rows<="), layout, choice)
 
 
 def clear_tables(paths: Iterable[Path]) -> list[Path]:

@@ -120,15 +120,8 @@ def cpu_isa() -> str:
     """What torch's CPU kernels use (``AVX512``, ``AVX2``, …), the CPU's int8 dot-product extensions
     (``/proc/cpuinfo`` flags) and any ``ONEDNN_MAX_CPU_ISA`` cap, e.g. ``AVX512 avx512_vnni amx_int8``."""
     parts = [torch.backends.cpu.get_cpu_capability()]
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    parts += [flag for flag in INT8_ISA_FLAGS if flag in flags]
-                    break
-    except OSError:
-        pass
+    flags = set((_cpuinfo("flags") or "").split())
+    parts += [flag for flag in INT8_ISA_FLAGS if flag in flags]
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
     if cap:
         parts.append(f"onednn<={cap}")
@@ -137,14 +130,19 @@ def cpu_isa() -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first ``field`` line of ``/proc/cpuinfo`` (None where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
 
 
 @dataclass(frozen=True)
@@ -174,18 +172,32 @@ class ShapeClass:
         )
 
     @property
+    def weight_shape(self) -> str:
+        return f"{self.out_features}x{self.in_features}"
+
+    @property
     def key(self) -> str:
-        shape = f"{self.out_features}x{self.in_features}"
-        return f"{self.device}|{self.dtype}|{shape}|rows<={self.rows}|{self.layout}"
+        return f"{self.device}|{self.dtype}|{self.weight_shape}|rows<={self.rows}|{self.layout}"
+
+    @classmethod
+    def from_key(cls, key: str) -> ShapeClass:
+        """The shape class a :attr:`key` names; ``ValueError`` for a string that is no such key."""
+        parts = key.rsplit("|", 4)
+        if len(parts) != 5 or not parts[3].startswith("rows<="):
+            raise ValueError(f"shape class key {key!r} is not device|dtype|OUTxIN|rows<=N|layout")
+        device, dtype, shape, rows, layout = parts
+        out_features, in_features = (int(n) for n in shape.split("x"))
+        return cls(device, dtype, out_features, in_features, int(rows.removeprefix("rows<=")), layout)
 
 
 def describe_choice(key: str, choice: Choice) -> str:
     """One line: the shape class, the kernel, and each timed kernel relative to ``w8a16``."""
-    _, dtype, shape, rows, layout = key.split("|")
+    shape = ShapeClass.from_key(key)
+    dtype, rows, layout = shape.dtype, f"rows<={shape.rows}", shape.layout
     ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
     times = f" [{ratios} of w8a16]" if ratios else ""
     rejected = "; ".join(f"{k}: {why}" for k, why in choice.rejected.items())
-    return f"{shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
+    return f"{shape.weight_shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
         f" — {rejected}" if rejected else ""
     )
 
@@ -350,9 +362,10 @@ class KernelDispatcher:
             lines[0] += f"; table {self.cache_path}"
         known: set[tuple[int, int]] = set()
         for key, choice in sorted(self.choices().items()):
-            shape = tuple(int(n) for n in key.split("|")[2].split("x"))
+            shape_class = ShapeClass.from_key(key)
+            shape = (shape_class.out_features, shape_class.in_features)
             if weight_shapes is None or shape in weight_shapes:
-                known.add((shape[0], shape[1]))
+                known.add(shape)
                 lines.append("  " + describe_choice(key, choice))
         if weight_shapes is not None and (pending := weight_shapes - known):
             lines.append(f"  {len(pending)} weight shape(s) not run yet: chosen at first use")
