@@ -269,6 +269,12 @@ def environment() -> dict[str, Any]:
         pack = version("leanvideo")
     except PackageNotFoundError:
         pack = "unknown"
+    kitchen = None  # not installed or does not import (the kitchen rows say which)
+    if import_kitchen() is not None:
+        try:
+            kitchen = version("comfy-kitchen")
+        except PackageNotFoundError:
+            kitchen = "imports, no package metadata"
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -277,6 +283,7 @@ def environment() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "leanvideo": pack,
+        "comfy_kitchen": kitchen,
     }
 
 

@@ -23,6 +23,7 @@ from leanvideo.int8.dispatch import (
     default_kernels,
     forced_kernel,
 )
+from leanvideo.int8.hadamard import rotate_groups
 from leanvideo.int8.kernel_table import current_fingerprint, load_table
 from leanvideo.int8.linear import (
     KERNELS,
@@ -41,6 +42,7 @@ CONFIGS = {
     "row": Int8WeightConfig(),
     "tensor": Int8WeightConfig(granularity="tensor"),
     "row-convrot": Int8WeightConfig(convrot=True),
+    "row-convrot-v1": Int8WeightConfig(convrot=True, hadamard="sylvester"),  # version-1 files' rotation
 }
 
 
@@ -70,6 +72,33 @@ def test_every_kernel_is_within_35_db_of_the_float_matmul(
     print(f"{kernel} {config_name} {shape} {dtype}: {measured:.2f} dB vs float matmul")
     assert out.dtype == dtype and out.shape == reference.shape
     assert measured >= 35.0
+
+
+def test_comfy_kitchen_rotates_regular_convrot_activations_itself_as_we_would() -> None:
+    if KITCHEN is None:
+        pytest.skip(KITCHEN_MISSING)
+    weight, x, bias = _layer(40, 1024, 256)
+    packed = quantize_weight(weight, Int8WeightConfig(convrot=True))
+    calls: list[dict[str, object]] = []
+
+    class Recording:
+        def int8_linear(self, *args: object, **kwargs: object) -> torch.Tensor:
+            calls.append(kwargs)
+            return KITCHEN.int8_linear(*args, **kwargs)  # type: ignore[union-attr]
+
+    native = run_kernel("kitchen", x.to(torch.bfloat16), packed, bias, kitchen=Recording())  # type: ignore[arg-type]
+    assert calls[-1]["convrot"] is True and calls[-1]["convrot_groupsize"] == 256
+    rotated_here = KITCHEN.int8_linear(
+        rotate_groups(x.to(torch.bfloat16), 256).to(torch.bfloat16),
+        packed.qdata,
+        packed.scale.float().reshape(-1),
+        bias.to(torch.bfloat16),
+        out_dtype=torch.bfloat16,
+    )
+    assert torch.equal(native, rotated_here)
+    legacy = quantize_weight(weight, Int8WeightConfig(convrot=True, hadamard="sylvester"))
+    run_kernel("kitchen", x.to(torch.bfloat16), legacy, bias, kitchen=Recording())  # type: ignore[arg-type]
+    assert calls[-1]["convrot"] is False  # not comfy-kitchen's matrix: rotated here first
 
 
 def test_w8a8_kernels_refuse_block_scales_and_int8_linear_falls_back() -> None:
@@ -303,11 +332,12 @@ def test_real_kernels_measured_on_this_device(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_cuda_kernels_match_the_float_matmul(kernel: str) -> None:
+@pytest.mark.parametrize("config_name", ["row", "row-convrot"])
+def test_cuda_kernels_match_the_float_matmul(kernel: str, config_name: str) -> None:
     if kernel == "kitchen" and KITCHEN is None:
         pytest.skip(KITCHEN_MISSING)
     weight, x, bias = (t.cuda() for t in _layer(256, 1024, 512))
-    packed = quantize_weight(weight, Int8WeightConfig())
+    packed = quantize_weight(weight, CONFIGS[config_name])  # convrot: comfy-kitchen's fused rotation
     assert unsupported_reason(kernel, x, packed, KITCHEN) is None
     out = run_kernel(kernel, x.to(torch.bfloat16), packed, bias, kitchen=KITCHEN)
     measured = sqnr_db(torch.nn.functional.linear(x, weight, bias), out.float())

@@ -7,8 +7,9 @@
   than 16 rows and both weight dimensions multiples of 8; on a CPU it takes any shape.
 - ``kitchen`` is comfy-kitchen's ``int8_linear`` (ComfyUI's kernel library, optional: ``pip install
   .[cuda]``): the same maths with activation quantization fused into cuBLASLt/Triton kernels on CUDA and
-  an eager backend elsewhere. Our convrot weights are rotated by a Sylvester Hadamard matrix and
-  comfy-kitchen's own rotation uses another one, so activations are rotated here, not by comfy-kitchen.
+  an eager backend elsewhere. Convrot layers rotate with comfy-kitchen's own (regular) Hadamard
+  matrix, so comfy-kitchen rotates their activations itself (fused into its quantizer on CUDA at group
+  256); only version-1 files' Sylvester-rotated layers have their activations rotated here first.
 
 Neither W8A8 kernel takes block-wise weight scales. Which kernel runs a layer is the dispatcher's
 choice (:mod:`.dispatch`); :func:`int8_linear` runs one named kernel and falls back to ``w8a16`` where
@@ -148,13 +149,17 @@ def linear_kitchen(
     """comfy-kitchen's fused dynamic W8A8 (``comfy_kitchen.int8_linear``) on our weight layout."""
     if packed.config.granularity == "block":
         raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
-    rows = _rotated_rows(x, packed).to(x.dtype)
+    config = packed.config
+    native = config.convrot and config.hadamard == "regular"  # comfy-kitchen's rotation: let it rotate
+    rows = x.reshape(-1, x.shape[-1]) if native else _rotated_rows(x, packed).to(x.dtype)
     out: torch.Tensor = kitchen.int8_linear(
         rows,
         packed.qdata.to(x.device),
         packed.scale.to(device=x.device, dtype=torch.float32).reshape(-1),
         None if bias is None else bias.to(device=x.device, dtype=x.dtype),
         out_dtype=x.dtype,
+        convrot=native,
+        convrot_groupsize=config.convrot_group,
     )
     return out.reshape(*x.shape[:-1], packed.qdata.shape[0])
 
