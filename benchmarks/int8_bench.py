@@ -2,13 +2,17 @@
 quantize throughput and peak RSS, and linear throughput per INT8 kernel at real DiT shapes.
 
 Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
-[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda]``. The linear benchmark runs on
-``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU, what ComfyUI
-computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm, kitchen when
-comfy-kitchen imports) and ``auto`` (the dispatcher, after the measurement it makes at first use), each
-as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so load
-from other processes falls on every path alike), with the device synchronised around every timed call.
-``--json`` writes that table as a list of ``{shape, kernel, ratio}`` and ``{shape, auto, auto_over_best}``.
+[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot]``. The linear
+benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU,
+what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm, kitchen
+when comfy-kitchen imports) and ``auto`` (the dispatcher, after the measurement it makes at first use),
+each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
+load from other processes falls on every path alike), with the device synchronised around every timed
+call; each kernel's output is also checked against the fp32 matmul (SQNR), and a kernel that raises is
+reported with its error while the others are still measured. ``--convrot`` quantizes the layers with
+ConvRot (comfy-kitchen then rotates activations in its own kernel). ``--json`` writes that table as a
+list of ``{shape, kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and
+``{shape, auto, auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
@@ -23,6 +27,7 @@ import argparse
 import json
 import logging
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from leanvideo.int8 import Int8WeightConfig, quantize_weight
+from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
 from leanvideo.int8.dispatch import KernelDispatcher, cpu_isa, cpu_model, default_kernels
 from leanvideo.int8.formats import read_int8_file
 from leanvideo.int8.linear import KERNELS, import_kitchen, run_kernel, unsupported_reason
@@ -44,8 +49,10 @@ from benchmarks.stats import summarize
 RECORD_SCHEMA = "leanvideo.int8_bench"
 # 2: linear rows on --device, "baseline" and "relative_to_baseline"; 3: p10/p90 linearly interpolated
 # (benchmarks.stats), where 2 took the run at index int(q · runs); 4: one row per kernel (w8a16, int_mm,
-# kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape
-RECORD_VERSION = 4
+# kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape;
+# 5: "sqnr_db" per kernel row (against the fp32 matmul), "error" rows for kernels that raised, auto's
+# "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment
+RECORD_VERSION = 5
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 AUTO = "auto"
 # hidden size, FFN width and block count of the real models ("ltxv-mid": the mid LTXV DiT's widths)
@@ -180,43 +187,80 @@ def _float_matmul(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], object]
     return lambda: torch.nn.functional.linear(x, weight)
 
 
+@dataclass
+class ShapeRun:
+    """One shape's measurements: timings by label, each kernel's SQNR against the fp32 matmul, the
+    kernels that raised (their error), and auto's choice with the kernels it ruled out (and why)."""
+
+    timings: dict[str, Timing]
+    sqnr_db: dict[str, float]
+    errors: dict[str, str]
+    chose: str
+    rejected: dict[str, str]
+
+
 def _bench_shape(
-    out_features: int, in_features: int, tokens: int, runs: int, device: torch.device
-) -> tuple[dict[str, Timing], str, KernelDispatcher]:
-    """The float matmul, every INT8 kernel that runs here, and ``auto`` at one shape: timings by label,
-    auto's choice and its dispatcher. Inputs are bf16 on a GPU, fp32 on a CPU (what ComfyUI computes in)."""
+    out_features: int,
+    in_features: int,
+    tokens: int,
+    runs: int,
+    device: torch.device,
+    *,
+    convrot: bool = False,
+) -> ShapeRun:
+    """The float matmul, every INT8 kernel that runs here, and ``auto`` at one shape. Inputs are bf16
+    on a GPU, fp32 on a CPU (what ComfyUI computes in). A kernel that raises is left out with its error,
+    so one broken kernel does not lose the others' figures."""
     generator = torch.Generator(device=device).manual_seed(1)
     weight = torch.randn(out_features, in_features, generator=generator, device=device) * 0.02
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     x = torch.randn(tokens, in_features, generator=generator, device=device).to(dtype)
-    packed = quantize_weight(weight, Int8WeightConfig())
+    reference = torch.nn.functional.linear(x.float(), weight)
+    packed = quantize_weight(weight, Int8WeightConfig(convrot=convrot))
     sync: Callable[[], None] | None = torch.cuda.synchronize if device.type == "cuda" else None
     paths: dict[str, Callable[[], object]] = {FLOAT: _float_matmul(x, weight.to(dtype))}
     kitchen = import_kitchen()
+    quality: dict[str, float] = {}
+    errors: dict[str, str] = {}
     for kernel in KERNELS:
         if (reason := unsupported_reason(kernel, x, packed, kitchen)) is not None:
             logger.info("%s left out at %s×%s: %s", kernel, out_features, in_features, reason)
             continue
+        try:
+            out = run_kernel(kernel, x, packed, kitchen=kitchen)
+        except Exception as exc:  # a kernel that cannot run here is a finding, not a crash
+            errors[kernel] = f"{type(exc).__name__}: {exc}"
+            logger.warning("%s raised at %s×%s: %s", kernel, out_features, in_features, errors[kernel])
+            continue
+        quality[kernel] = sqnr_db(reference, out.float())
         paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen)
     dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
     dispatcher.linear(x, packed)  # the measurement auto makes at first use
     [choice] = dispatcher.choices().values()
     paths[AUTO] = lambda: dispatcher.linear(x, packed)
-    return measure_interleaved(paths, runs=runs, sync=sync), choice.kernel, dispatcher
+    timings = measure_interleaved(paths, runs=runs, sync=sync)
+    return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected))
 
 
 def measure_interleaved(
     functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
 ) -> dict[str, Timing]:
     """Like :func:`measure` for several functions, timed in interleaved rounds (one call of each per
-    round, after one warmup each), so that load from other processes falls on every path alike."""
+    round, after one warmup each), so that load from other processes falls on every path alike. Each
+    round runs them in a new (seeded) order: a call pays for what the one before it left behind (a
+    W8A16 call frees a dequantized weight, and the next call's allocations fault in fresh pages), so a
+    fixed order would charge one path for its neighbour."""
     wait = sync or (lambda: None)
     for function in functions.values():
         function()
     wait()
     values: dict[str, list[float]] = {label: [] for label in functions}
+    order = list(functions)
+    shuffle = random.Random(0).shuffle
     for _ in range(runs):
-        for label, function in functions.items():
+        shuffle(order)
+        for label in order:
+            function = functions[label]
             started = time.perf_counter()
             function()
             wait()
@@ -228,8 +272,11 @@ def measure_interleaved(
     return timings
 
 
-def bench_linear(model: str, tokens: int, runs: int, device: torch.device) -> list[dict[str, Any]]:
-    """Every kernel and ``auto`` at the model's attention and FFN shapes, relative to the float matmul."""
+def bench_linear(
+    model: str, tokens: int, runs: int, device: torch.device, *, convrot: bool = False
+) -> list[dict[str, Any]]:
+    """Every kernel and ``auto`` at the model's attention and FFN shapes, relative to the float matmul;
+    kernel rows carry their SQNR against the fp32 matmul, a kernel that raised gets an ``error`` row."""
     hidden, ffn, _ = MODELS[model]
     results = []
     for name, (out_features, in_features) in {
@@ -237,15 +284,20 @@ def bench_linear(model: str, tokens: int, runs: int, device: torch.device) -> li
         "ffn up": (ffn, hidden),
         "ffn down": (hidden, ffn),
     }.items():
-        timings, chosen, _ = _bench_shape(out_features, in_features, tokens, runs, device)
-        base = timings[FLOAT].median_s
-        best = min(t.median_s for label, t in timings.items() if label in KERNELS)
-        shape = f"{model} {name}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]"
-        for label, timing in timings.items():
+        run = _bench_shape(out_features, in_features, tokens, runs, device, convrot=convrot)
+        base = run.timings[FLOAT].median_s
+        best = min(t.median_s for label, t in run.timings.items() if label in KERNELS)
+        rotated = " convrot" if convrot else ""
+        shape = f"{model} {name}{rotated}: [{tokens}×{in_features}] @ [{in_features}×{out_features}]"
+        for label, timing in run.timings.items():
             row = {"shape": shape, "kernel": label, **asdict(timing), "ratio": timing.median_s / base}
+            if label in run.sqnr_db:
+                row["sqnr_db"] = run.sqnr_db[label]
             if label == AUTO:
-                row |= {"chose": chosen, "auto_over_best": timing.median_s / best}
+                row |= {"chose": run.chose, "auto_over_best": timing.median_s / best}
+                row["rejected"] = run.rejected
             results.append(row)
+        results += [{"shape": shape, "kernel": k, "error": e} for k, e in run.errors.items()]
     return results
 
 
@@ -254,6 +306,9 @@ def kernel_table(linear: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]
     table: list[dict[str, Any]] = []
     for rows in linear.values():
         for row in rows:
+            if "error" in row:
+                table.append({"shape": row["shape"], "kernel": row["kernel"], "error": row["error"]})
+                continue
             table.append({"shape": row["shape"], "kernel": row["kernel"], "ratio": row["ratio"]})
             if row["kernel"] == AUTO:
                 table.append(
@@ -303,6 +358,9 @@ def main() -> int:
         default=",".join(MODELS),
         help=f"comma-separated models whose shapes the linear part measures (of {', '.join(MODELS)})",
     )
+    parser.add_argument(
+        "--convrot", action="store_true", help="linear part: ConvRot layers (group 256), as --convrot files"
+    )
     parser.add_argument("--skip-linear", action="store_true", help="only the file/load/quantize part")
     parser.add_argument("--skip-files", action="store_true", help="only the linear part")
     parser.add_argument(
@@ -317,7 +375,9 @@ def main() -> int:
     models = [m.strip() for m in args.linear_models.split(",") if m.strip()]
     if unknown := [m for m in models if m not in MODELS]:
         parser.error(f"--linear-models: unknown {unknown}; known: {sorted(MODELS)}")
-    linear = {} if args.skip_linear else {m: bench_linear(m, args.tokens, args.runs, device) for m in models}
+    linear = {}
+    if not args.skip_linear:
+        linear = {m: bench_linear(m, args.tokens, args.runs, device, convrot=args.convrot) for m in models}
     record = {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
@@ -344,12 +404,16 @@ def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) 
     float_name = "bf16" if device.type == "cuda" else "fp32"
     print(f"\nlinear on {device}, {model}: time as a multiple of the {float_name} matmul")
     for row in rows:
+        if "error" in row:
+            print(f"  {row['shape']:<48} {row['kernel']:<14} raised {row['error']}")
+            continue
         flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
         timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['ratio']:.2f}×"
+        quality = f"  {row['sqnr_db']:5.1f} dB" if "sqnr_db" in row else ""
         chose = (
             f"  chose {row['chose']}, {row['auto_over_best']:.3f}× the best kernel" if "chose" in row else ""
         )
-        print(f"  {row['shape']:<48} {row['kernel']:<14} {timing}{chose}{flag}")
+        print(f"  {row['shape']:<48} {row['kernel']:<14} {timing}{quality}{chose}{flag}")
 
 
 def _print_files(model: str, files: dict[str, Any]) -> None:
