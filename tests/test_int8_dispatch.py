@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -195,6 +196,30 @@ def test_one_slow_call_does_not_rule_a_kernel_out() -> None:
     dispatcher.linear(x, packed, bias)
     (choice,) = dispatcher.choices().values()
     assert choice.kernel == "bursty" and calls == 1 + dispatcher.runs, choice
+
+
+def test_a_kernel_is_not_charged_for_the_kernel_timed_before_it() -> None:
+    """A call pays for what the previous call left behind (freed memory, evicted caches): timed always
+    right after w8a16, a kernel that is fast on its own would lose the shape to w8a16."""
+    last: list[str] = [""]
+
+    def after(name: str, seconds: Callable[[str], float]) -> KernelImpl:
+        def run(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
+            time.sleep(seconds(last[0]))
+            last[0] = name
+            return linear_w8a16(x, packed, bias)
+
+        return KernelImpl(run=run, unsupported=lambda x, p: None)
+
+    kernels = {
+        "w8a16": after("w8a16", lambda previous: 0.005),
+        "fast": after("fast", lambda previous: 0.05 if previous == "w8a16" else 0.0),  # slowed by w8a16
+    }
+    x, packed, bias = _fixture()
+    dispatcher = KernelDispatcher(kernels=kernels)
+    dispatcher.linear(x, packed, bias)
+    (choice,) = dispatcher.choices().values()
+    assert choice.kernel == "fast", choice
 
 
 def test_table_is_reused_from_disk_and_a_new_version_invalidates_it(tmp_path: Path) -> None:

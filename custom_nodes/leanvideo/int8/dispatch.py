@@ -311,12 +311,14 @@ class KernelDispatcher:
         sync: Callable[[], None],
     ) -> dict[str, float]:
         """Each kernel's fastest of ``runs`` calls, in interleaved rounds so that a burst of other work on
-        the machine slows every candidate alike; a kernel whose best of its first
-        ``EARLY_STOP_MIN_SAMPLES`` calls is past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost
-        and sits out the remaining rounds."""
+        the machine slows every candidate alike; every other round runs in reverse order, because a
+        call pays for what the one before it left behind (W8A16 frees a dequantized weight, and the
+        next call's allocations fault in fresh pages), and a fixed order would charge one kernel for
+        its neighbour every time. A kernel whose best of its first ``EARLY_STOP_MIN_SAMPLES`` calls
+        is past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost and sits out the remaining rounds."""
         times: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(self.runs):
-            for name in names:
+        for round_index in range(self.runs):
+            for name in names if round_index % 2 == 0 else names[::-1]:
                 samples = times[name]
                 if (
                     name != "w8a16"
