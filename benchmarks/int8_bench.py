@@ -245,11 +245,11 @@ def _bench_shape(
 def measure_interleaved(
     functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
 ) -> dict[str, Timing]:
-    """Like :func:`measure` for several functions, timed in interleaved rounds (one call of each per
-    round, after one warmup each), so that load from other processes falls on every path alike. Each
-    round runs them in a new (seeded) order: a call pays for what the one before it left behind (a
-    W8A16 call frees a dequantized weight, and the next call's allocations fault in fresh pages), so a
-    fixed order would charge one path for its neighbour."""
+    """Like :func:`measure` for several functions, timed in interleaved rounds (each function once per
+    round, in a new seeded order each round), so that load from other processes falls on every path
+    alike. A call pays for what the call before it left behind (W8A16 frees a dequantized weight, and
+    the next call's allocations fault in fresh pages), so each timed call follows an untimed call of
+    the same function, as in a model, where one kernel runs layer after layer."""
     wait = sync or (lambda: None)
     for function in functions.values():
         function()
@@ -261,6 +261,8 @@ def measure_interleaved(
         shuffle(order)
         for label in order:
             function = functions[label]
+            function()
+            wait()
             started = time.perf_counter()
             function()
             wait()
