@@ -75,12 +75,15 @@ def test_a_kernel_that_raises_is_reported_and_the_others_are_still_measured(
     assert {"shape": errors[0]["shape"], "kernel": "int_mm", "error": errors[0]["error"]} in table
 
 
-def test_interleaved_rounds_run_the_paths_in_changing_order() -> None:
+def test_interleaved_rounds_run_the_paths_in_changing_order_each_after_itself() -> None:
     calls: list[str] = []
     paths = {label: (lambda label=label: calls.append(label)) for label in "abcd"}
     timings = int8_bench.measure_interleaved(paths, runs=6)
     assert all(timing.runs == 6 for timing in timings.values())
-    rounds = [tuple(calls[i : i + 4]) for i in range(4, len(calls), 4)]  # after the warmup round
+    after_warmup = calls[4:]
+    untimed, timed = after_warmup[0::2], after_warmup[1::2]
+    assert untimed == timed  # each timed call follows an untimed call of the same path
+    rounds = [tuple(timed[i : i + 4]) for i in range(0, len(timed), 4)]
     assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)
     assert len(set(rounds)) > 1  # a fixed order would always charge the same path for its neighbour
     assert len({r[0] for r in rounds}) > 1
