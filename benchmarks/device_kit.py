@@ -138,7 +138,7 @@ def resolve(
                 raise KitError(f"{origin} needs {req} but the kit already holds {name} {wheel.version}")
             wheel.required_by.append(origin)
             continue
-        wheel = _download(req, target, wheel_dir)
+        wheel = download_wheel(req, target, wheel_dir)
         wheel.required_by.append(origin)
         wheels[name] = wheel
         for spec, extras in _wheel_requirements(wheel_dir / wheel.file, req.extras):
@@ -149,7 +149,7 @@ def resolve(
     return sorted(wheels.values(), key=lambda w: w.name), provided
 
 
-def _download(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
+def download_wheel(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
     """pip-download one wheel: the version installed here when it satisfies ``req``, else pip's pick."""
     pinned = f"{req.name}{req.specifier}"
     try:

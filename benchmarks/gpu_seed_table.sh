@@ -21,9 +21,15 @@
 #   BENCH_ARGS=""         more `leanvideo bench` options, e.g. "--set 9.length=65" (fewer LTXV frames),
 #                         "--variant 8-step-attention-acceleration --baseline 8-step-distill --server-warmups 1"
 #   KERNELS=1             0 leaves out the INT8 linear-layer table
+#   TESTS=1               0 leaves out the GPU tests (pytest -m gpu on the INT8 and attention tests)
+#   KERNELS_SITE=.device-kernels  comfy-kitchen installed by an earlier call on this machine
+#                         (benchmarks/gpu_kernel_table.sh --kernels device-kernels); used when present
 #   PYTHON=python3        the interpreter used with --kit
 #
-# 1. The GPU (nvidia-smi) and the INT8 linear-layer table: each INT8 kernel and auto's choice against
+# 0. The device kit, and comfy-kitchen when the kernel kit's call left it on this machine (the GPU
+#    machine keeps a call's ignored folders while it stays warm): then the kitchen kernel is a
+#    candidate of auto in the table and in every server of the matrix.
+# 1. The GPU (nvidia-smi), the GPU tests, and the INT8 linear-layer table: each INT8 kernel and auto's choice against
 #    bf16 at LTXV-13B, Wan-14B and mid-LTXV shapes (benchmarks/int8_bench.py, 4096 activation rows);
 #    the matrix's auto choices are read from the bench servers' kernel tables by proof_report.
 # 2. Per family: full-size random-weight models written on the GPU under the release file names
@@ -79,13 +85,30 @@ if [ -n "$KIT" ]; then
   export PYTHONPATH LEANVIDEO_COMFYUI LEANVIDEO_WORKSPACE
   LEANVIDEO=("$PY" -m runner.cli.main)
 fi
+KERNELS_SITE="${KERNELS_SITE:-$PWD/.device-kernels}"
+if [ -f "$KERNELS_SITE/kernels.json" ] && [ -d "$KERNELS_SITE/site" ]; then
+  export PYTHONPATH="$KERNELS_SITE/site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "comfy-kitchen: the kernel kit an earlier call installed in $KERNELS_SITE"
+else
+  echo "comfy-kitchen: not in $KERNELS_SITE (run benchmarks/gpu_kernel_table.sh --kernels KIT first)"
+fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
+"$PY" -c 'from leanvideo.int8.linear import import_kitchen
+import importlib.metadata as m
+print("comfy-kitchen", m.version("comfy-kitchen") if import_kitchen() else "absent: the kitchen kernel is left out")'
 
 if [ "$CPU" = 1 ]; then
   printf 'name\nnone (--cpu)\n' >"$RESULTS/gpu.csv"
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$RESULTS/gpu.csv"
   df -h "${TMPDIR:-/tmp}" | tee "$RESULTS/disk.txt"
+fi
+if [ "${TESTS:-1}" = 1 ]; then
+  echo "== 1. GPU tests: pytest -m gpu ($(left) s left; on a CPU they are skipped, the command still runs)"
+  timeout 180 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/test_int8_core.py \
+    tests/test_int8_dispatch.py tests/test_runtime_attention.py >"$RESULTS/gpu_tests.txt" 2>&1
+  echo "pytest exited $? (0: passed; 5: none selected)"
+  tail -25 "$RESULTS/gpu_tests.txt"
 fi
 if [ "$CPU" = 1 ] || [ "${KERNELS:-1}" = 0 ]; then
   echo "== 1. INT8 linear layers: left out (--cpu or KERNELS=0)"

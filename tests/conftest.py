@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,8 @@ from runner.errors import WorkspaceError
 from runner.fixtures import FixtureSet, write_fixtures
 from runner.jobs.demo import DEMO_WORKFLOW, load_workflow
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
-from runner.local.workspace import WORKFLOWS_DIR, Workspace, find_workspace
+from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR, Workspace, find_workspace
+from tests.scratch import scratch_dir
 
 TIERS = ("unit", "integration", "browser", "gpu")
 INSTALLED_COMFYUI = "workspace"  # the fixture every fixture of the installed ComfyUI depends on
@@ -156,3 +158,23 @@ def comfy(workspace: Workspace, tiny_models: FixtureSet) -> SimpleNamespace:
         loading=int8_loading,
         ops=int8_ops,
     )
+
+
+@pytest.fixture(scope="session")
+def kernel_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The kernel kit (comfy-kitchen for the GPU machine) built for this machine's Python with the CLI,
+    as a user does (xz level 1, to be quick); needs the package index."""
+    fast = ["--python", f"{sys.version_info.major}.{sys.version_info.minor}", "--preset", "1"]
+    with scratch_dir(tmp_path_factory, "kernel-kit") as root:
+        out = root / "device-kernels"
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.kernel_kit", "build", "--out", str(out), *fast],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "comfy_kitchen-" in done.stdout and "MiB of 60 MiB" in done.stdout
+        yield out

@@ -138,10 +138,19 @@ def test_the_image_list_names_a_bad_line(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_rehearsal_runs_the_tiny_matrix_from_the_kit_in_an_image_only_venv(
-    local_kit: Path, workspace: Workspace, tmp_path: Path
+    local_kit: Path, kernel_kit: Path, workspace: Workspace, tmp_path: Path
 ) -> None:
-    """The GPU command's path on CPU: image-only venv + kit, pinned server from the kit, tiny matrix."""
+    """The GPU command's path on CPU: image-only venv + kit, pinned server from the kit, tiny matrix;
+    comfy-kitchen comes from the kernel kit that an earlier call installed on the machine."""
     python = make_image_venv(tmp_path / "image-venv", workspace.comfyui_dir)
+    kernels_site = tmp_path / "kernels-site"  # as benchmarks/gpu_kernel_table.sh leaves it
+    subprocess.run(
+        [str(python), "-m", "benchmarks.kernel_kit", "install", str(kernel_kit), "--into", str(kernels_site)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
     listing = "import importlib.metadata as m, json; print(json.dumps([d.name for d in m.distributions()]))"
     visible = subprocess.run(
         [str(python), "-c", listing], cwd=tmp_path, capture_output=True, text=True, check=True
@@ -157,6 +166,7 @@ def test_rehearsal_runs_the_tiny_matrix_from_the_kit_in_an_image_only_venv(
         "REPEATS": "1",
         "WARMUPS": "0",
         "BUDGET_S": "400",
+        "KERNELS_SITE": str(kernels_site),
     }
     done = subprocess.run(
         ["bash", "benchmarks/gpu_seed_table.sh", "--kit", str(local_kit), "--cpu", str(tmp_path / "results")],
@@ -170,6 +180,10 @@ def test_rehearsal_runs_the_tiny_matrix_from_the_kit_in_an_image_only_venv(
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "the server runs headless" in output
+    assert f"the kernel kit an earlier call installed in {kernels_site}" in output
+    # imported by leanvideo's own import_kitchen, in the environment the bench servers inherit
+    assert re.search(r"^comfy-kitchen \d+\.\d+", output, flags=re.M), output[-4000:]
+    assert "pytest exited 0" in output  # the GPU tests' command works from the kit (skipped on a CPU)
     files = sorted(p.name for p in handback.iterdir())
     assert {"summary.json", "report.md", "log.txt", "tiny.csv"} <= set(files) and len(files) <= 8
     summary = json.loads((handback / "summary.json").read_text(encoding="utf-8"))
@@ -191,4 +205,7 @@ def test_the_readme_gives_the_device_command_within_one_call() -> None:
     assert device, "no device command in the section"
     assert len(device[0].strip()) <= DEVICE_COMMAND_LIMIT
     assert any("benchmarks.device_kit build" in b for b in blocks)
+    kernels = [b for b in blocks if "gpu_kernel_table.sh --kernels device-kernels" in b]
+    assert kernels and len(kernels[0].strip()) <= DEVICE_COMMAND_LIMIT
+    assert any("benchmarks.kernel_kit build --out device-kernels" in b for b in blocks)
     assert "device-kit" in section and "$OUT" in section

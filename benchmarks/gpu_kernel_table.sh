@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The INT8 kernel table on the GPU machine with comfy-kitchen: a device call of its own, carrying only
+# the kernel kit (comfy-kitchen does not fit beside the device kit in one call's 64 MiB).
+#
+#   bash benchmarks/gpu_kernel_table.sh --kernels device-kernels          # on the GPU machine
+#   bash benchmarks/gpu_kernel_table.sh --kernels KIT --cpu [RESULTS]      # the CPU rehearsal
+#
+# --kernels DIR  the kernel kit (python -m benchmarks.kernel_kit build): checked and installed with
+#                pip --no-index into SITE, then used with the machine's own python3 and torch
+# --cpu          no GPU: mid-LTXV shapes at 64 rows (TOKENS), no second table, on the CPU
+# RESULTS        working folder (default: a new folder under $TMPDIR or /tmp, printed)
+# Settings (environment):
+#   SITE=.device-kernels  where the kit is installed: a git-ignored folder of the repository, which the
+#                         GPU machine keeps while it stays warm, so that gpu_seed_table.sh, run as the
+#                         next call, finds comfy-kitchen there and its matrix's auto can choose it
+#   TOKENS=4096           activation rows of the table (also ROWS2=16384 for a second, larger table)
+#   RUNS=9                timed calls per kernel and shape (3 with --cpu)
+#   PYTHON=python3
+#
+# 1. install the kit; import comfy-kitchen from it
+# 2. the GPU (nvidia-smi); per LTXV-13B, Wan-14B and mid-LTXV shape, each kernel (w8a16, int_mm,
+#    kitchen) and auto against the bf16 matmul, with SQNR against fp32: plain rows, then ConvRot rows
+#    (comfy-kitchen rotating in its own kernel), then plain rows at ROWS2
+# 3. hand back int8_linear*.txt, int8_kernels*.json, int8_linear.json and log.txt into $OUT when it is
+#    set, else into RESULTS/handback (8 files at most)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+KERNELS_KIT="" CPU=0 RESULTS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kernels) KERNELS_KIT="${2:?--kernels needs a folder}"; shift 2 ;;
+    --cpu) CPU=1; shift ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set /!p;}' "$0"; exit 0 ;;
+    -*) echo "unknown option $1 (--kernels DIR, --cpu)" >&2; exit 2 ;;
+    *) RESULTS="$1"; shift ;;
+  esac
+done
+[ -n "$KERNELS_KIT" ] || { echo "--kernels DIR is required (python -m benchmarks.kernel_kit build)" >&2; exit 2; }
+START=$(date +%s)
+PY="${PYTHON:-python3}" SITE="${SITE:-$PWD/.device-kernels}"
+if [ "$CPU" = 1 ]; then
+  DEVICE=cpu TOKENS="${TOKENS:-64}" ROWS2="${ROWS2:-}" MODELS=ltxv-mid RUNS="${RUNS:-3}"
+else
+  DEVICE=cuda TOKENS="${TOKENS:-4096}" ROWS2="${ROWS2:-16384}" MODELS=ltxv-13b,wan-14b,ltxv-mid RUNS="${RUNS:-9}"
+fi
+RESULTS="${RESULTS:-${TMPDIR:-/tmp}/leanvideo-kernels-$(date -u +%Y%m%d-%H%M%S)}"
+HANDBACK="${OUT:-$RESULTS/handback}"
+mkdir -p "$RESULTS" "$HANDBACK"
+LOG="$RESULTS/log.txt"
+exec > >(tee -a "$LOG") 2>&1
+finish() {
+  echo "== 3. hand back: $HANDBACK (done in $(($(date +%s) - START)) s)"
+  for file in "$RESULTS"/int8_linear*.txt "$RESULTS"/int8_kernels*.json "$RESULTS"/int8_linear.json; do
+    [ -f "$file" ] && cp "$file" "$HANDBACK/"
+  done
+  [ "$HANDBACK" = "$RESULTS/handback" ] || cp "$LOG" "$HANDBACK/log.txt"
+}
+trap finish EXIT
+
+echo "== 1. kernel kit $KERNELS_KIT -> $SITE ($("$PY" -V))"
+exports=$("$PY" -m benchmarks.kernel_kit install "$KERNELS_KIT" --into "$SITE") || exit 3
+eval "$exports"
+export PYTHONPATH
+"$PY" -c 'import comfy_kitchen, torch, importlib.metadata as m
+print("comfy-kitchen", m.version("comfy-kitchen"), "from", comfy_kitchen.__file__)
+print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 4
+
+if [ "$CPU" = 1 ]; then
+  echo "== 2. INT8 linear layers on the CPU (--cpu: $MODELS, $TOKENS rows)"
+else
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  echo "== 2. INT8 linear layers: each kernel and auto vs bf16 on the GPU"
+fi
+table() {  # table NAME [int8_bench options…]
+  local name="$1"; shift
+  timeout 90 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
+    --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
+    >"$RESULTS/int8_linear$name.txt" 2>&1 || echo "int8_bench$name failed or timed out"
+  grep -A40 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"
+}
+table "" --tokens "$TOKENS" --out "$RESULTS/int8_linear.json"
+table "_convrot" --tokens "$TOKENS" --convrot
+[ -z "$ROWS2" ] || table "_$ROWS2" --tokens "$ROWS2"
