@@ -17,7 +17,7 @@
 #   RUNS=9                timed calls per kernel and shape (3 with --cpu)
 #   PYTHON=python3
 #
-# 1. install the kit; import comfy-kitchen from it
+# 1. install the kit; import comfy-kitchen from it (when it does not import, the table goes on without it)
 # 2. the GPU (nvidia-smi); per LTXV-13B, Wan-14B and mid-LTXV shape, each kernel (w8a16, int_mm,
 #    kitchen) and auto against the bf16 matmul, with SQNR against fp32: plain rows, then ConvRot rows
 #    (comfy-kitchen rotating in its own kernel), then plain rows at ROWS2
@@ -61,9 +61,10 @@ echo "== 1. kernel kit $KERNELS_KIT -> $SITE ($("$PY" -V))"
 exports=$("$PY" -m benchmarks.kernel_kit install "$KERNELS_KIT" --into "$SITE") || exit 3
 eval "$exports"
 export PYTHONPATH
-"$PY" -c 'import comfy_kitchen, torch, importlib.metadata as m
-print("comfy-kitchen", m.version("comfy-kitchen"), "from", comfy_kitchen.__file__)
-print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 4
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 4
+"$PY" -c 'import comfy_kitchen, importlib.metadata as m
+print("comfy-kitchen", m.version("comfy-kitchen"), "from", comfy_kitchen.__file__)' ||
+  echo "comfy-kitchen does not import here (above): the table runs without the kitchen kernel"
 
 if [ "$CPU" = 1 ]; then
   echo "== 2. INT8 linear layers on the CPU (--cpu: $MODELS, $TOKENS rows)"
