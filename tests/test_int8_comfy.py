@@ -404,7 +404,7 @@ def _graph_breaks(patcher: Any, inputs: tuple[torch.Tensor, ...]) -> tuple[int, 
     return explained.graph_break_count, [str(b.reason)[:200] for b in explained.break_reasons]
 
 
-@pytest.mark.parametrize("route", ["w8a16", "auto"])
+@pytest.mark.parametrize("route", ["w8a16", "auto", "kitchen"])
 def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     comfy: SimpleNamespace,
     tiny_models: FixtureSet,
@@ -417,7 +417,10 @@ def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     layer would cut the model into hundreds of graphs and undo what compilation buys. With ``auto``,
     the kernels were measured first (an eager step), as in a real run."""
     from leanvideo.int8.dispatch import KernelDispatcher
+    from leanvideo.int8.linear import import_kitchen
 
+    if route == "kitchen" and import_kitchen() is None:
+        pytest.skip("comfy-kitchen does not import here (pip install comfy-kitchen, or .[cuda])")
     dispatcher = KernelDispatcher(forced=None if route == "auto" else route)
     options = comfy.loading.Int8LoadOptions(matmul_route=route, dispatcher=dispatcher)
     patcher = comfy.loading.load_diffusion_model_int8(tiny_models.diffusion_model, options)

@@ -102,6 +102,28 @@ def test_comfy_kitchen_rotates_regular_convrot_activations_itself_as_we_would() 
     assert calls[-1]["convrot"] is False  # not comfy-kitchen's matrix: rotated here first
 
 
+@pytest.mark.parametrize("config_name", ["row", "row-convrot", "row-convrot-v1"])
+def test_the_kitchen_kernel_compiles_into_one_graph_and_matches_eager(config_name: str) -> None:
+    """Under torch.compile comfy-kitchen runs as one custom op (its fake gives the output's shape), so
+    a layer compiles with ``fullgraph=True`` and computes what eager computes."""
+    if KITCHEN is None:
+        pytest.skip(KITCHEN_MISSING)
+    import torch._dynamo
+
+    weight, x, bias = _layer(48, 512, 256)
+    packed = quantize_weight(weight, CONFIGS[config_name])
+    x3 = x.to(torch.bfloat16).reshape(2, 24, 512)  # a batch of token rows, as a DiT passes them
+
+    def layer(inputs: torch.Tensor) -> torch.Tensor:
+        return run_kernel("kitchen", inputs, packed, bias, kitchen=KITCHEN)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    out = compiled(x3)
+    assert out.shape == (2, 24, 256) and out.dtype == torch.bfloat16
+    assert torch.equal(out, layer(x3))
+
+
 def test_w8a8_kernels_refuse_block_scales_and_int8_linear_falls_back() -> None:
     weight, x, _ = _layer(32, 256, 64)
     packed = quantize_weight(weight, Int8WeightConfig(granularity="block", block_size=64))

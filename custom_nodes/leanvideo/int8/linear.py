@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from collections.abc import Callable
@@ -45,6 +46,7 @@ MatmulRoute = Literal["auto", "w8a16", "int_mm", "kitchen", "w8a8"]
 MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "kitchen", "w8a8")
 ROUTE_ALIASES: dict[str, str] = {"w8a8": "int_mm"}
 KITCHEN_MODULE = "comfy_kitchen"
+KITCHEN_OP = "leanvideo::kitchen_int8_linear"
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
@@ -152,16 +154,66 @@ def linear_kitchen(
     config = packed.config
     native = config.convrot and config.hadamard == "regular"  # comfy-kitchen's rotation: let it rotate
     rows = x.reshape(-1, x.shape[-1]) if native else _rotated_rows(x, packed).to(x.dtype)
-    out: torch.Tensor = kitchen.int8_linear(
+    args = (
         rows,
         packed.qdata.to(x.device),
         packed.scale.to(device=x.device, dtype=torch.float32).reshape(-1),
         None if bias is None else bias.to(device=x.device, dtype=x.dtype),
-        out_dtype=x.dtype,
-        convrot=native,
-        convrot_groupsize=config.convrot_group,
     )
+    if torch.compiler.is_compiling():  # one opaque op: no graph break per layer
+        out: torch.Tensor = kitchen_int8_linear_op(*args, native, config.convrot_group)
+    else:
+        out = kitchen.int8_linear(
+            *args, out_dtype=x.dtype, convrot=native, convrot_groupsize=config.convrot_group
+        )
     return out.reshape(*x.shape[:-1], packed.qdata.shape[0])
+
+
+def _register_kitchen_op() -> Callable[..., torch.Tensor]:
+    """comfy-kitchen's ``int8_linear`` as the custom op ``torch.ops.leanvideo.kitchen_int8_linear``, so
+    that torch.compile keeps it as one node of the graph (traced as it is, comfy-kitchen's Python
+    dispatch and native calls break the graph at every layer). Registered when this module is first
+    imported (tracing must never register it); comfy-kitchen itself is imported only when it runs."""
+    namespace, name = KITCHEN_OP.split("::")
+    with contextlib.suppress(AttributeError, RuntimeError):
+        return getattr(getattr(torch.ops, namespace), name)  # type: ignore[no-any-return]
+
+    @torch.library.custom_op(KITCHEN_OP, mutates_args=())
+    def kitchen_int8_linear(
+        rows: torch.Tensor,
+        qdata: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        convrot: bool,
+        convrot_groupsize: int,
+    ) -> torch.Tensor:
+        kitchen = importlib.import_module(KITCHEN_MODULE)
+        out: torch.Tensor = kitchen.int8_linear(
+            rows,
+            qdata,
+            scale,
+            bias,
+            out_dtype=rows.dtype,
+            convrot=convrot,
+            convrot_groupsize=convrot_groupsize,
+        )
+        return out
+
+    @kitchen_int8_linear.register_fake
+    def _(
+        rows: torch.Tensor,
+        qdata: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        convrot: bool,
+        convrot_groupsize: int,
+    ) -> torch.Tensor:
+        return rows.new_empty((rows.shape[0], qdata.shape[0]))
+
+    return kitchen_int8_linear
+
+
+kitchen_int8_linear_op = _register_kitchen_op()
 
 
 def run_kernel(
