@@ -251,12 +251,7 @@ def install_kit(kit: Path, into: Path) -> dict[str, str]:
     if into.exists():
         shutil.rmtree(into)
     into.mkdir(parents=True)
-    wheels = [str(kit / "wheels" / w["file"]) for w in manifest["wheels"]]
-    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-    command += ["--disable-pip-version-check", "--target", str(site), *wheels]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise KitError(f"pip could not install the kit's wheels: {(result.stderr or result.stdout).strip()}")
+    pip_install_into(site, [str(kit / "wheels" / w["file"]) for w in manifest["wheels"]])
     with tarfile.open(kit / manifest["comfyui"]["archive"]) as tar:
         tar.extractall(into, filter="data")
     pin = load_pin()
@@ -273,19 +268,32 @@ def install_kit(kit: Path, into: Path) -> dict[str, str]:
 
 
 def _read_manifest(kit: Path) -> dict[str, Any]:
-    path = kit / "kit.json"
+    return read_manifest(kit / "kit.json", KIT_SCHEMA, KIT_VERSION, "device kit", "benchmarks.device_kit")
+
+
+def read_manifest(path: Path, schema: str, version: int, kind: str, module: str) -> dict[str, Any]:
+    """A kit's manifest at ``path``, checked: its schema and version, and that it is for this Python."""
     try:
         manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise KitError(
-            f"cannot read {path}: {exc} (build it with `python -m benchmarks.device_kit build`)"
-        ) from exc
-    if manifest.get("schema") != KIT_SCHEMA or manifest.get("version") != KIT_VERSION:
-        raise KitError(f"{path} is not a version-{KIT_VERSION} LeanVideo device kit")
+        raise KitError(f"cannot read {path}: {exc} (build it with `python -m {module} build`)") from exc
+    if manifest.get("schema") != schema or manifest.get("version") != version:
+        raise KitError(f"{path} is not a version-{version} LeanVideo {kind}")
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     if manifest["target"]["python"] != running:
-        raise KitError(f"the kit in {kit} is for Python {manifest['target']['python']}, this is {running}")
+        wanted = manifest["target"]["python"]
+        raise KitError(f"the {kind} in {path.parent} is for Python {wanted}, this is {running}")
     return manifest
+
+
+def pip_install_into(site: Path, wheels: list[str]) -> None:
+    """Install ``wheels`` into the folder ``site`` with pip, offline and without their requirements."""
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    command += ["--disable-pip-version-check", "--target", str(site), *wheels]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).strip()
+        raise KitError(f"pip could not install {', '.join(Path(w).name for w in wheels)}: {said}")
 
 
 def main(argv: list[str] | None = None) -> int:

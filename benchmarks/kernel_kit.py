@@ -36,7 +36,6 @@ import io
 import json
 import lzma
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -46,7 +45,8 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from benchmarks.device_kit import KitError, Target, download_wheel
+from benchmarks.device_image import REPO_ROOT
+from benchmarks.device_kit import KitError, Target, download_wheel, pip_install_into, read_manifest
 from runner.install.pin import sha256_file
 
 KIT_SCHEMA = "leanvideo.kernel_kit"
@@ -94,7 +94,7 @@ def build_kernel_kit(
 
 def install_kernel_kit(kit: Path, into: Path) -> dict[str, str]:
     """Check and install the kit into ``into/site``; return the environment to run with it."""
-    manifest = _read_manifest(kit)
+    manifest = read_manifest(kit / MANIFEST, KIT_SCHEMA, KIT_VERSION, "kernel kit", "benchmarks.kernel_kit")
     archive = kit / manifest["archive"]["file"]
     if not archive.is_file():
         raise KitError(f"{archive} is missing: the kernel kit is incomplete (was it carried whole?)")
@@ -119,16 +119,9 @@ def install_kernel_kit(kit: Path, into: Path) -> dict[str, str]:
         with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zipped:
             for name in entries:
                 zipped.write(files / name, name)
-        command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        command += ["--disable-pip-version-check", "--target", str(into / "site"), str(wheel)]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise KitError(
-                f"pip could not install {package['wheel']}: {(result.stderr or result.stdout).strip()}"
-            )
+        pip_install_into(into / "site", [str(wheel)])
     (into / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    repo = Path(__file__).resolve().parent.parent
-    return {"PYTHONPATH": ":".join([str(into / "site"), str(repo), str(repo / "custom_nodes")])}
+    return {"PYTHONPATH": ":".join([str(into / "site"), str(REPO_ROOT), str(REPO_ROOT / "custom_nodes")])}
 
 
 def _repack(wheel: Path, archive: Path, preset: int) -> tuple[str, int, int]:
@@ -209,24 +202,6 @@ def _check_files(files: Path, entries: dict[str, tuple[str, int] | None], archiv
         raise KitError(f"{archive.name} holds {extra[0]}, which the wheel's RECORD does not name")
     for name, expected in entries.items():
         _check_bytes(name, (files / name).read_bytes(), expected, archive)
-
-
-def _read_manifest(kit: Path) -> dict[str, Any]:
-    path = kit / MANIFEST
-    try:
-        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KitError(
-            f"cannot read {path}: {exc} (build it with `python -m benchmarks.kernel_kit build`)"
-        ) from exc
-    if manifest.get("schema") != KIT_SCHEMA or manifest.get("version") != KIT_VERSION:
-        raise KitError(f"{path} is not a version-{KIT_VERSION} LeanVideo kernel kit")
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if manifest["target"]["python"] != running:
-        raise KitError(
-            f"the kernel kit in {kit} is for Python {manifest['target']['python']}, this is {running}"
-        )
-    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
