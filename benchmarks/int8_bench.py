@@ -27,11 +27,9 @@ import argparse
 import json
 import logging
 import platform
-import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,12 +37,13 @@ from typing import Any
 
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
-from leanvideo.int8.dispatch import KernelDispatcher, cpu_isa, cpu_model, default_kernels
+from leanvideo.int8.device import cpu_isa, cpu_model
+from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
 from leanvideo.int8.formats import read_int8_file
 from leanvideo.int8.linear import KERNELS, import_kitchen, run_kernel, unsupported_reason
 from safetensors.torch import load_file, save_file
 
-from benchmarks.stats import summarize
+from benchmarks.timing import Timing, measure, measure_interleaved
 
 RECORD_SCHEMA = "leanvideo.int8_bench"
 # 2: linear rows on --device, "baseline" and "relative_to_baseline"; 3: p10/p90 linearly interpolated
@@ -62,33 +61,6 @@ MODELS: dict[str, tuple[int, int, int]] = {
     "ltxv-mid": (1024, 4096, 8),
 }
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_s: float
-    p10_s: float
-    p90_s: float
-    runs: int
-    unstable: bool  # stdev ≥ 10 % of the mean
-
-
-def measure(
-    function: Callable[[], object], *, warmups: int = 1, runs: int = 5, sync: Callable[[], None] | None = None
-) -> Timing:
-    """Median and spread of ``function``'s wall time; ``sync`` waits for queued device work."""
-    wait = sync or (lambda: None)
-    for _ in range(warmups):
-        function()
-    wait()
-    values = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        function()
-        wait()
-        values.append(time.perf_counter() - started)
-    summary = summarize(values)
-    return Timing(summary.median, summary.p10, summary.p90, summary.n, summary.spread_warning)
 
 
 def block_weights(hidden: int, ffn: int) -> dict[str, torch.Tensor]:
@@ -240,38 +212,6 @@ def _bench_shape(
     paths[AUTO] = lambda: dispatcher.linear(x, packed)
     timings = measure_interleaved(paths, runs=runs, sync=sync)
     return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected))
-
-
-def measure_interleaved(
-    functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
-) -> dict[str, Timing]:
-    """Like :func:`measure` for several functions, timed in interleaved rounds (each function once per
-    round, in a new seeded order each round), so that load from other processes falls on every path
-    alike. A call pays for what the call before it left behind (W8A16 frees a dequantized weight, and
-    the next call's allocations fault in fresh pages), so each timed call follows an untimed call of
-    the same function, as in a model, where one kernel runs layer after layer."""
-    wait = sync or (lambda: None)
-    for function in functions.values():
-        function()
-    wait()
-    values: dict[str, list[float]] = {label: [] for label in functions}
-    order = list(functions)
-    shuffle = random.Random(0).shuffle
-    for _ in range(runs):
-        shuffle(order)
-        for label in order:
-            function = functions[label]
-            function()
-            wait()
-            started = time.perf_counter()
-            function()
-            wait()
-            values[label].append(time.perf_counter() - started)
-    timings = {}
-    for label, samples in values.items():
-        summary = summarize(samples)
-        timings[label] = Timing(summary.median, summary.p10, summary.p90, summary.n, summary.spread_warning)
-    return timings
 
 
 def bench_linear(

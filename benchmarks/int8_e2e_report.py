@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leanvideo.int8.dispatch import cpu_isa, cpu_model
+from leanvideo.int8.device import cpu_isa, cpu_model
 
 from benchmarks.stats import summarize
 

@@ -15,6 +15,7 @@ import torch
 from leanvideo.int8.linear import KERNELS, import_kitchen
 
 from benchmarks import int8_bench
+from benchmarks.timing import measure_interleaved
 from runner.local.workspace import REPO_ROOT
 
 
@@ -78,7 +79,7 @@ def test_a_kernel_that_raises_is_reported_and_the_others_are_still_measured(
 def test_interleaved_rounds_run_the_paths_in_changing_order_each_after_itself() -> None:
     calls: list[str] = []
     paths = {label: (lambda label=label: calls.append(label)) for label in "abcd"}
-    timings = int8_bench.measure_interleaved(paths, runs=6)
+    timings = measure_interleaved(paths, runs=6)
     assert all(timing.runs == 6 for timing in timings.values())
     after_warmup = calls[4:]
     untimed, timed = after_warmup[0::2], after_warmup[1::2]

@@ -27,8 +27,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +36,7 @@ from types import ModuleType
 
 import torch
 
+from .device import describe_device
 from .kernel_table import Choice, current_fingerprint, load_table, save_table
 from .linear import KERNELS, MATMUL_ROUTES, import_kitchen, kernel_of_route, run_kernel, unsupported_reason
 from .quantize import Int8Weight, sqnr_db
@@ -52,8 +51,6 @@ EARLY_STOP_RATIO = 3.0
 # runs at 0.14×)
 EARLY_STOP_MIN_SAMPLES = 3
 DEFAULT_RUNS = 5
-# /proc/cpuinfo flags of int8 dot-product instructions (VNNI on AVX-512 and AVX, AMX tiles)
-INT8_ISA_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 RunKernel = Callable[[torch.Tensor, Int8Weight, "torch.Tensor | None"], torch.Tensor]
 Unsupported = Callable[[torch.Tensor, Int8Weight], "str | None"]
 OnChoice = Callable[[str, Choice], None]
@@ -103,46 +100,6 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
         )
 
     return {name: impl(name) for name in KERNELS}
-
-
-def describe_device(device: torch.device) -> str:
-    """A device's kind and model, e.g. ``cuda:NVIDIA H200`` or ``cpu:AMD EPYC [AVX512 avx512_vnni]
-    (16 threads)``. On a CPU the instruction sets that decide int8 speed are part of it
-    (:func:`cpu_isa`): clouds give one model name to CPUs with and without VNNI, and a table measured
-    on one must not be used on the other."""
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return f"cuda:{torch.cuda.get_device_name(index)}"
-    return f"{device.type}:{cpu_model()} [{cpu_isa()}] ({torch.get_num_threads()} threads)"
-
-
-def cpu_isa() -> str:
-    """What torch's CPU kernels use (``AVX512``, ``AVX2``, …), the CPU's int8 dot-product extensions
-    (``/proc/cpuinfo`` flags) and any ``ONEDNN_MAX_CPU_ISA`` cap, e.g. ``AVX512 avx512_vnni amx_int8``."""
-    parts = [torch.backends.cpu.get_cpu_capability()]
-    flags = set((_cpuinfo("flags") or "").split())
-    parts += [flag for flag in INT8_ISA_FLAGS if flag in flags]
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
-    if cap:
-        parts.append(f"onednn<={cap}")
-    return " ".join(parts)
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` knows."""
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
-
-
-def _cpuinfo(field: str) -> str | None:
-    """The value of the first ``field`` line of ``/proc/cpuinfo`` (None where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 @dataclass(frozen=True)

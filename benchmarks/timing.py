@@ -1,0 +1,77 @@
+"""Wall time of callables, pyperf-style: warmup discarded, median and p10/p90 of the measured runs
+(:func:`benchmarks.stats.summarize`), a flag where the spread is ≥ 10 % of the mean; ``sync`` waits for
+queued device work (``torch.cuda.synchronize``) around every timed call.
+
+Example::
+
+    timing = measure(lambda: model(x), runs=7, sync=torch.cuda.synchronize)
+    timings = measure_interleaved({"a": run_a, "b": run_b}, runs=9)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from benchmarks.stats import summarize
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    p10_s: float
+    p90_s: float
+    runs: int
+    unstable: bool  # stdev ≥ 10 % of the mean
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> Timing:
+        summary = summarize(samples)
+        return cls(summary.median, summary.p10, summary.p90, summary.n, summary.spread_warning)
+
+
+def measure(
+    function: Callable[[], object], *, warmups: int = 1, runs: int = 5, sync: Callable[[], None] | None = None
+) -> Timing:
+    """Median and spread of ``function``'s wall time; ``sync`` waits for queued device work."""
+    wait = sync or (lambda: None)
+    for _ in range(warmups):
+        function()
+    wait()
+    values = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        wait()
+        values.append(time.perf_counter() - started)
+    return Timing.of(values)
+
+
+def measure_interleaved(
+    functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
+) -> dict[str, Timing]:
+    """Like :func:`measure` for several functions, timed in interleaved rounds (each function once per
+    round, in a new seeded order each round), so that load from other processes falls on every path
+    alike. A call pays for what the call before it left behind (W8A16 frees a dequantized weight, and
+    the next call's allocations fault in fresh pages), so each timed call follows an untimed call of
+    the same function, as in a model, where one kernel runs layer after layer."""
+    wait = sync or (lambda: None)
+    for function in functions.values():
+        function()
+    wait()
+    values: dict[str, list[float]] = {label: [] for label in functions}
+    order = list(functions)
+    shuffle = random.Random(0).shuffle
+    for _ in range(runs):
+        shuffle(order)
+        for label in order:
+            function = functions[label]
+            function()
+            wait()
+            started = time.perf_counter()
+            function()
+            wait()
+            values[label].append(time.perf_counter() - started)
+    return {label: Timing.of(samples) for label, samples in values.items()}
