@@ -259,12 +259,17 @@ def install_kit(kit: Path, into: Path) -> dict[str, str]:
         verify_tree(comfyui, pin, exact=True)
     except InstallError as exc:
         raise KitError(f"the kit's ComfyUI does not match the pin: {exc}") from exc
-    paths = [str(site), str(REPO_ROOT), str(REPO_ROOT / "custom_nodes")]
     return {
-        "PYTHONPATH": ":".join(paths),
+        "PYTHONPATH": pythonpath_with(site),
         "LEANVIDEO_COMFYUI": str(comfyui),
         "LEANVIDEO_WORKSPACE": str(into / "workspace"),
     }
+
+
+def pythonpath_with(site: Path) -> str:
+    """``PYTHONPATH`` for running from this checkout with a kit's ``site``: the site, the repository
+    (``runner``, ``benchmarks``) and ``custom_nodes`` (the ``leanvideo`` pack)."""
+    return ":".join([str(site), str(REPO_ROOT), str(REPO_ROOT / "custom_nodes")])
 
 
 def _read_manifest(kit: Path) -> dict[str, Any]:

@@ -92,9 +92,9 @@ if [ -f "$KERNELS_SITE/kernels.json" ] && [ -d "$KERNELS_SITE/site" ]; then
 else
   echo "comfy-kitchen: not in $KERNELS_SITE (run benchmarks/gpu_kernel_table.sh --kernels KIT first)"
 fi
-"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-"$PY" -c 'from leanvideo.int8.linear import import_kitchen
-import importlib.metadata as m
+"$PY" -c 'import torch, importlib.metadata as m
+from leanvideo.int8.linear import import_kitchen
+print("torch", torch.__version__, "cuda", torch.cuda.is_available())
 print("comfy-kitchen", m.version("comfy-kitchen") if import_kitchen() else "absent: the kitchen kernel is left out")'
 
 if [ "$CPU" = 1 ]; then

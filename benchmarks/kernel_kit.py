@@ -45,8 +45,14 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
-from benchmarks.device_image import REPO_ROOT
-from benchmarks.device_kit import KitError, Target, download_wheel, pip_install_into, read_manifest
+from benchmarks.device_kit import (
+    KitError,
+    Target,
+    download_wheel,
+    pip_install_into,
+    pythonpath_with,
+    read_manifest,
+)
 from runner.install.pin import sha256_file
 
 KIT_SCHEMA = "leanvideo.kernel_kit"
@@ -121,7 +127,7 @@ def install_kernel_kit(kit: Path, into: Path) -> dict[str, str]:
                 zipped.write(files / name, name)
         pip_install_into(into / "site", [str(wheel)])
     (into / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return {"PYTHONPATH": ":".join([str(into / "site"), str(REPO_ROOT), str(REPO_ROOT / "custom_nodes")])}
+    return {"PYTHONPATH": pythonpath_with(into / "site")}
 
 
 def _repack(wheel: Path, archive: Path, preset: int) -> tuple[str, int, int]:

@@ -23,6 +23,7 @@ import pytest
 from benchmarks.device_kit import KitError, Target
 from benchmarks.kernel_kit import DEFAULT_MAX_MIB, MANIFEST, build_kernel_kit, install_kernel_kit
 from benchmarks.kernel_kit import _repack as repack
+from runner.install.pin import list_files, sha256_file
 from runner.local.workspace import REPO_ROOT
 
 RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -190,8 +191,4 @@ def test_the_device_call_runs_its_table_from_the_kit_on_cpu(
 
 
 def _digests(root: Path) -> dict[str, str]:
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
-    }
+    return {rel: sha256_file(root / rel) for rel in list_files(root) if "__pycache__" not in rel.split("/")}
