@@ -4,15 +4,16 @@ quantize throughput and peak RSS, and linear throughput per INT8 kernel at real 
 Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
 [--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot]``. The linear
 benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU,
-what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm, kitchen
-when comfy-kitchen imports) and ``auto`` (the dispatcher, after the measurement it makes at first use),
-each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
-load from other processes falls on every path alike), with the device synchronised around every timed
-call; each kernel's output is also checked against the fp32 matmul (SQNR), and a kernel that raises is
-reported with its error while the others are still measured. ``--convrot`` quantizes the layers with
-ConvRot (comfy-kitchen then rotates activations in its own kernel). ``--json`` writes that table as a
-list of ``{shape, kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and
-``{shape, auto, auto_over_best}``.
+what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm,
+int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the measurement it
+makes at first use) and ``torch._int_mm`` alone on activations quantized beforehand (what a W8A8 kernel
+built on it costs at least), each as a ratio of the float matmul, timed in interleaved rounds (one call
+of each path per round, so load from other processes falls on every path alike), with the device
+synchronised around every timed call; each kernel's output is also checked against the fp32 matmul
+(SQNR), and a kernel that raises is reported with its error while the others are still measured.
+``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
+kernel). ``--json`` writes that table as a list of ``{shape, kernel, ratio}`` (``{shape, kernel,
+error}`` for a kernel that raised) and ``{shape, auto, auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
@@ -40,7 +41,13 @@ from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
 from leanvideo.int8.device import cpu_isa, cpu_model
 from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
 from leanvideo.int8.formats import read_int8_file
-from leanvideo.int8.linear import KERNELS, import_kitchen, run_kernel, unsupported_reason
+from leanvideo.int8.linear import (
+    KERNELS,
+    import_kitchen,
+    quantize_activations,
+    run_kernel,
+    unsupported_reason,
+)
 from safetensors.torch import load_file, save_file
 
 from benchmarks.timing import Timing, measure, measure_interleaved
@@ -50,9 +57,13 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # (benchmarks.stats), where 2 took the run at index int(q · runs); 4: one row per kernel (w8a16, int_mm,
 # kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape;
 # 5: "sqnr_db" per kernel row (against the fp32 matmul), "error" rows for kernels that raised, auto's
-# "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment
-RECORD_VERSION = 5
+# "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
+# rows and an "int8 matmul alone" row
+RECORD_VERSION = 6
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
+# torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
+# W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
+INT_MM_ALONE = "int8 matmul alone"
 AUTO = "auto"
 # hidden size, FFN width and block count of the real models ("ltxv-mid": the mid LTXV DiT's widths)
 MODELS: dict[str, tuple[int, int, int]] = {
@@ -206,6 +217,10 @@ def _bench_shape(
             continue
         quality[kernel] = sqnr_db(reference, out.float())
         paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen)
+    if "int_mm" in paths:
+        x_q, _ = quantize_activations(x.reshape(-1, in_features))
+        weight_t = packed.qdata.t()
+        paths[INT_MM_ALONE] = lambda: torch._int_mm(x_q, weight_t)
     dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
     dispatcher.linear(x, packed)  # the measurement auto makes at first use
     [choice] = dispatcher.choices().values()

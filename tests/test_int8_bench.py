@@ -35,7 +35,8 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
     rows = json.loads(table.read_text(encoding="utf-8"))
     shapes = {row["shape"] for row in rows}
     assert len(shapes) == 3  # attention, FFN up, FFN down
-    expected = {"float matmul", "w8a16", "int_mm", "auto"} | ({"kitchen"} if import_kitchen() else set())
+    kernels = {"w8a16", "int_mm", "int_mm_fused"} | ({"kitchen"} if import_kitchen() else set())
+    expected = kernels | {"float matmul", "auto", int8_bench.INT_MM_ALONE}
     for shape in shapes:
         ratios = {r["kernel"]: r["ratio"] for r in rows if r["shape"] == shape and "kernel" in r}
         assert set(ratios) == expected and ratios["float matmul"] == 1.0
@@ -45,7 +46,7 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
     saved = json.loads(record.read_text(encoding="utf-8"))
     assert saved["version"] == int8_bench.RECORD_VERSION and "comfy_kitchen" in saved["environment"]
     checked = [row for row in saved["linear"]["ltxv-mid"] if row["kernel"] in KERNELS]
-    assert len(checked) == 3 * (len(expected) - 2)
+    assert len(checked) == 3 * len(kernels)
     assert all(row["sqnr_db"] >= 35.0 for row in checked)  # each kernel's output against fp32
 
 

@@ -404,7 +404,7 @@ def _graph_breaks(patcher: Any, inputs: tuple[torch.Tensor, ...]) -> tuple[int, 
     return explained.graph_break_count, [str(b.reason)[:200] for b in explained.break_reasons]
 
 
-@pytest.mark.parametrize("route", ["w8a16", "auto", "kitchen"])
+@pytest.mark.parametrize("route", ["w8a16", "auto", "int_mm_fused", "kitchen"])
 def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     comfy: SimpleNamespace,
     tiny_models: FixtureSet,

@@ -37,7 +37,7 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     assert file_input in required
     for name, spec in required.items():
         assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
-    assert required["path"][1]["options"] == ["auto", "w8a16", "int_mm", "kitchen", "w8a8"]
+    assert required["path"][1]["options"] == ["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8"]
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
@@ -110,7 +110,8 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert report.split("table ", 1)[1].splitlines()[0].endswith("leanvideo/int8_kernels.json")
     for shape in ("768x768", "3072x768", "768x3072"):
         assert re.search(
-            rf"{shape} rows<=\d+ float32 row\+convrot256 → (w8a16|int_mm|kitchen) \(measured\)", report
+            rf"{shape} rows<=\d+ float32 row\+convrot256 → (w8a16|int_mm|int_mm_fused|kitchen) \(measured\)",
+            report,
         )
     assert "not run yet" not in report
     [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]

@@ -38,7 +38,15 @@ import torch
 
 from .device import describe_device
 from .kernel_table import Choice, current_fingerprint, load_table, save_table
-from .linear import KERNELS, MATMUL_ROUTES, import_kitchen, kernel_of_route, run_kernel, unsupported_reason
+from .linear import (
+    KERNELS,
+    MATMUL_ROUTES,
+    FusedSteps,
+    import_kitchen,
+    kernel_of_route,
+    run_kernel,
+    unsupported_reason,
+)
 from .quantize import Int8Weight, sqnr_db
 
 logger = logging.getLogger(__name__)
@@ -88,7 +96,14 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
     def module() -> ModuleType | None:
         return kitchen.get() if isinstance(kitchen, LazyKitchen) else kitchen
 
+    steps = FusedSteps()  # int_mm_fused's compiled steps, shared by this dispatcher's every call
+
     def impl(name: str) -> KernelImpl:
+        if name == "int_mm_fused":
+            return KernelImpl(
+                run=lambda x, packed, bias: run_kernel(name, x, packed, bias, steps=steps),
+                unsupported=lambda x, packed: unsupported_reason(name, x, packed),
+            )
         if name != "kitchen":
             return KernelImpl(
                 run=lambda x, packed, bias: run_kernel(name, x, packed, bias),

@@ -1,10 +1,15 @@
-"""INT8 linear kernels: W8A16 (dequantize, float matmul) and two W8A8 ones (int8 × int8 → int32, rescale).
+"""INT8 linear kernels: W8A16 (dequantize, float matmul) and three W8A8 ones (int8 × int8 → int32, rescale).
 
 - ``w8a16`` dequantizes the weight to the input's dtype and runs a float matmul; every device, every
   weight layout.
 - ``int_mm`` quantizes each activation row (token) with its own absmax scale, multiplies with
   ``torch._int_mm`` and rescales by ``activation_scale × weight_scale``. On CUDA the kernel needs more
-  than 16 rows and both weight dimensions multiples of 8; on a CPU it takes any shape.
+  than 16 rows and both weight dimensions multiples of 8; on a CPU it takes any shape. Quantizing the
+  activations and rescaling the output are a few elementwise passes each, run one after another.
+- ``int_mm_fused`` is the same maths with each of those two steps compiled by ``torch.compile``
+  (inductor) into one kernel (Triton on CUDA, C++ on a CPU): the int8 matmul is unchanged, the passes
+  over the activations and the output shrink to one read and one write each. It compiles at first use
+  (seconds, once per process; shapes are dynamic); where compiling fails, the dispatcher rules it out.
 - ``kitchen`` is comfy-kitchen's ``int8_linear`` (ComfyUI's kernel library, optional: ``pip install
   .[cuda]``): the same maths with activation quantization fused into cuBLASLt/Triton kernels on CUDA and
   an eager backend elsewhere. Convrot layers rotate with comfy-kitchen's own (regular) Hadamard
@@ -38,16 +43,20 @@ from .spec import QMAX
 logger = logging.getLogger(__name__)
 
 # The kernels, in the order the dispatcher tries them; "w8a16" is the baseline every other must beat.
-Kernel = Literal["w8a16", "int_mm", "kitchen"]
-KERNELS: tuple[str, ...] = ("w8a16", "int_mm", "kitchen")
+Kernel = Literal["w8a16", "int_mm", "int_mm_fused", "kitchen"]
+KERNELS: tuple[str, ...] = ("w8a16", "int_mm", "int_mm_fused", "kitchen")
 # What the loaders' ``path`` input offers: "auto" measures, a kernel name forces that kernel, and
 # "w8a8" is the older name of "int_mm" (kept so saved workflows still validate).
-MatmulRoute = Literal["auto", "w8a16", "int_mm", "kitchen", "w8a8"]
-MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "kitchen", "w8a8")
+MatmulRoute = Literal["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8"]
+MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8")
 ROUTE_ALIASES: dict[str, str] = {"w8a8": "int_mm"}
 KITCHEN_MODULE = "comfy_kitchen"
 KITCHEN_OP = "leanvideo::kitchen_int8_linear"
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+QuantizeStep = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
+RescaleStep = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor
+]
 
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
 _INT_MM_MULTIPLE = 8
@@ -94,12 +103,20 @@ def unsupported_reason(
         return "empty input"
     if kernel == "kitchen":
         return "comfy-kitchen is not installed or does not import" if kitchen is None else None
+    if kernel == "int_mm_fused" and not _compile_supported():
+        return "torch.compile does not run on this Python"
     out_features, in_features = packed.qdata.shape
     if x.is_cuda and _rows(x) < _INT_MM_MIN_ROWS:
         return f"torch._int_mm on CUDA needs more than 16 rows, not {_rows(x)}"
     if x.is_cuda and (in_features % _INT_MM_MULTIPLE or out_features % _INT_MM_MULTIPLE):
         return f"torch._int_mm on CUDA needs multiples of 8, not {out_features}×{in_features}"
     return None
+
+
+def _compile_supported() -> bool:
+    import torch._dynamo  # torch.compile's front end, imported only when the fused kernel is asked about
+
+    return bool(torch._dynamo.is_dynamo_supported())
 
 
 def w8a8_fits(x: torch.Tensor, packed: Int8Weight) -> bool:
@@ -112,6 +129,50 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     work = x.to(torch.float32)
     scale = work.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / QMAX
     return torch.round(work / scale).clamp_(-QMAX, QMAX).to(torch.int8), scale
+
+
+def rescale_output(
+    accumulated: torch.Tensor,
+    x_scale: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """``int32 [rows, out] × activation scales [rows, 1] × weight scales [1, out] (+ bias)`` in float32,
+    returned as ``dtype``."""
+    out = accumulated.to(torch.float32) * x_scale * weight_scale
+    if bias is not None:
+        out = out + bias.to(torch.float32)
+    return out.to(dtype)
+
+
+class FusedSteps:
+    """:func:`quantize_activations` and :func:`rescale_output`, each compiled by ``torch.compile`` with
+    dynamic shapes into one kernel. Compiled code is kept per function by torch, so every instance
+    after the first compiles nothing; the first call of a step compiles it (seconds). For inference:
+    the inputs are detached."""
+
+    def __init__(self) -> None:
+        self._quantize: QuantizeStep = torch.compile(quantize_activations, dynamic=True)
+        self._rescale: RescaleStep = torch.compile(rescale_output, dynamic=True)
+
+    # Inputs go in detached: the same storage, but no longer a view. Of a view, torch.compile guards
+    # the tensor it was viewed from too, which differs from layer to layer, and every new one would
+    # compile again until torch's recompile limit (8 per function) left the step unfused.
+
+    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._quantize(x.detach())
+
+    def rescale(
+        self,
+        accumulated: torch.Tensor,
+        x_scale: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        detached = None if bias is None else bias.detach()
+        return self._rescale(accumulated, x_scale, weight_scale.detach(), detached, dtype)
 
 
 def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -132,17 +193,23 @@ def linear_w8a8(
     bias: torch.Tensor | None = None,
     *,
     int_mm: IntMatmul = torch._int_mm,
+    steps: FusedSteps | None = None,
 ) -> torch.Tensor:
-    """Dynamic per-token W8A8; ``int_mm`` is the int8 kernel (``torch._int_mm`` or the reference)."""
+    """Dynamic per-token W8A8; ``int_mm`` is the int8 kernel (``torch._int_mm`` or the reference),
+    ``steps`` the compiled quantize and rescale steps (``None``: run them op by op)."""
     if packed.config.granularity == "block":
         raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
-    x_q, x_scale = quantize_activations(_rotated_rows(x, packed))
+    quantize, rescale = (
+        (quantize_activations, rescale_output) if steps is None else (steps.quantize, steps.rescale)
+    )
+    x_q, x_scale = quantize(_rotated_rows(x, packed))
     accumulated = int_mm(x_q, packed.qdata.to(x.device).t())
-    weight_scale = packed.scale.to(device=x.device, dtype=torch.float32).reshape(1, -1)
-    out = accumulated.to(torch.float32) * x_scale * weight_scale
-    if bias is not None:
-        out = out + bias.to(device=x.device, dtype=torch.float32)
-    return out.to(x.dtype).reshape(*x.shape[:-1], packed.qdata.shape[0])
+    out_features = packed.qdata.shape[0]
+    # [1, out] for per-tensor scales too: one shape and layout for every weight, one compiled rescale
+    scale = packed.scale.to(device=x.device, dtype=torch.float32)
+    weight_scale = scale.reshape(1, -1).expand(1, out_features).contiguous()
+    out = rescale(accumulated, x_scale, weight_scale, None if bias is None else bias.to(x.device), x.dtype)
+    return out.reshape(*x.shape[:-1], out_features)
 
 
 def linear_kitchen(
@@ -223,12 +290,17 @@ def run_kernel(
     bias: torch.Tensor | None = None,
     *,
     kitchen: ModuleType | None = None,
+    steps: FusedSteps | None = None,
 ) -> torch.Tensor:
-    """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`)."""
+    """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`).
+    ``steps`` serve ``int_mm_fused`` (made here when ``None``: keep one to skip torch.compile's
+    per-wrapper set-up on every call)."""
     if kernel == "w8a16":
         return linear_w8a16(x, packed, bias)
     if kernel == "int_mm":
         return linear_w8a8(x, packed, bias)
+    if kernel == "int_mm_fused":
+        return linear_w8a8(x, packed, bias, steps=steps or FusedSteps())
     if kernel == "kitchen":
         if kitchen is None:
             raise ValueError("the kitchen kernel needs comfy-kitchen (pip install comfy-kitchen)")

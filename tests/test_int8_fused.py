@@ -1,0 +1,121 @@
+"""The ``int_mm_fused`` INT8 kernel: ``int_mm``'s maths with quantizing and rescaling compiled by
+torch.compile. It must compute what ``int_mm`` computes, compile once per process (not once per model
+load), trace into a compiled model as one graph, and be ruled out, not crash a load, where compiling
+fails (a machine without a C++ compiler)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
+from leanvideo.int8.dispatch import KernelDispatcher, LazyKitchen, default_kernels
+from leanvideo.int8.linear import FusedSteps, quantize_activations, rescale_output, run_kernel
+
+CONFIGS = {
+    "row": Int8WeightConfig(),
+    "tensor": Int8WeightConfig(granularity="tensor"),
+    "row-convrot": Int8WeightConfig(convrot=True),
+}
+
+
+def _layer(rows: int, in_features: int, out_features: int) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(out_features, in_features, generator=generator) * 0.02
+    x = torch.randn(rows, in_features, generator=generator)
+    bias = torch.randn(out_features, generator=generator) * 0.1
+    return weight, x, bias
+
+
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no-bias"])
+def test_the_fused_kernel_computes_what_int_mm_computes(
+    config_name: str, dtype: torch.dtype, with_bias: bool
+) -> None:
+    weight, x, bias = _layer(72, 512, 384)
+    packed = quantize_weight(weight, CONFIGS[config_name])
+    inputs = x.to(dtype).reshape(2, 36, 512)  # a batch of token rows, as a DiT passes them
+    steps = FusedSteps()
+    fused = run_kernel("int_mm_fused", inputs, packed, bias if with_bias else None, steps=steps)
+    eager = run_kernel("int_mm", inputs, packed, bias if with_bias else None)
+    agreement = sqnr_db(eager.float(), fused.float())
+    print(f"int_mm_fused vs int_mm, {config_name} {dtype} bias={with_bias}: {agreement:.1f} dB")
+    assert fused.shape == eager.shape == (2, 36, 384) and fused.dtype == dtype
+    assert agreement >= 60.0  # the same maths; at most a last-bit rounding apart
+    q_fused, scale_fused = steps.quantize(inputs.reshape(-1, 512))
+    q_eager, scale_eager = quantize_activations(inputs.reshape(-1, 512))
+    assert q_fused.dtype == torch.int8 and (q_fused.int() - q_eager.int()).abs().max() <= 1
+    torch.testing.assert_close(scale_fused, scale_eager)
+
+
+def test_the_rescale_step_is_the_eager_maths() -> None:
+    generator = torch.Generator().manual_seed(4)
+    accumulated = torch.randint(-(2**20), 2**20, (24, 40), generator=generator, dtype=torch.int32)
+    x_scale, weight_scale = torch.rand(24, 1) * 0.01, torch.rand(1, 40) * 0.01
+    bias = torch.randn(40).to(torch.bfloat16)
+    expected = ((accumulated.double() * x_scale.double() * weight_scale.double()) + bias.double()).float()
+    for out_bias in (bias, None):
+        out = FusedSteps().rescale(accumulated, x_scale, weight_scale, out_bias, torch.float32)
+        torch.testing.assert_close(
+            out, rescale_output(accumulated, x_scale, weight_scale, out_bias, torch.float32)
+        )
+    torch.testing.assert_close(
+        rescale_output(accumulated, x_scale, weight_scale, bias, torch.float32), expected
+    )
+
+
+def test_a_second_model_load_compiles_nothing_again() -> None:
+    """Every model load makes its own dispatcher and so its own :class:`FusedSteps`: the compiled code
+    is torch's per function, so only the first compiles, whatever the rows (shapes are dynamic)."""
+    from torch._dynamo.utils import counters
+
+    weight, x, bias = _layer(48, 256, 128)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    run_kernel("int_mm_fused", x, packed, bias, steps=FusedSteps())
+    graphs = counters["stats"]["unique_graphs"]
+    for rows in (48, 40, 300):
+        run_kernel("int_mm_fused", torch.randn(rows, 256), packed, bias, steps=FusedSteps())
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_fused_layer_compiles_into_one_graph_and_matches_eager() -> None:
+    """Inside a model compiled whole (ComfyUI's TorchCompileModel) the compiled steps are inlined."""
+    weight, x, bias = _layer(48, 512, 256)
+    packed = quantize_weight(weight, Int8WeightConfig(convrot=True))
+    steps = FusedSteps()
+
+    def layer(inputs: torch.Tensor) -> torch.Tensor:
+        return run_kernel("int_mm_fused", inputs, packed, bias, steps=steps)
+
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    out = compiled(x)
+    assert out.shape == (48, 256)
+    assert sqnr_db(layer(x).float(), out.float()) >= 60.0
+
+
+def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No working C++ compiler (a Windows machine without one, say): compiling raises, the dispatcher
+    keeps the reason and runs a kernel that works."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # nothing compiled before
+    no_compiler = {"fx_graph_cache": False, "cpp.cxx": (str(tmp_path / "no-such-compiler"),)}
+    weight, x, bias = _layer(64, 256, 128)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    dispatcher = KernelDispatcher(kernels=default_kernels(LazyKitchen(lambda: None)))
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(no_compiler):
+            out = dispatcher.linear(x, packed, bias)
+    finally:
+        torch._dynamo.reset()  # drop the failed compilation before the next test compiles
+    [choice] = dispatcher.choices().values()
+    assert choice.kernel in ("w8a16", "int_mm")
+    assert choice.rejected["int_mm_fused"].startswith("error:"), choice.rejected
+    assert "compiler" in choice.rejected["int_mm_fused"].lower()
+    assert sqnr_db(torch.nn.functional.linear(x, weight, bias), out) >= 35.0
