@@ -119,3 +119,10 @@ def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
     assert choice.rejected["int_mm_fused"].startswith("error:"), choice.rejected
     assert "compiler" in choice.rejected["int_mm_fused"].lower()
     assert sqnr_db(torch.nn.functional.linear(x, weight, bias), out) >= 35.0
+
+
+def test_the_fused_kernel_asks_for_its_steps_by_name() -> None:
+    weight, x, _ = _layer(32, 128, 64)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    with pytest.raises(ValueError, match=r"int_mm_fused.*steps=FusedSteps"):
+        run_kernel("int_mm_fused", x, packed)

@@ -293,14 +293,16 @@ def run_kernel(
     steps: FusedSteps | None = None,
 ) -> torch.Tensor:
     """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`).
-    ``steps`` serve ``int_mm_fused`` (made here when ``None``: keep one to skip torch.compile's
-    per-wrapper set-up on every call)."""
+    ``kitchen`` is comfy-kitchen for ``kitchen``; ``steps`` serve ``int_mm_fused`` (make one and keep
+    it: setting up torch.compile's wrappers costs about as much as a small layer's matmul)."""
     if kernel == "w8a16":
         return linear_w8a16(x, packed, bias)
     if kernel == "int_mm":
         return linear_w8a8(x, packed, bias)
     if kernel == "int_mm_fused":
-        return linear_w8a8(x, packed, bias, steps=steps or FusedSteps())
+        if steps is None:
+            raise ValueError("the int_mm_fused kernel needs its compiled steps (steps=FusedSteps())")
+        return linear_w8a8(x, packed, bias, steps=steps)
     if kernel == "kitchen":
         if kitchen is None:
             raise ValueError("the kitchen kernel needs comfy-kitchen (pip install comfy-kitchen)")
@@ -315,10 +317,11 @@ def int8_linear(
     *,
     route: MatmulRoute = "w8a16",
     kitchen: ModuleType | None = None,
+    steps: FusedSteps | None = None,
 ) -> torch.Tensor:
     """``x @ W.T + bias`` on the kernel ``route`` names, or ``w8a16`` where that kernel cannot run the
     shape. ``auto`` (which needs measurements: :class:`.dispatch.KernelDispatcher`) runs ``w8a16`` here."""
     kernel = kernel_of_route(route) or "w8a16"
     if unsupported_reason(kernel, x, packed, kitchen) is not None:
         kernel = "w8a16"
-    return run_kernel(kernel, x, packed, bias, kitchen=kitchen)
+    return run_kernel(kernel, x, packed, bias, kitchen=kitchen, steps=steps)
