@@ -19,7 +19,7 @@
 #
 # 1. install the kit; import comfy-kitchen from it (when it does not import, the table goes on without it)
 # 2. the GPU (nvidia-smi); per LTXV-13B, Wan-14B and mid-LTXV shape, each kernel (w8a16, int_mm,
-#    kitchen) and auto against the bf16 matmul, with SQNR against fp32: plain rows, then ConvRot rows
+#    int_mm_fused, kitchen), torch._int_mm alone and auto against the bf16 matmul, with SQNR against fp32: plain rows, then ConvRot rows
 #    (comfy-kitchen rotating in its own kernel), then plain rows at ROWS2
 # 3. hand back int8_linear*.txt, int8_kernels*.json, int8_linear.json and log.txt into $OUT when it is
 #    set, else into RESULTS/handback (8 files at most)
@@ -72,12 +72,16 @@ else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   echo "== 2. INT8 linear layers: each kernel and auto vs bf16 on the GPU"
 fi
-table() {  # table NAME [int8_bench options…]
+table() {  # table NAME [int8_bench options…]; its files are handed back as soon as it ends
   local name="$1"; shift
-  timeout 90 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
+  # 150 s: the first table also compiles int_mm_fused's two steps (Triton, cold cache); later ones reuse them
+  timeout 150 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
     --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
     >"$RESULTS/int8_linear$name.txt" 2>&1 || echo "int8_bench$name failed or timed out"
-  grep -A40 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"
+  grep -A50 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"
+  for file in "$RESULTS/int8_linear$name.txt" "$RESULTS/int8_kernels$name.json"; do
+    [ -f "$file" ] && cp "$file" "$HANDBACK/"
+  done
 }
 table "" --tokens "$TOKENS" --out "$RESULTS/int8_linear.json"
 table "_convrot" --tokens "$TOKENS" --convrot

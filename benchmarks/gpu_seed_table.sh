@@ -114,7 +114,7 @@ if [ "$CPU" = 1 ] || [ "${KERNELS:-1}" = 0 ]; then
   echo "== 1. INT8 linear layers: left out (--cpu or KERNELS=0)"
 else
   echo "== 1. INT8 linear layers: W8A8 / W8A16 vs bf16 on the GPU ($(left) s left)"
-  # Each kernel (w8a16, int_mm, kitchen when comfy-kitchen imports) and auto's choice vs bf16.
+  # Each kernel (w8a16, int_mm, int_mm_fused, kitchen when comfy-kitchen imports) and auto vs bf16.
   timeout 120 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
     --out "$RESULTS/int8_linear.json" --json "$RESULTS/int8_kernels.json" \
     >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"
