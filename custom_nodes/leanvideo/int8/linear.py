@@ -148,20 +148,30 @@ def rescale_output(
 
 class FusedSteps:
     """:func:`quantize_activations` and :func:`rescale_output`, each compiled by ``torch.compile`` with
-    dynamic shapes into one kernel. Compiled code is kept per function by torch, so every instance
-    after the first compiles nothing; the first call of a step compiles it (seconds). For inference:
-    the inputs are detached."""
+    dynamic shapes into one kernel. Set up at the first call (torch.compile's own set-up costs about a
+    second the first time in a process); compiled code is kept per function by torch, so every instance
+    after the first compiles nothing. Inside a model that torch.compile compiles whole, the plain steps
+    are traced into the model's graph instead. For inference: the inputs are detached."""
 
     def __init__(self) -> None:
-        self._quantize: QuantizeStep = torch.compile(quantize_activations, dynamic=True)
-        self._rescale: RescaleStep = torch.compile(rescale_output, dynamic=True)
+        self._compiled: tuple[QuantizeStep, RescaleStep] | None = None
+
+    def _steps(self) -> tuple[QuantizeStep, RescaleStep]:
+        if self._compiled is None:
+            self._compiled = (
+                torch.compile(quantize_activations, dynamic=True),
+                torch.compile(rescale_output, dynamic=True),
+            )
+        return self._compiled
 
     # Inputs go in detached: the same storage, but no longer a view. Of a view, torch.compile guards
     # the tensor it was viewed from too, which differs from layer to layer, and every new one would
     # compile again until torch's recompile limit (8 per function) left the step unfused.
 
     def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._quantize(x.detach())
+        if torch.compiler.is_compiling():
+            return quantize_activations(x)
+        return self._steps()[0](x.detach())
 
     def rescale(
         self,
@@ -171,8 +181,10 @@ class FusedSteps:
         bias: torch.Tensor | None,
         dtype: torch.dtype,
     ) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return rescale_output(accumulated, x_scale, weight_scale, bias, dtype)
         detached = None if bias is None else bias.detach()
-        return self._rescale(accumulated, x_scale, weight_scale.detach(), detached, dtype)
+        return self._steps()[1](accumulated, x_scale, weight_scale.detach(), detached, dtype)
 
 
 def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
