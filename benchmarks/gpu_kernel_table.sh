@@ -74,7 +74,7 @@ else
 fi
 table() {  # table NAME [int8_bench options…]; its files are handed back as soon as it ends
   local name="$1"; shift
-  # 150 s: the first table also compiles int_mm_fused's two steps (Triton, cold cache); later ones reuse them
+  # 150 s: the first table also compiles int_mm_fused (Triton, a cold cache); later ones reuse it
   timeout 150 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
     --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
     >"$RESULTS/int8_linear$name.txt" 2>&1 || echo "int8_bench$name failed or timed out"

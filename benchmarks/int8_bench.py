@@ -43,7 +43,7 @@ from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
 from leanvideo.int8.formats import read_int8_file
 from leanvideo.int8.linear import (
     KERNELS,
-    FusedSteps,
+    FusedW8A8,
     import_kitchen,
     quantize_activations,
     run_kernel,
@@ -203,7 +203,7 @@ def _bench_shape(
     packed = quantize_weight(weight, Int8WeightConfig(convrot=convrot))
     sync: Callable[[], None] | None = torch.cuda.synchronize if device.type == "cuda" else None
     paths: dict[str, Callable[[], object]] = {FLOAT: _float_matmul(x, weight.to(dtype))}
-    kitchen, steps = import_kitchen(), FusedSteps()
+    kitchen, fused = import_kitchen(), FusedW8A8()
     quality: dict[str, float] = {}
     errors: dict[str, str] = {}
     for kernel in KERNELS:
@@ -211,13 +211,13 @@ def _bench_shape(
             logger.info("%s left out at %s×%s: %s", kernel, out_features, in_features, reason)
             continue
         try:
-            out = run_kernel(kernel, x, packed, kitchen=kitchen, steps=steps)
+            out = run_kernel(kernel, x, packed, kitchen=kitchen, fused=fused)
         except Exception as exc:  # a kernel that cannot run here is a finding, not a crash
             errors[kernel] = f"{type(exc).__name__}: {exc}"
             logger.warning("%s raised at %s×%s: %s", kernel, out_features, in_features, errors[kernel])
             continue
         quality[kernel] = sqnr_db(reference, out.float())
-        paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen, steps=steps)
+        paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen, fused=fused)
     if "int_mm" in paths:
         x_q, _ = quantize_activations(x.reshape(-1, in_features))
         weight_t = packed.qdata.t()

@@ -28,7 +28,7 @@ from leanvideo.int8.hadamard import rotate_groups
 from leanvideo.int8.kernel_table import current_fingerprint, load_table
 from leanvideo.int8.linear import (
     KERNELS,
-    FusedSteps,
+    FusedW8A8,
     import_kitchen,
     int8_linear,
     linear_w8a16,
@@ -38,7 +38,7 @@ from leanvideo.int8.linear import (
 from leanvideo.int8.quantize import Int8Weight
 
 KITCHEN = import_kitchen()
-STEPS = FusedSteps()  # int_mm_fused's compiled steps
+FUSED = FusedW8A8()  # int_mm_fused's compiled function
 KITCHEN_MISSING = "comfy-kitchen does not import here (pip install comfy-kitchen, or .[cuda])"
 SHAPES = [(64, 256, 128), (96, 512, 384)]  # (rows, in, out)
 CONFIGS = {
@@ -70,7 +70,7 @@ def test_every_kernel_is_within_35_db_of_the_float_matmul(
     packed = quantize_weight(weight, CONFIGS[config_name])
     reference = torch.nn.functional.linear(x, weight, bias)
     assert unsupported_reason(kernel, x.to(dtype), packed, KITCHEN) is None
-    out = run_kernel(kernel, x.to(dtype), packed, bias, kitchen=KITCHEN, steps=STEPS)
+    out = run_kernel(kernel, x.to(dtype), packed, bias, kitchen=KITCHEN, fused=FUSED)
     measured = sqnr_db(reference, out.float())
     print(f"{kernel} {config_name} {shape} {dtype}: {measured:.2f} dB vs float matmul")
     assert out.dtype == dtype and out.shape == reference.shape
@@ -388,7 +388,7 @@ def test_cuda_kernels_match_the_float_matmul(kernel: str, config_name: str) -> N
     weight, x, bias = (t.cuda() for t in _layer(256, 1024, 512))
     packed = quantize_weight(weight, CONFIGS[config_name])  # convrot: comfy-kitchen's fused rotation
     assert unsupported_reason(kernel, x, packed, KITCHEN) is None
-    out = run_kernel(kernel, x.to(torch.bfloat16), packed, bias, kitchen=KITCHEN, steps=STEPS)
+    out = run_kernel(kernel, x.to(torch.bfloat16), packed, bias, kitchen=KITCHEN, fused=FUSED)
     measured = sqnr_db(torch.nn.functional.linear(x, weight, bias), out.float())
     print(f"{kernel} on {torch.cuda.get_device_name()}: {measured:.2f} dB vs float matmul")
     assert out.is_cuda and out.dtype == torch.bfloat16

@@ -1,7 +1,7 @@
-"""The ``int_mm_fused`` INT8 kernel: ``int_mm``'s maths with quantizing and rescaling compiled by
-torch.compile. It must compute what ``int_mm`` computes, compile once per process (not once per model
-load), trace into a compiled model as one graph, and be ruled out, not crash a load, where compiling
-fails (a machine without a C++ compiler)."""
+"""The ``int_mm_fused`` INT8 kernel: ``int_mm``'s maths compiled by torch.compile as one graph. It must
+compute what ``int_mm`` computes, compile once per process (not once per model load), trace into a
+compiled model as one graph, and be ruled out, not crash a load, where compiling fails (a machine
+without a C++ compiler)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
 from leanvideo.int8.dispatch import KernelDispatcher, LazyKitchen, default_kernels
-from leanvideo.int8.linear import FusedSteps, quantize_activations, rescale_output, run_kernel
+from leanvideo.int8.linear import FusedW8A8, rescale_output, run_kernel, w8a8_rows
 
 CONFIGS = {
     "row": Int8WeightConfig(),
@@ -37,62 +37,61 @@ def test_the_fused_kernel_computes_what_int_mm_computes(
     weight, x, bias = _layer(72, 512, 384)
     packed = quantize_weight(weight, CONFIGS[config_name])
     inputs = x.to(dtype).reshape(2, 36, 512)  # a batch of token rows, as a DiT passes them
-    steps = FusedSteps()
-    fused = run_kernel("int_mm_fused", inputs, packed, bias if with_bias else None, steps=steps)
+    fused = run_kernel("int_mm_fused", inputs, packed, bias if with_bias else None, fused=FusedW8A8())
     eager = run_kernel("int_mm", inputs, packed, bias if with_bias else None)
     agreement = sqnr_db(eager.float(), fused.float())
     print(f"int_mm_fused vs int_mm, {config_name} {dtype} bias={with_bias}: {agreement:.1f} dB")
     assert fused.shape == eager.shape == (2, 36, 384) and fused.dtype == dtype
     assert agreement >= 60.0  # the same maths; at most a last-bit rounding apart
-    q_fused, scale_fused = steps.quantize(inputs.reshape(-1, 512))
-    q_eager, scale_eager = quantize_activations(inputs.reshape(-1, 512))
-    assert q_fused.dtype == torch.int8 and (q_fused.int() - q_eager.int()).abs().max() <= 1
-    torch.testing.assert_close(scale_fused, scale_eager)
 
 
-def test_the_rescale_step_is_the_eager_maths() -> None:
+def test_the_compiled_graph_is_the_eager_maths() -> None:
+    """Quantize, int8 matmul and rescale, compiled, against the same eager ops and against the exact
+    rescale in float64."""
     generator = torch.Generator().manual_seed(4)
-    accumulated = torch.randint(-(2**20), 2**20, (24, 40), generator=generator, dtype=torch.int32)
-    x_scale, weight_scale = torch.rand(24, 1) * 0.01, torch.rand(1, 40) * 0.01
-    bias = torch.randn(40).to(torch.bfloat16)
-    expected = ((accumulated.double() * x_scale.double() * weight_scale.double()) + bias.double()).float()
+    rows = torch.randn(24, 96, generator=generator)
+    weight_t = torch.randint(-127, 128, (40, 96), generator=generator, dtype=torch.int8).t()
+    weight_scale = torch.rand(1, 40, generator=generator) * 0.01
+    bias = torch.randn(40, generator=generator).to(torch.bfloat16)
     for out_bias in (bias, None):
-        out = FusedSteps().rescale(accumulated, x_scale, weight_scale, out_bias, torch.float32)
-        torch.testing.assert_close(
-            out, rescale_output(accumulated, x_scale, weight_scale, out_bias, torch.float32)
-        )
-    torch.testing.assert_close(
-        rescale_output(accumulated, x_scale, weight_scale, bias, torch.float32), expected
-    )
+        for dtype in (torch.float32, torch.bfloat16):
+            inputs = rows.to(dtype)  # as a layer passes them: its output in its input's dtype
+            compiled = FusedW8A8()(inputs, weight_t, weight_scale, out_bias, dtype)
+            torch.testing.assert_close(compiled, w8a8_rows(inputs, weight_t, weight_scale, out_bias, dtype))
+    accumulated = torch.randint(-(2**20), 2**20, (24, 40), generator=generator, dtype=torch.int32)
+    x_scale = torch.rand(24, 1, generator=generator) * 0.01
+    exact = accumulated.double() * x_scale.double() * weight_scale.double() + bias.double()
+    out = rescale_output(accumulated, x_scale, weight_scale, bias, torch.float32)
+    torch.testing.assert_close(out, exact.float())
 
 
 def test_a_second_model_load_compiles_nothing_again() -> None:
-    """Every model load makes its own dispatcher and so its own :class:`FusedSteps`: the compiled code
+    """Every model load makes its own dispatcher and so its own :class:`FusedW8A8`: the compiled code
     is torch's per function, so only the first compiles, whatever the rows (shapes are dynamic)."""
     from torch._dynamo.utils import counters
 
     weight, x, bias = _layer(48, 256, 128)
     packed = quantize_weight(weight, Int8WeightConfig())
-    run_kernel("int_mm_fused", x, packed, bias, steps=FusedSteps())
+    run_kernel("int_mm_fused", x, packed, bias, fused=FusedW8A8())
     graphs = counters["stats"]["unique_graphs"]
     for rows in (48, 40, 300):
-        run_kernel("int_mm_fused", torch.randn(rows, 256), packed, bias, steps=FusedSteps())
+        run_kernel("int_mm_fused", torch.randn(rows, 256), packed, bias, fused=FusedW8A8())
     assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_a_fused_layer_compiles_into_one_graph_and_matches_eager() -> None:
-    """Inside a model compiled whole (ComfyUI's TorchCompileModel) the compiled steps are inlined."""
+    """Inside a model compiled whole (ComfyUI's TorchCompileModel) the plain maths is traced in."""
     weight, x, bias = _layer(48, 512, 256)
     packed = quantize_weight(weight, Int8WeightConfig(convrot=True))
-    steps = FusedSteps()
+    fused = FusedW8A8()
 
     def layer(inputs: torch.Tensor) -> torch.Tensor:
-        return run_kernel("int_mm_fused", inputs, packed, bias, steps=steps)
+        return run_kernel("int_mm_fused", inputs, packed, bias, fused=fused)
 
     compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
     out = compiled(x)
     assert out.shape == (48, 256)
-    assert steps._compiled is None  # traced as plain steps: no nested torch.compile was set up
+    assert fused._compiled is None  # traced as plain maths: no nested torch.compile was set up
     assert sqnr_db(layer(x).float(), out.float()) >= 60.0
 
 
@@ -122,8 +121,8 @@ def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
     assert sqnr_db(torch.nn.functional.linear(x, weight, bias), out) >= 35.0
 
 
-def test_the_fused_kernel_asks_for_its_steps_by_name() -> None:
+def test_the_fused_kernel_asks_for_its_compiled_function_by_name() -> None:
     weight, x, _ = _layer(32, 128, 64)
     packed = quantize_weight(weight, Int8WeightConfig())
-    with pytest.raises(ValueError, match=r"int_mm_fused.*steps=FusedSteps"):
+    with pytest.raises(ValueError, match=r"int_mm_fused.*fused=FusedW8A8"):
         run_kernel("int_mm_fused", x, packed)

@@ -41,7 +41,7 @@ from .kernel_table import Choice, current_fingerprint, load_table, save_table
 from .linear import (
     KERNELS,
     MATMUL_ROUTES,
-    FusedSteps,
+    FusedW8A8,
     import_kitchen,
     kernel_of_route,
     run_kernel,
@@ -96,12 +96,12 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
     def module() -> ModuleType | None:
         return kitchen.get() if isinstance(kitchen, LazyKitchen) else kitchen
 
-    steps = FusedSteps()  # int_mm_fused's compiled steps, shared by this dispatcher's every call
+    fused = FusedW8A8()  # int_mm_fused's compiled function, shared by this dispatcher's every call
 
     def impl(name: str) -> KernelImpl:
         if name == "int_mm_fused":
             return KernelImpl(
-                run=lambda x, packed, bias: run_kernel(name, x, packed, bias, steps=steps),
+                run=lambda x, packed, bias: run_kernel(name, x, packed, bias, fused=fused),
                 unsupported=lambda x, packed: unsupported_reason(name, x, packed),
             )
         if name != "kitchen":

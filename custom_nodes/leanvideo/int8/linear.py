@@ -6,10 +6,11 @@
   ``torch._int_mm`` and rescales by ``activation_scale × weight_scale``. On CUDA the kernel needs more
   than 16 rows and both weight dimensions multiples of 8; on a CPU it takes any shape. Quantizing the
   activations and rescaling the output are a few elementwise passes each, run one after another.
-- ``int_mm_fused`` is the same maths with each of those two steps compiled by ``torch.compile``
-  (inductor) into one kernel (Triton on CUDA, C++ on a CPU): the int8 matmul is unchanged, the passes
-  over the activations and the output shrink to one read and one write each. It compiles at first use
-  (seconds, once per process; shapes are dynamic); where compiling fails, the dispatcher rules it out.
+- ``int_mm_fused`` is the same maths compiled by ``torch.compile`` (inductor) as one graph: quantizing
+  becomes one kernel (Triton on CUDA, C++ on a CPU), ``torch._int_mm`` stays the library's, and the
+  rescale one kernel more, so the passes over the activations and the output shrink to one read and one
+  write each. It compiles at first use (seconds, once per process; shapes are dynamic); where compiling
+  fails, the dispatcher rules it out.
 - ``kitchen`` is comfy-kitchen's ``int8_linear`` (ComfyUI's kernel library, optional: ``pip install
   .[cuda]``): the same maths with activation quantization fused into cuBLASLt/Triton kernels on CUDA and
   an eager backend elsewhere. Convrot layers rotate with comfy-kitchen's own (regular) Hadamard
@@ -53,8 +54,7 @@ ROUTE_ALIASES: dict[str, str] = {"w8a8": "int_mm"}
 KITCHEN_MODULE = "comfy_kitchen"
 KITCHEN_OP = "leanvideo::kitchen_int8_linear"
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-QuantizeStep = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
-RescaleStep = Callable[
+W8A8Rows = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor
 ]
 
@@ -146,45 +146,47 @@ def rescale_output(
     return out.to(dtype)
 
 
-class FusedSteps:
-    """:func:`quantize_activations` and :func:`rescale_output`, each compiled by ``torch.compile`` with
-    dynamic shapes into one kernel. Set up at the first call (torch.compile's own set-up costs about a
-    second the first time in a process); compiled code is kept per function by torch, so every instance
-    after the first compiles nothing. Inside a model that torch.compile compiles whole, the plain steps
-    are traced into the model's graph instead. For inference: the inputs are detached."""
+def w8a8_rows(
+    rows: torch.Tensor,
+    weight_t: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    dtype: torch.dtype,
+    int_mm: IntMatmul = torch._int_mm,
+) -> torch.Tensor:
+    """W8A8 on 2-D rows: quantize them, ``int_mm`` with the int8 weight ``[in, out]``, rescale by the
+    weight scales ``[1, out]`` (+ bias), return ``dtype``."""
+    x_q, x_scale = quantize_activations(rows)
+    return rescale_output(int_mm(x_q, weight_t), x_scale, weight_scale, bias, dtype)
+
+
+class FusedW8A8:
+    """:func:`w8a8_rows` compiled by ``torch.compile`` with dynamic shapes. Set up at the first call
+    (torch.compile's own set-up costs about a second the first time in a process); compiled code is kept
+    per function by torch, so every instance after the first compiles nothing. Inside a model that
+    torch.compile compiles whole, the plain function is traced into the model's graph instead. For
+    inference: the inputs are detached."""
 
     def __init__(self) -> None:
-        self._compiled: tuple[QuantizeStep, RescaleStep] | None = None
+        self._compiled: W8A8Rows | None = None
 
-    def _steps(self) -> tuple[QuantizeStep, RescaleStep]:
-        if self._compiled is None:
-            self._compiled = (
-                torch.compile(quantize_activations, dynamic=True),
-                torch.compile(rescale_output, dynamic=True),
-            )
-        return self._compiled
-
-    # Inputs go in detached: the same storage, but no longer a view. Of a view, torch.compile guards
-    # the tensor it was viewed from too, which differs from layer to layer, and every new one would
-    # compile again until torch's recompile limit (8 per function) left the step unfused.
-
-    def quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if torch.compiler.is_compiling():
-            return quantize_activations(x)
-        return self._steps()[0](x.detach())
-
-    def rescale(
+    def __call__(
         self,
-        accumulated: torch.Tensor,
-        x_scale: torch.Tensor,
+        rows: torch.Tensor,
+        weight_t: torch.Tensor,
         weight_scale: torch.Tensor,
         bias: torch.Tensor | None,
         dtype: torch.dtype,
     ) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            return rescale_output(accumulated, x_scale, weight_scale, bias, dtype)
+            return w8a8_rows(rows, weight_t, weight_scale, bias, dtype)
+        if self._compiled is None:
+            self._compiled = torch.compile(w8a8_rows, dynamic=True)
+        # Detached: the same storage, but no longer a view. Of a view, torch.compile guards the tensor
+        # it was viewed from too, which differs from layer to layer, and every new one would compile
+        # again until torch's recompile limit (8 per function) left the kernel unfused.
         detached = None if bias is None else bias.detach()
-        return self._steps()[1](accumulated, x_scale, weight_scale.detach(), detached, dtype)
+        return self._compiled(rows.detach(), weight_t.detach(), weight_scale.detach(), detached, dtype)
 
 
 def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -205,22 +207,24 @@ def linear_w8a8(
     bias: torch.Tensor | None = None,
     *,
     int_mm: IntMatmul = torch._int_mm,
-    steps: FusedSteps | None = None,
+    fused: FusedW8A8 | None = None,
 ) -> torch.Tensor:
     """Dynamic per-token W8A8; ``int_mm`` is the int8 kernel (``torch._int_mm`` or the reference),
-    ``steps`` the compiled quantize and rescale steps (``None``: run them op by op)."""
+    ``fused`` runs the whole of it compiled (``None``: op by op)."""
     if packed.config.granularity == "block":
         raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
-    quantize, rescale = (
-        (quantize_activations, rescale_output) if steps is None else (steps.quantize, steps.rescale)
-    )
-    x_q, x_scale = quantize(_rotated_rows(x, packed))
-    accumulated = int_mm(x_q, packed.qdata.to(x.device).t())
     out_features = packed.qdata.shape[0]
-    # [1, out] for per-tensor scales too: one shape and layout for every weight, one compiled rescale
+    # [1, out] for per-tensor scales too: one shape and layout for every weight, one compiled graph
     scale = packed.scale.to(device=x.device, dtype=torch.float32)
     weight_scale = scale.reshape(1, -1).expand(1, out_features).contiguous()
-    out = rescale(accumulated, x_scale, weight_scale, None if bias is None else bias.to(x.device), x.dtype)
+    args = (
+        _rotated_rows(x, packed),
+        packed.qdata.to(x.device).t(),
+        weight_scale,
+        None if bias is None else bias.to(x.device),
+        x.dtype,
+    )
+    out = w8a8_rows(*args, int_mm=int_mm) if fused is None else fused(*args)
     return out.reshape(*x.shape[:-1], out_features)
 
 
@@ -302,19 +306,19 @@ def run_kernel(
     bias: torch.Tensor | None = None,
     *,
     kitchen: ModuleType | None = None,
-    steps: FusedSteps | None = None,
+    fused: FusedW8A8 | None = None,
 ) -> torch.Tensor:
     """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`).
-    ``kitchen`` is comfy-kitchen for ``kitchen``; ``steps`` serve ``int_mm_fused`` (make one and keep
-    it: setting up torch.compile's wrappers costs about as much as a small layer's matmul)."""
+    ``kitchen`` is comfy-kitchen for ``kitchen``; ``fused`` runs ``int_mm_fused`` (make one and keep
+    it: torch.compile's set-up per wrapper costs about as much as a small layer's matmul)."""
     if kernel == "w8a16":
         return linear_w8a16(x, packed, bias)
     if kernel == "int_mm":
         return linear_w8a8(x, packed, bias)
     if kernel == "int_mm_fused":
-        if steps is None:
-            raise ValueError("the int_mm_fused kernel needs its compiled steps (steps=FusedSteps())")
-        return linear_w8a8(x, packed, bias, steps=steps)
+        if fused is None:
+            raise ValueError("the int_mm_fused kernel needs its compiled function (fused=FusedW8A8())")
+        return linear_w8a8(x, packed, bias, fused=fused)
     if kernel == "kitchen":
         if kitchen is None:
             raise ValueError("the kitchen kernel needs comfy-kitchen (pip install comfy-kitchen)")
@@ -329,11 +333,11 @@ def int8_linear(
     *,
     route: MatmulRoute = "w8a16",
     kitchen: ModuleType | None = None,
-    steps: FusedSteps | None = None,
+    fused: FusedW8A8 | None = None,
 ) -> torch.Tensor:
     """``x @ W.T + bias`` on the kernel ``route`` names, or ``w8a16`` where that kernel cannot run the
     shape. ``auto`` (which needs measurements: :class:`.dispatch.KernelDispatcher`) runs ``w8a16`` here."""
     kernel = kernel_of_route(route) or "w8a16"
     if unsupported_reason(kernel, x, packed, kitchen) is not None:
         kernel = "w8a16"
-    return run_kernel(kernel, x, packed, bias, kitchen=kitchen, steps=steps)
+    return run_kernel(kernel, x, packed, bias, kitchen=kitchen, fused=fused)
