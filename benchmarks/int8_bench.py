@@ -6,11 +6,12 @@ Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--t
 benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU,
 what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm,
 int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the measurement it
-makes at first use) and ``torch._int_mm`` alone on activations quantized beforehand (what a W8A8 kernel
-built on it costs at least), each as a ratio of the float matmul, timed in interleaved rounds (one call
-of each path per round, so load from other processes falls on every path alike), with the device
-synchronised around every timed call; each kernel's output is also checked against the fp32 matmul
-(SQNR), and a kernel that raises is reported with its error while the others are still measured.
+makes at first use), ``torch._int_mm`` alone on activations quantized beforehand (what a W8A8 kernel
+built on it costs at least) and w8a16 compiled by torch.compile (what dequantizing in one pass gains),
+each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
+load from other processes falls on every path alike), with the device synchronised around every timed
+call; each kernel's output is also checked against the fp32 matmul (SQNR), and a kernel that raises is
+reported with its error while the others are still measured.
 ``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
 kernel). ``--json`` writes that table as a list of ``{shape, kernel, ratio}`` (``{shape, kernel,
 error}`` for a kernel that raised) and ``{shape, auto, auto_over_best}``.
@@ -49,6 +50,7 @@ from leanvideo.int8.linear import (
     run_kernel,
     unsupported_reason,
 )
+from leanvideo.int8.quantize import Int8Weight, dequantize
 from safetensors.torch import load_file, save_file
 
 from benchmarks.timing import Timing, measure, measure_interleaved
@@ -59,12 +61,15 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape;
 # 5: "sqnr_db" per kernel row (against the fp32 matmul), "error" rows for kernels that raised, auto's
 # "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
-# rows and an "int8 matmul alone" row
+# rows, "int8 matmul alone" and "w8a16 compiled" rows
 RECORD_VERSION = 6
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 # torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
 # W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
 INT_MM_ALONE = "int8 matmul alone"
+# w8a16 with dequantize and matmul compiled by torch.compile (dequantizing in one pass, where eager makes
+# three): no kernel auto chooses, a measurement of what such a kernel would gain on this device
+W8A16_COMPILED = "w8a16 compiled"
 AUTO = "auto"
 # hidden size, FFN width and block count of the real models ("ltxv-mid": the mid LTXV DiT's widths)
 MODELS: dict[str, tuple[int, int, int]] = {
@@ -171,6 +176,23 @@ def _float_matmul(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], object]
     return lambda: torch.nn.functional.linear(x, weight)
 
 
+def _w8a16_graph(
+    x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, config: Int8WeightConfig
+) -> torch.Tensor:
+    return torch.nn.functional.linear(x, dequantize(qdata, scale, config, x.dtype))
+
+
+def _compiled_w8a16(x: torch.Tensor, packed: Int8Weight) -> Callable[[], object] | None:
+    """The :data:`W8A16_COMPILED` path, compiled and run once; ``None`` (logged) where it cannot compile."""
+    compiled = torch.compile(_w8a16_graph, dynamic=True)
+    try:
+        compiled(x, packed.qdata, packed.scale, packed.config)
+    except Exception as exc:  # a diagnostic row: its absence is reported, the table goes on
+        logger.warning("%s left out: %s: %s", W8A16_COMPILED, type(exc).__name__, exc)
+        return None
+    return lambda: compiled(x, packed.qdata, packed.scale, packed.config)
+
+
 @dataclass
 class ShapeRun:
     """One shape's measurements: timings by label, each kernel's SQNR against the fp32 matmul, the
@@ -222,6 +244,8 @@ def _bench_shape(
         x_q, _ = quantize_activations(x.reshape(-1, in_features))
         weight_t = packed.qdata.t()
         paths[INT_MM_ALONE] = lambda: torch._int_mm(x_q, weight_t)
+    if (w8a16_compiled := _compiled_w8a16(x, packed)) is not None:
+        paths[W8A16_COMPILED] = w8a16_compiled
     dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
     dispatcher.linear(x, packed)  # the measurement auto makes at first use
     [choice] = dispatcher.choices().values()
@@ -363,7 +387,7 @@ def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) 
     print(f"\nlinear on {device}, {model}: time as a multiple of the {float_name} matmul")
     for row in rows:
         if "error" in row:
-            print(f"  {row['shape']:<48} {row['kernel']:<14} raised {row['error']}")
+            print(f"  {row['shape']:<48} {row['kernel']:<18} raised {row['error']}")
             continue
         flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
         timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['ratio']:.2f}×"
@@ -371,7 +395,7 @@ def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) 
         chose = (
             f"  chose {row['chose']}, {row['auto_over_best']:.3f}× the best kernel" if "chose" in row else ""
         )
-        print(f"  {row['shape']:<48} {row['kernel']:<14} {timing}{quality}{chose}{flag}")
+        print(f"  {row['shape']:<48} {row['kernel']:<18} {timing}{quality}{chose}{flag}")
 
 
 def _print_files(model: str, files: dict[str, Any]) -> None:
