@@ -17,7 +17,7 @@
   matrix, so comfy-kitchen rotates their activations itself (fused into its quantizer on CUDA at group
   256); only version-1 files' Sylvester-rotated layers have their activations rotated here first.
 
-Neither W8A8 kernel takes block-wise weight scales. Which kernel runs a layer is the dispatcher's
+No W8A8 kernel takes block-wise weight scales. Which kernel runs a layer is the dispatcher's
 choice (:mod:`.dispatch`); :func:`int8_linear` runs one named kernel and falls back to ``w8a16`` where
 it cannot run the shape. Tests drive the W8A8 maths on any device with :func:`reference_int_mm`.
 
