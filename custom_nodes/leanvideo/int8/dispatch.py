@@ -99,14 +99,9 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
     fused = FusedW8A8()  # int_mm_fused's compiled function, shared by this dispatcher's every call
 
     def impl(name: str) -> KernelImpl:
-        if name == "int_mm_fused":
+        if name != "kitchen":  # only the kitchen kernel needs comfy-kitchen imported
             return KernelImpl(
                 run=lambda x, packed, bias: run_kernel(name, x, packed, bias, fused=fused),
-                unsupported=lambda x, packed: unsupported_reason(name, x, packed),
-            )
-        if name != "kitchen":
-            return KernelImpl(
-                run=lambda x, packed, bias: run_kernel(name, x, packed, bias),
                 unsupported=lambda x, packed: unsupported_reason(name, x, packed),
             )
         return KernelImpl(
