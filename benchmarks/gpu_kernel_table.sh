@@ -50,9 +50,8 @@ LOG="$RESULTS/log.txt"
 exec > >(tee -a "$LOG") 2>&1
 finish() {
   echo "== 3. hand back: $HANDBACK (done in $(($(date +%s) - START)) s)"
-  for file in "$RESULTS"/int8_linear*.txt "$RESULTS"/int8_kernels*.json "$RESULTS"/int8_linear.json; do
-    [ -f "$file" ] && cp "$file" "$HANDBACK/"
-  done
+  # each table's text and JSON went back as it ended (table below): the record and the log remain
+  [ -f "$RESULTS/int8_linear.json" ] && cp "$RESULTS/int8_linear.json" "$HANDBACK/"
   [ "$HANDBACK" = "$RESULTS/handback" ] || cp "$LOG" "$HANDBACK/log.txt"
 }
 trap finish EXIT
