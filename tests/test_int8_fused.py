@@ -5,6 +5,7 @@ without a C++ compiler)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,8 @@ def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """No working C++ compiler (a Windows machine without one, say): compiling raises, the dispatcher
-    keeps the reason and runs a kernel that works."""
+    keeps the reason and runs a kernel that works. (auto measures the fused kernel on a GPU; here it is
+    told to on the CPU.)"""
     import torch._dynamo
     import torch._inductor.config
 
@@ -107,7 +109,9 @@ def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
     no_compiler = {"fx_graph_cache": False, "cpp.cxx": (str(tmp_path / "no-such-compiler"),)}
     weight, x, bias = _layer(64, 256, 128)
     packed = quantize_weight(weight, Int8WeightConfig())
-    dispatcher = KernelDispatcher(kernels=default_kernels(LazyKitchen(lambda: None)))
+    kernels = default_kernels(LazyKitchen(lambda: None))
+    kernels["int_mm_fused"] = dataclasses.replace(kernels["int_mm_fused"], auto_on_cpu=True)
+    dispatcher = KernelDispatcher(kernels=kernels)
     torch._dynamo.reset()
     try:
         with torch._inductor.config.patch(no_compiler):
@@ -126,3 +130,21 @@ def test_the_fused_kernel_asks_for_its_compiled_function_by_name() -> None:
     packed = quantize_weight(weight, Int8WeightConfig())
     with pytest.raises(ValueError, match=r"int_mm_fused.*fused=FusedW8A8"):
         run_kernel("int_mm_fused", x, packed)
+
+
+def test_auto_leaves_the_fused_kernel_out_on_a_cpu_and_forcing_runs_it() -> None:
+    """On a CPU the fused kernel gains a few % per layer, and compiling it would cost every server
+    seconds at its first prompt: auto does not measure it there (and says so); ``path`` forces it."""
+    weight, x, bias = _layer(64, 256, 128)
+    packed = quantize_weight(weight, Int8WeightConfig())
+    measured = KernelDispatcher(kernels=default_kernels(LazyKitchen(lambda: None)))
+    measured.linear(x, packed, bias)
+    [choice] = measured.choices().values()
+    assert "int_mm_fused" not in choice.seconds
+    assert choice.rejected["int_mm_fused"].startswith("not measured on a CPU")
+    assert "path=int_mm_fused forces it" in choice.rejected["int_mm_fused"]
+    forced = KernelDispatcher(forced="int_mm_fused", kernels=default_kernels(LazyKitchen(lambda: None)))
+    out = forced.linear(x, packed, bias)
+    [choice] = forced.choices().values()
+    assert (choice.kernel, choice.source) == ("int_mm_fused", "forced")
+    assert torch.equal(out, run_kernel("int_mm", x, packed, bias))

@@ -49,9 +49,9 @@ def _shared_inputs() -> list[Any]:
             "the table is cached in the user directory). w8a16 dequantizes weights (every device); "
             "int_mm quantizes activations and multiplies with torch._int_mm; int_mm_fused is int_mm "
             "with quantizing and rescaling each compiled into one kernel by torch.compile (compiles "
-            "at first use); kitchen uses comfy-kitchen's fused kernel (pip install comfy-kitchen). A "
-            "forced kernel runs w8a16 where it cannot run a shape; w8a8 is int_mm's older name. With "
-            "auto, LEANVIDEO_INT8_KERNEL forces one.",
+            "at first use; auto measures it on a GPU only); kitchen uses comfy-kitchen's fused kernel "
+            "(pip install comfy-kitchen). A forced kernel runs w8a16 where it cannot run a shape; w8a8 "
+            "is int_mm's older name. With auto, LEANVIDEO_INT8_KERNEL forces one.",
         ),
         io.Boolean.Input(
             "quantize_on_load",

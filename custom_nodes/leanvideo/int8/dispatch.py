@@ -5,7 +5,8 @@ layer of a new :class:`ShapeClass` runs (device, dtype, weight shape, activation
 power of two, weight layout), it runs every candidate kernel of :mod:`.linear` on that very input:
 
 1. a kernel that cannot run the shape, raises, or disagrees with ``w8a16`` (SQNR below
-   :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept;
+   :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept; so is one whose ``auto_on_cpu`` is
+   false, on a CPU (``int_mm_fused``: compiling it costs every server seconds there, for a few %);
 2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised; each kernel's
    fastest call counts, so load from other processes hurts every candidate alike; a kernel whose best
    of its first :data:`EARLY_STOP_MIN_SAMPLES` calls is slower than :data:`EARLY_STOP_RATIO` × ``w8a16``
@@ -66,10 +67,12 @@ OnChoice = Callable[[str, Choice], None]
 
 @dataclass(frozen=True)
 class KernelImpl:
-    """One candidate: how to run it and why it cannot run a shape (``None`` when it can)."""
+    """One candidate: how to run it, why it cannot run a shape (``None`` when it can), and whether
+    ``auto`` measures it on a CPU (forcing it runs it there either way)."""
 
     run: RunKernel
     unsupported: Unsupported
+    auto_on_cpu: bool = True
 
 
 class LazyKitchen:
@@ -103,6 +106,8 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
             return KernelImpl(
                 run=lambda x, packed, bias: run_kernel(name, x, packed, bias, fused=fused),
                 unsupported=lambda x, packed: unsupported_reason(name, x, packed),
+                # on a CPU it gains a few % per layer, and compiling costs each server 2–10 s
+                auto_on_cpu=name != "int_mm_fused",
             )
         return KernelImpl(
             run=lambda x, packed, bias: run_kernel(name, x, packed, bias, kitchen=module()),
@@ -248,6 +253,11 @@ class KernelDispatcher:
             kernel = self.kernels[name]
             if name != "w8a16" and (reason := kernel.unsupported(x, packed)) is not None:
                 rejected[name] = f"unsupported: {reason}"
+                continue
+            if name != "w8a16" and x.device.type == "cpu" and not kernel.auto_on_cpu:
+                rejected[name] = (
+                    f"not measured on a CPU (it compiles, seconds per server); path={name} forces it"
+                )
                 continue
             try:
                 output = kernel.run(x, packed, bias)  # warmup, and the output checked below

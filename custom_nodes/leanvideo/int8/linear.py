@@ -10,7 +10,8 @@
   becomes one kernel (Triton on CUDA, C++ on a CPU), ``torch._int_mm`` stays the library's, and the
   rescale one kernel more, so the passes over the activations and the output shrink to one read and one
   write each. It compiles at first use (seconds, once per process; shapes are dynamic); where compiling
-  fails, the dispatcher rules it out.
+  fails, the dispatcher rules it out. The dispatcher measures it on a GPU only (on a CPU it gains a few
+  % per layer, not worth each server's compile); forced, it runs anywhere.
 - ``kitchen`` is comfy-kitchen's ``int8_linear`` (ComfyUI's kernel library, optional: ``pip install
   .[cuda]``): the same maths with activation quantization fused into cuBLASLt/Triton kernels on CUDA and
   an eager backend elsewhere. Convrot layers rotate with comfy-kitchen's own (regular) Hadamard
