@@ -31,7 +31,7 @@ from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 def prepared(job_id: str, seed: int = 1) -> PreparedJob:
     prompt = copy.deepcopy(WORKFLOW)
     prompt["2"]["inputs"]["seed"] = seed
-    return PreparedJob(1, job_id, Path("wf.json"), (f"2.seed={seed}",), None, prompt)
+    return PreparedJob(1, job_id, Path("wf.json"), (f"2.seed={seed}",), prompt=prompt)
 
 
 def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:

@@ -175,3 +175,25 @@ def test_dit_loader_reads_only_the_diffusion_model_of_a_full_checkpoint(
     patcher = comfy.loading.load_diffusion_model_int8(path)
     assert comfy.ops.is_int8(patcher.model.diffusion_model.transformer_blocks[0].attn1.to_q.weight)
     assert not comfy.ops.is_int8(patcher.model.diffusion_model.proj_out.weight)
+
+
+def test_checkpoint_loader_detects_the_model_once_before_comfyui(
+    comfy: SimpleNamespace, tiny_models: FixtureSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quantizing a float checkpoint on load: our detection (VAE prefix, family) runs once, then
+    ComfyUI's own when it builds the model — not a second time for the family."""
+    from comfy import model_detection
+    from leanvideo.int8_checkpoint import load_checkpoint_int8
+
+    calls: list[str] = []
+    detect = model_detection.model_config_from_unet
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[1])
+        return detect(*args, **kwargs)
+
+    monkeypatch.setattr(model_detection, "model_config_from_unet", counted)
+    model, vae = load_checkpoint_int8(tiny_models.checkpoint)
+    assert comfy.ops.is_int8(model.model.diffusion_model.transformer_blocks[0].attn1.to_q.weight)
+    assert vae is not None
+    assert len(calls) == 2, calls

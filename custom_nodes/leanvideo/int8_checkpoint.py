@@ -45,7 +45,8 @@ def load_checkpoint_int8(path: Path, options: Int8LoadOptions | None = None) -> 
     header = read_header(path)
     dit_keys = diffusion_model_keys(header)
     loaded = read_for_loading(path, options, dit_keys)
-    model_config, _ = detect_model_config(loaded.tensors, loaded.metadata, source=str(path))
+    detected = detect_model_config(loaded.tensors, loaded.metadata, source=str(path))
+    model_config = detected[0]
     prefixes = tuple(model_config.vae_key_prefix)
     vae_keys = [key for key in header.dtypes if key.startswith(prefixes)]
     if not vae_keys:
@@ -53,7 +54,7 @@ def load_checkpoint_int8(path: Path, options: Int8LoadOptions | None = None) -> 
             f"{path}: holds no VAE (no tensor starts with {' or '.join(map(repr, prefixes))}); it is a "
             "diffusion model alone: load it with Load Diffusion Model (INT8) and its VAE with Load VAE"
         )
-    model = build_diffusion_model(loaded, options)
+    model = build_diffusion_model(loaded, options, detected)
     del loaded
     vae_sd = comfy.utils.state_dict_prefix_replace(
         read_tensors(path, vae_keys), dict.fromkeys(prefixes, ""), filter_keys=True

@@ -106,9 +106,14 @@ def detect_family(
 ) -> tuple[str, str]:
     """``(family, key prefix)`` of a diffusion model state dict, by ComfyUI's model detection."""
     model_config, prefix = detect_model_config(tensors, metadata, source=source)
+    return family_of(model_config, source=source), prefix
+
+
+def family_of(model_config: Any, *, source: str) -> str:
+    """The quantization family (:data:`_FAMILIES`) of a ComfyUI model config detected in ``source``."""
     for base, family in _FAMILIES:
         if isinstance(model_config, base):
-            return family, prefix
+            return family
     raise Int8FormatError(
         f"{source}: model family {type(model_config).__name__!r} has no INT8 quantization rules; "
         f"supported: {[family for _, family in _FAMILIES]}"
@@ -145,13 +150,19 @@ def load_diffusion_model_int8(path: Path, options: Int8LoadOptions | None = None
     return build_diffusion_model(read_for_loading(path, options, keys), options)
 
 
-def build_diffusion_model(loaded: LoadedFile, options: Int8LoadOptions) -> Any:
+def build_diffusion_model(
+    loaded: LoadedFile, options: Int8LoadOptions, detected: tuple[Any, str] | None = None
+) -> Any:
     """The ``ModelPatcher`` of a diffusion model read by :func:`read_int8_file` (quantized first when
-    its format is one of :data:`QUANTIZED_ON_LOAD`)."""
+    its format is one of :data:`QUANTIZED_ON_LOAD`). ``detected``: its ``(model config, key prefix)``
+    when the caller already ran :func:`detect_model_config`, which is then not run again."""
     path = loaded.path
     tensors = loaded.tensors
     if loaded.format in QUANTIZED_ON_LOAD:
-        family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
+        if detected is None:
+            family, prefix = detect_family(tensors, loaded.metadata, source=str(path))
+        else:
+            family, prefix = family_of(detected[0], source=str(path)), detected[1]
         tensors = _quantize_loaded(loaded, family, prefix, options.quantize_config)
     model_options: dict[str, Any] = {
         "custom_operations": make_int8_ops(options.matmul_route, options.lora_mode, options.dispatcher)

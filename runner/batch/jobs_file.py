@@ -33,7 +33,7 @@ import csv
 import io
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,10 @@ class JobLine:
 
 
 @dataclass(frozen=True)
-class PreparedJob:
-    """A job ready to queue: its API prompt with the overrides applied and checked."""
+class PreparedJob(JobLine):
+    """A job ready to queue: the line's fields and its API prompt with the overrides applied and checked."""
 
-    line: int
-    job_id: str
-    workflow: Path
-    overrides: tuple[str, ...]
-    priority: int | None
-    prompt: Workflow
+    prompt: Workflow = field(kw_only=True)
 
 
 def read_jobs_file(path: Path) -> list[JobLine]:
@@ -136,9 +131,8 @@ def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> li
         for problem in errors:
             problems.append(f"line {job.line}: workflow {job.workflow.name}: {problem}")
         if not errors:
-            prepared.append(
-                PreparedJob(job.line, job.job_id, job.workflow, job.overrides, job.priority, prompt)
-            )
+            stated = {f.name: getattr(job, f.name) for f in fields(JobLine)}
+            prepared.append(PreparedJob(**stated, prompt=prompt))
     _raise_if_any(path, problems)
     return prepared
 
