@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`LeanVideoError`; 
 branch of the tree to its own exit code so scripts can tell failures apart::
 
     LeanVideoError                  exit 1
+    ├── UsageError                  exit 2   an argument cannot be used (an output folder that is a file)
     ├── WorkspaceError              exit 3   ComfyUI or the venv is missing: run install.py
     ├── ServerError                 exit 4
     │   ├── PortInUseError                   the port is already bound
@@ -35,6 +36,13 @@ class LeanVideoError(Exception):
     exit_code = 1
     result: Any = None
     record_path: Any = None
+
+
+class UsageError(LeanVideoError):
+    """An argument names something that cannot be used: an output folder that is a file or not writable,
+    a port out of range. Raised before any work starts."""
+
+    exit_code = 2
 
 
 class WorkspaceError(LeanVideoError):

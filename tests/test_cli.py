@@ -69,6 +69,20 @@ def test_serve_on_a_taken_port_exits_4_with_a_clear_message(workspace: Workspace
     assert f"Port {free_port}" in done.stderr and "already in use" in done.stderr
 
 
+def test_serve_refuses_what_it_cannot_use_before_starting(
+    workspace: Workspace, free_port: int, tmp_path: Path
+) -> None:
+    for port in ("99999", "0", "http"):
+        done = _cli("serve", "--port", port)
+        assert done.returncode == 2 and f"{port!r} is not a port (1-65535)" in done.stderr
+    done = _cli("serve", "--port", str(free_port), "--models", str(tmp_path / "none"))
+    assert done.returncode == 2 and f"--models {tmp_path / 'none'}: no such folder" in done.stderr
+    done = _cli("serve", "--port", str(free_port), "--host", "192.0.2.1")  # TEST-NET-1: not this machine's
+    assert done.returncode == 4 and f"cannot listen on 192.0.2.1:{free_port}" in done.stderr
+    assert "already in use" not in done.stderr
+    assert not (workspace.servers_dir / str(free_port)).exists()
+
+
 def test_the_cli_starts_without_importing_torch() -> None:
     """`leanvideo --help` (and every command until it needs torch) stays fast: 0.4 s, not 2.3 s."""
     code = "import sys, runner.cli.main; runner.cli.main.build_parser(); print('torch' in sys.modules)"

@@ -108,6 +108,22 @@ def test_validation_errors_name_the_node_client_side_and_server_side(
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_an_unusable_out_folder_exits_2_before_anything_is_submitted(
+    comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("kept")
+    before = httpx.get(f"{comfy_server.url}/history").json()
+    code = main(["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--out", str(taken), "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and (error["type"], error["exit_code"]) == ("UsageError", 2)
+    assert error["message"].startswith(f"--out {taken}: cannot make the run folder")
+    assert httpx.get(f"{comfy_server.url}/history").json() == before and taken.read_text() == "kept"
+    code = main(["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--set", "Sampel.seed=1", "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 5 and error["type"] == "WorkflowError" and "Sampel" in error["message"]
+
+
 def test_ctrl_c_interrupts_the_prompt_on_the_server(comfy_server: ComfyServer, tmp_path: Path) -> None:
     def press_ctrl_c_on_first_step(event: ClientEvent) -> None:
         if event.kind == "step":

@@ -33,8 +33,17 @@ def test_a_timeout_exits_7_and_prints_the_partial_record_as_json(
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for bad in (["--header", "no-colon"], ["--server", "ftp://x"], ["--timeout", "0"]):
+    bad_args = (
+        ["--header", "no-colon"],
+        ["--header", "X-Name: café"],
+        ["--server", "ftp://x"],
+        ["--timeout", "0"],
+        ["--timeout", "nan"],
+    )
+    for bad in bad_args:
         with pytest.raises(SystemExit) as caught:
             main(["run", str(tmp_path / "wf.json"), *bad])
         assert caught.value.code == 2
-    assert "expected 'NAME: VALUE'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
+    assert "timeout must be a positive number of seconds, got nan" in err

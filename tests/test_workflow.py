@@ -41,6 +41,11 @@ OBJECT_INFO: dict[str, Any] = {
         },
         "output": ["LATENT"],
     },
+    "SaveLatent": {
+        "input": {"required": {"samples": ["LATENT", {}], "filename_prefix": ["STRING", {}]}},
+        "output": [],
+        "output_node": True,
+    },
 }
 WORKFLOW: dict[str, Any] = {
     "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "ltxv-tiny.safetensors"}},
@@ -66,6 +71,7 @@ WORKFLOW: dict[str, Any] = {
         },
         "_meta": {"title": "Sample"},
     },
+    "6": {"class_type": "SaveLatent", "inputs": {"samples": ["5", 0], "filename_prefix": "fox"}},
 }
 
 
@@ -106,7 +112,9 @@ def test_overrides_by_id_title_and_unique_class_are_typed(workflow: dict[str, An
         ("Sample.sed=1", "has no input 'sed'; close inputs: seed"),
         ("Sample.steps=0", "below the minimum 1"),
         ("Sample.steps=2.5", "expects an integer"),
-        ("Sample.cfg=abc", "expects a number"),
+        ("Sample.cfg=abc", "expects a finite number"),
+        ("Sample.cfg=NaN", "expects a finite number, got 'NaN'"),
+        ("Sample.cfg=Infinity", "expects a finite number"),
         ("Sample.add_noise=1", "expects true or false"),
         ("Sample.sampler_name=eulr", "not one of the choices; close matches: euler"),
         ("Sample.model=3", "takes a MODEL from a link"),
@@ -156,3 +164,54 @@ def test_load_workflow_rejects_editor_format_with_a_hint(tmp_path: Path) -> None
     ui.write_text(json.dumps({"nodes": [], "links": [], "version": 0.4}))
     with pytest.raises(WorkflowError, match=r"editor \(UI\) workflow"):
         load_workflow(ui)
+
+
+def test_load_workflow_mentions_the_convert_command(tmp_path: Path) -> None:
+    ui = tmp_path / "ui.json"
+    ui.write_text(json.dumps({"nodes": [], "links": []}))
+    with pytest.raises(WorkflowError, match="leanvideo workflow convert"):
+        load_workflow(ui)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "is a folder, not a file"),
+        ("{}".encode("utf-16"), r"is not UTF-8 text \(byte 0\)"),
+        (b'{"1": {"class_type": "KSampler", "inputs": {"cfg": NaN}}}', "NaN is not a JSON number"),
+        (
+            b'{"1": {"class_type": "KSampler", "inputs": {"cfg": -Infinity}}}',
+            "-Infinity is not a JSON number",
+        ),
+        (b"{", "is not valid JSON"),
+    ],
+)
+def test_unreadable_workflow_files_are_named(tmp_path: Path, content: bytes | None, message: str) -> None:
+    path = tmp_path / "wf.json"
+    path.mkdir() if content is None else path.write_bytes(content)
+    with pytest.raises(WorkflowError, match=message) as caught:
+        load_workflow(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(WORKFLOW).encode())
+    assert load_workflow(path) == WORKFLOW
+
+
+def test_numeric_strings_validate_as_comfyui_converts_them(workflow: dict[str, Any]) -> None:
+    workflow["5"]["inputs"].update(steps="4", cfg=" 3.5")
+    assert validate_workflow(workflow, OBJECT_INFO) == []
+    workflow["5"]["inputs"]["steps"] = "3.5"  # int("3.5") fails on the server too
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, OBJECT_INFO)}
+    assert problems == {("5", "steps"): "expects an integer, got '3.5'"}
+
+
+def test_a_workflow_without_an_output_node_is_invalid(workflow: dict[str, Any]) -> None:
+    del workflow["6"]
+    (problem,) = validate_workflow(workflow, OBJECT_INFO)
+    assert problem.kind == "error" and str(problem).startswith("no output node")
+    assert [str(p) for p in validate_workflow({}, OBJECT_INFO)] == [str(problem)]
+    workflow["4"]["class_type"] = "Unknown"  # an unknown node may be an output: said as unknown only
+    assert [p.node_id for p in validate_workflow(workflow, OBJECT_INFO)] == ["4"]

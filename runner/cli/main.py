@@ -28,7 +28,7 @@ from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
 from runner.cli.server_options import add_server_arguments, run_options
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
-from runner.errors import LeanVideoError, WorkspaceError
+from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.graph.workflow import load_workflow
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
@@ -41,6 +41,17 @@ EXIT_CODES = (
     "(server restarted), 5 workflow invalid or rejected, 6 prompt failed on the server, 7 timed out, "
     "130 cancelled (Ctrl-C)"
 )
+
+
+def port_number(text: str) -> int:
+    """A TCP port from the command line (1-65535), or argparse's usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
         "e.g. `leanvideo serve -- --async-offload`.",
     )
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument(
+        "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
     serve.add_argument(
         "--background", action="store_true", help="return once ready; stop with `leanvideo stop`"
@@ -72,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for readiness")
 
     stop = sub.add_parser("stop", help="stop servers started with `serve --background`")
-    stop.add_argument("--port", type=int, help="only the server on this port (default: all of them)")
+    stop.add_argument("--port", type=port_number, help="only the server on this port (default: all of them)")
 
     fixtures = sub.add_parser("fixtures", help="write the deterministic tiny random-weight models")
     fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
@@ -156,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
             err.print(f"partial run record: {exc.record_path}", highlight=False)
+        elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too
+            error = {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}
+            console.print_json(json.dumps({"error": error}))
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -178,6 +194,8 @@ def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
 
 def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     ws = find_workspace()
+    if args.models is not None and not args.models.is_dir():
+        raise UsageError(f"--models {args.models}: no such folder (it holds checkpoints/, loras/, …)")
     node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if args.fixture_nodes else (NODE_PACK_DIR,)
     config = ServerConfig(
         comfyui_dir=ws.comfyui_dir,
@@ -228,6 +246,10 @@ def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:
 
     ws = find_workspace()
     target = (args.dir or ws.models_dir).resolve()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot be the models folder ({exc.strerror or exc})") from exc
     fixture_set = write_fixtures(target, ws.comfyui_dir, force=args.force, python=ws.python)
     table = Table(title=f"tiny models in {target}")
     table.add_column("file")

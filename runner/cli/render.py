@@ -46,6 +46,7 @@ class RunProgress:
         self._steps: TaskID = self._progress.add_task("steps", total=None, visible=False)
         self._steps_node: str | None = None
         self._started = False
+        self._ended: str | None = None  # how a failed or interrupted prompt ended
 
     def __enter__(self) -> RunProgress:
         return self
@@ -79,7 +80,15 @@ class RunProgress:
             self._progress.update(
                 self._steps, completed=event.value or 0, description=f"steps of node {event.node_id}"
             )
+        elif event.kind in ("error", "interrupted"):
+            self._ended = (
+                f"nodes: {'failed' if event.kind == 'error' else 'interrupted'} at node {event.node_id}"
+            )
+            self._progress.update(self._nodes, description=self._ended)
         elif event.kind == "done":
+            if self._ended is not None:  # the bar stays where the prompt stopped
+                self._progress.update(self._nodes, description=self._ended)
+                return
             total = self._progress.tasks[self._nodes].total
             self._progress.update(self._nodes, completed=total, description="nodes: done")
 
@@ -140,7 +149,7 @@ def summary_table(record: dict[str, Any]) -> Group:
     if record["outputs"]:
         files = Table(title="outputs")
         for column in ("node", "file", "bytes", "video", "sha256"):
-            files.add_column(column)
+            files.add_column(column, overflow="fold")  # a path is shown whole, folded, never cut
         for item in record["outputs"]:
             video = item.get("video") or {}
             described = (

@@ -53,7 +53,11 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
         name, colon, content = value.partition(":")
         if not colon or not name.strip():
             _usage_error(f"--header {value!r}: expected 'NAME: VALUE'")
+        if not value.isascii():
+            _usage_error(f"--header {value!r}: HTTP headers carry ASCII only")
         headers.append((name.strip(), content.strip()))
+    if args.token is not None and not args.token.isascii():
+        _usage_error("--token (or $LEANVIDEO_TOKEN): HTTP headers carry ASCII only")
     try:
         return RunOptions(
             server=args.server, headers=tuple(headers), token=args.token, retries=args.retries, **settings

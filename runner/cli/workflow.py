@@ -12,10 +12,16 @@ from rich.console import Console
 
 from runner.cli.render import problems_table
 from runner.cli.server_options import add_server_arguments, run_options
-from runner.errors import WorkflowError
+from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import convert_ui_workflow
 from runner.graph.diff import diff_workflows, summarize
-from runner.graph.workflow import apply_overrides, load_workflow, validate_workflow
+from runner.graph.workflow import (
+    apply_overrides,
+    is_ui_workflow,
+    load_workflow,
+    read_json_file,
+    validate_workflow,
+)
 from runner.jobs.run import collect_environment
 
 
@@ -30,7 +36,14 @@ def add_workflow_parser(sub: Any) -> None:
     )
     validate.add_argument("file", type=Path, help="API-format workflow JSON")
     add_server_arguments(validate)
-    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="NODE.input=VALUE")
+    validate.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NODE.input=VALUE",
+        help="change an input first, as `leanvideo run --set` does",
+    )
     validate.add_argument("--json", action="store_true", help="print the findings as JSON")
     diff = workflow_sub.add_parser(
         "diff",
@@ -45,7 +58,8 @@ def add_workflow_parser(sub: Any) -> None:
     convert = workflow_sub.add_parser(
         "convert",
         help="convert an editor (UI) workflow to API format using the server's /object_info",
-        epilog="exit codes: 0 converted, 4 server unreachable, 5 not convertible (subgraphs, unknown nodes)",
+        epilog="exit codes: 0 converted, 2 --out unusable, 4 server unreachable, 5 not convertible "
+        "(unknown nodes, legacy group nodes, not a UI file)",
     )
     convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
     add_server_arguments(convert)
@@ -111,21 +125,20 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
 
 def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WorkflowError(f"cannot read {path}: {exc}") from exc
-    if not (isinstance(data, dict) and "nodes" in data and "links" in data):
+    data = read_json_file(path)
+    if not is_ui_workflow(data):
         return load_workflow(path)
     with run_options(args).make_client() as client:
         return convert_ui_workflow(data, client.get_json("/object_info"))
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
-    try:
-        ui = json.loads(args.file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WorkflowError(f"cannot read {args.file}: {exc}") from exc
+    ui = read_json_file(args.file)
+    if not is_ui_workflow(ui):
+        already = "it is already in API format" if isinstance(ui, dict) and ui else "it has no 'nodes' list"
+        raise WorkflowError(f"{args.file} is not an editor (UI) workflow: {already}")
+    if args.out is not None and not args.out.parent.is_dir():
+        raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     options = run_options(args)
     with options.make_client() as client:
         api = convert_ui_workflow(ui, client.get_json("/object_info"))
@@ -138,5 +151,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
             handle.write(text)
     except FileExistsError as exc:
         raise WorkflowError(f"{args.out} already exists; refusing to overwrite it") from exc
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from exc
     console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
     return 0

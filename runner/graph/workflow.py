@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class Problem:
     kind: str = "error"
 
     def __str__(self) -> str:
+        if not self.node_id:  # the workflow as a whole
+            return self.message
         where = f"node {self.node_id} ({self.class_type})"
         return (
             f"{where} input {self.input_name!r}: {self.message}"
@@ -60,18 +63,44 @@ class Problem:
         )
 
 
+def read_json_file(path: Path, what: str = "workflow file") -> Any:
+    """The JSON in ``path`` (UTF-8, a byte-order mark allowed), with an error that names the file when
+    it is missing, not a file, not UTF-8 or not JSON. ``NaN`` and ``Infinity`` are refused: ComfyUI
+    cannot receive them."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise WorkflowError(f"{what} {path} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise WorkflowError(f"{what} {path} is a folder, not a file") from exc
+    except UnicodeDecodeError as exc:
+        raise WorkflowError(f"{what} {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
+    except OSError as exc:
+        raise WorkflowError(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise WorkflowError(f"{what} {path} is not valid JSON: {exc}") from exc
+    except ValueError as exc:
+        raise WorkflowError(f"{what} {path}: {exc}") from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (ComfyUI cannot receive it); write a finite number")
+
+
+def is_ui_workflow(data: Any) -> bool:
+    """Whether ``data`` is a workflow as the editor saves it (``nodes`` and ``links``), not API format."""
+    return isinstance(data, dict) and "nodes" in data and "links" in data
+
+
 def load_workflow(path: Path) -> Workflow:
     """Read an API-format workflow, with an error that names the file when it is not one."""
-    try:
-        workflow = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise WorkflowError(f"workflow file {path} does not exist") from exc
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(f"workflow file {path} is not valid JSON: {exc}") from exc
-    if isinstance(workflow, dict) and "nodes" in workflow and "links" in workflow:
+    workflow = read_json_file(path)
+    if is_ui_workflow(workflow):
         raise WorkflowError(
-            f"workflow file {path} is not in API format: it is an editor (UI) workflow; export it with "
-            "'Export (API)' in ComfyUI"
+            f"workflow file {path} is not in API format: it is an editor (UI) workflow; convert it with "
+            f"`leanvideo workflow convert {path}` (or 'Export (API)' in ComfyUI)"
         )
     if not isinstance(workflow, dict) or not all(
         isinstance(node, dict) and "class_type" in node for node in workflow.values()
@@ -131,7 +160,7 @@ def parse_override(spec: str) -> tuple[str, str, Any]:
             f"--set {spec!r}: expected NODE.input=VALUE (e.g. KSampler.seed=42, 11.noise_seed=7)"
         )
     try:
-        value: Any = json.loads(raw)
+        value: Any = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError:
         value = raw
     return target.strip(), name.strip(), value
@@ -178,15 +207,18 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
         if value not in choices:
             raise WorkflowError(f"{where}: {value!r} is not one of the choices{_close(str(value), choices)}")
         return value
+    given = value
     if kind == "INT":
+        value = _number_of(value, int)  # a numeric string too: ComfyUI converts it the same way
         if isinstance(value, bool) or not (
             isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         ):
-            raise WorkflowError(f"{where} expects an integer, got {value!r}")
+            raise WorkflowError(f"{where} expects an integer, got {given!r}")
         value = int(value)
     elif kind == "FLOAT":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise WorkflowError(f"{where} expects a number, got {value!r}")
+        value = _number_of(value, float)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise WorkflowError(f"{where} expects a finite number, got {given!r}")
         value = float(value)
     elif kind == "BOOLEAN":
         if not isinstance(value, bool):
@@ -204,6 +236,16 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
     return value
 
 
+def _number_of(value: Any, kind: type[int] | type[float]) -> Any:
+    """``value`` as ``kind`` when it is a string that reads as one (``"4"``, ``" 2.5"``), else as it is."""
+    if isinstance(value, str):
+        try:
+            return kind(value.strip())
+        except ValueError:
+            return value
+    return value
+
+
 def find_seeds(workflow: Workflow) -> dict[str, Any]:
     """Every seed input with a literal value, as ``{"11.noise_seed": 42}``."""
     return {
@@ -218,6 +260,11 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
     """Check a workflow before submitting: unknown nodes, missing or invalid inputs, bad links and
     model files the server does not have (values missing from ``/object_info`` choice lists)."""
     problems: list[Problem] = []
+    infos = [object_info.get(str(node.get("class_type"))) or {} for node in workflow.values()]
+    if all(infos) and not any(info.get("output_node") for info in infos):  # unknown nodes: said below
+        problems.append(
+            Problem("", "", None, "no output node (SaveImage, a video saver, …): the server would reject it")
+        )
     for node_id, node in workflow.items():
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
@@ -269,7 +316,7 @@ def _check_link(
                 node_id,
                 class_type,
                 name,
-                f"is linked to output {index} of node {source_id}, which has {len(outputs)}",
+                f"is linked to output {index} of node {source_id}, which has {len(outputs)} output(s)",
             )
         ]
     produced, wanted = outputs[index], spec[0]

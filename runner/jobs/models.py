@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -152,8 +153,10 @@ def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
         subdirs = MODEL_FOLDERS.get(folder, (folder,))
     else:  # every folder, each once, in a fixed order
         subdirs = tuple(dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs))
+    # As ComfyUI reads the name: "../" cannot climb out of the folder (symlinked files still count)
+    inside = os.path.relpath(os.path.join("/", name), "/")
     for subdir in subdirs:
-        candidate = models_dir / subdir / name
+        candidate = models_dir / subdir / inside
         if candidate.is_file():
             return candidate
     return None

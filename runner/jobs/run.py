@@ -15,7 +15,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.errors import LeanVideoError, ServerError, WorkflowError
+from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
 from runner.graph.workflow import Override, apply_overrides, find_seeds, load_workflow, validate_workflow
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
@@ -53,8 +55,8 @@ class RunOptions:
     retries: int = DEFAULT_RETRIES  # per request the network cuts; all of it within ``timeout``
 
     def __post_init__(self) -> None:
-        if self.timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {self.timeout}")
+        if not math.isfinite(self.timeout) or self.timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.retries < 0:
             raise ValueError(f"retries must be ≥ 0, got {self.retries}")
         if not self.server.startswith(("http://", "https://")):
@@ -122,8 +124,11 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
         workflow, applied = prepare_workflow(path, client, options.overrides, validate=options.validate)
         environment = collect_environment(client)
         prompt_id = str(uuid.uuid4())
-        # A folder per run (created when there is something to write): outputs never collide.
+        # A folder per run, made before the prompt is submitted (a bad --out costs no GPU time):
+        # outputs never collide.
         run_dir = options.out_dir / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{prompt_id[:8]}"
+        made = [run_dir, *(folder for folder in run_dir.parents if not folder.exists())]
+        make_run_dir(options.out_dir, run_dir.name)
         try:
             result = run_prompt(
                 client,
@@ -143,9 +148,28 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
                         "message": str(exc),
                     }
                 exc.record_path = _write(client, exc.result, workflow, path, environment, applied, run_dir)[0]
+            else:  # never queued (the server rejected it, or was not reached): no run, no folders
+                for folder in made:
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
             raise
         record_path, record, files = _write(client, result, workflow, path, environment, applied, run_dir)
     return RunOutcome(record=record, record_path=record_path, result=result, files=files)
+
+
+def make_run_dir(out_dir: Path, name: str) -> Path:
+    """Create ``out_dir/name`` (a new folder; parents as needed).
+
+    Raises:
+        UsageError: ``out_dir`` is a file, not writable, or the folder already exists.
+    """
+    run_dir = out_dir / name
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--out {out_dir}: cannot make the run folder {name} there ({reason})") from exc
+    return run_dir
 
 
 def _write(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import logging
 import os
@@ -161,14 +162,20 @@ def write_headless_page(config: ServerConfig) -> Path:
 
 def port_is_free(host: str, port: int) -> bool:
     """True when nothing listens on ``host:port`` (bound the way aiohttp binds, with SO_REUSEADDR)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
+    return bind_error(host, port) is None
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be listened on (``errno.EADDRINUSE``: something listens there; other
+    errors: the address is not this machine's, or not an address), or ``None`` when it can."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+    except OSError as exc:
+        return exc
+    return None
 
 
 def pick_free_port(host: str = "127.0.0.1") -> int:
@@ -272,7 +279,9 @@ class ComfyServer:
         config = self.config
         if self._process is not None:
             raise ServerError(f"server on port {config.port} was already started")
-        if not port_is_free(config.host, config.port):
+        if (error := bind_error(config.host, config.port)) is not None:
+            if error.errno != errno.EADDRINUSE:
+                raise ServerError(f"cannot listen on {config.host}:{config.port}: {error.strerror or error}")
             raise PortInUseError(
                 f"Port {config.port} on {config.host} is already in use. Stop what listens there "
                 f"(`leanvideo stop --port {config.port}` if it is ours) or pass another --port."
@@ -325,7 +334,7 @@ class ComfyServer:
                 if time.monotonic() > deadline:
                     raise ServerTimeoutError(
                         f"ComfyUI on port {self.config.port} did not answer /system_stats within "
-                        f"{self.config.ready_timeout:.0f} s. Log {self.log_path}, last lines:\n"
+                        f"{self.config.ready_timeout:g} s. Log {self.log_path}, last lines:\n"
                         f"{read_log_tail(self.log_path)}"
                     )
                 time.sleep(0.2)

@@ -85,22 +85,28 @@ def run_prompt(
             raise
         entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
     except KeyboardInterrupt:
-        result = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
-        raise PromptCancelledError(f"prompt {prompt_id} cancelled; removed from the server", result) from None
+        result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
+        raise PromptCancelledError(f"prompt {prompt_id} cancelled; {_on_server(stopped)}", result) from None
     except (PromptLostError, ServerUnreachableError) as exc:
         tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
         exc.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects[0])
         exc.result.partial = True
         raise
     except FollowTimeout:
-        result = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
+        result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
         raise PromptTimeoutError(
-            f"prompt {prompt_id} did not finish within {timeout:g} s; it was interrupted", result
+            f"prompt {prompt_id} did not finish within {timeout:g} s; {_on_server(stopped)}", result
         ) from None
     result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects[0])
     if result.status != "success":
         raise PromptFailedError(describe_failure(result), result)
     return result
+
+
+def _on_server(stopped: bool) -> str:
+    if stopped:
+        return "removed from the server's queue and interrupted there"
+    return "the server did not answer the cancel requests: it may still be queued or running there"
 
 
 def _abandon(
@@ -110,11 +116,12 @@ def _abandon(
     submitted: float,
     reconnects: int,
     status: str,
-) -> PromptResult:
-    """Cancel the prompt on the server and return what is known of it, marked partial."""
+) -> tuple[PromptResult, bool]:
+    """Cancel the prompt on the server; what is known of it (marked partial) and whether the server
+    took the cancel requests."""
     logger.warning("cancelling prompt %s on %s (%s)", tracker.prompt_id, client.base_url, status)
     running = tracker.current_node
-    client.cancel(tracker.prompt_id)
+    stopped = client.cancel(tracker.prompt_id)
     entry: dict[str, Any] | None = None
     with contextlib.suppress(ServerError):
         give_up = time.monotonic() + 5.0
@@ -135,4 +142,4 @@ def _abandon(
         "exception_type": None,
         "message": f"{status} {where}",
     }
-    return result
+    return result, stopped

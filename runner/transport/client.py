@@ -148,17 +148,18 @@ class ComfyClient:
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise ServerError(
-                f"GET {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
-            )
-        return response.json()
+            raise ServerError(f"GET {self.base_url}{path} answered {response.status_code}: {_body(response)}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ServerError(f"GET {self.base_url}{path} did not answer JSON: {_body(response)}") from exc
 
     def post_json(self, path: str, body: dict[str, Any]) -> None:
         """POST ``body`` as JSON to ``path``; a :class:`ServerError` when unreachable or not answered 2xx."""
         response = self._request("POST", path, json=body)
         if not response.is_success:
             raise ServerError(
-                f"POST {self.base_url}{path} answered {response.status_code}: {response.text[:200]}"
+                f"POST {self.base_url}{path} answered {response.status_code}: {_body(response)}"
             )
 
     def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
@@ -187,16 +188,20 @@ class ComfyClient:
         if response.status_code == 400:
             raise WorkflowError(describe_rejection(response.json()))
         if response.status_code != 200:
-            raise ServerError(f"POST /prompt answered {response.status_code}: {response.text[:300]}")
+            raise ServerError(f"POST /prompt answered {response.status_code}: {_body(response)}")
         return prompt_id
 
-    def cancel(self, prompt_id: str) -> None:
-        """Remove ``prompt_id`` from the queue, then interrupt it if it is running (best effort)."""
+    def cancel(self, prompt_id: str) -> bool:
+        """Remove ``prompt_id`` from the queue, then interrupt it if it is running (best effort);
+        ``False`` when the server did not take both requests."""
+        reached = True
         for path, body in (("/queue", {"delete": [prompt_id]}), ("/interrupt", {"prompt_id": prompt_id})):
             try:
                 self._request("POST", path, json=body)
             except ServerError as exc:
                 logger.warning("could not POST %s for %s: %s", path, prompt_id, exc)
+                reached = False
+        return reached
 
     def read_telemetry(self, prompt_id: str) -> dict[str, Any]:
         """Per-prompt peak VRAM / RSS / energy from the node pack's telemetry route, when present.
@@ -281,3 +286,10 @@ def describe_rejection(body: dict[str, Any]) -> str:
             where = f"node {node_id} ({node.get('class_type', '?')})" + (f" input {name!r}" if name else "")
             lines.append(f"  {where}: {item.get('message', '')} {item.get('details', '')}".rstrip())
     return "\n".join(lines)
+
+
+def _body(response: httpx.Response) -> str:
+    """The start of an unexpected answer, or what it is when it is a web page rather than ComfyUI's."""
+    if "html" in response.headers.get("content-type", ""):
+        return "a web page, not ComfyUI's API (is this URL a ComfyUI server?)"
+    return response.text[:200]
