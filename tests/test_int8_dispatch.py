@@ -349,6 +349,25 @@ def test_forced_kernel_runs_where_it_can_and_w8a16_elsewhere(tmp_path: Path) -> 
         KernelDispatcher(forced="fast")
 
 
+def test_a_forced_kernel_wins_over_the_measured_table(tmp_path: Path) -> None:
+    """path=w8a16 on a server whose table measured int_mm for the shape: w8a16 runs, the table stays."""
+    calls: list[str] = []
+    kernels = {"w8a16": _w8a16(0.01, calls), "int_mm": _w8a16(0.0, calls, "int_mm")}
+    table = tmp_path / "t.json"
+    x, packed, bias = _fixture()
+    KernelDispatcher(kernels=kernels, cache_path=table, runs=2).linear(x, packed, bias)
+    (measured,) = load_table(table, current_fingerprint()).values()
+    assert measured.kernel == "int_mm"
+    calls.clear()
+    forced = KernelDispatcher(forced="w8a16", kernels=kernels, cache_path=table)
+    forced.linear(x, packed, bias)
+    forced.linear(x, packed, bias)
+    assert calls == ["w8a16", "w8a16"]
+    assert [c.source for c in forced.choices().values()] == ["forced"]
+    assert "table" not in forced.summary() and "forced w8a16" in forced.summary()
+    assert load_table(table, current_fingerprint()) == {next(iter(forced.choices())): measured}
+
+
 def test_forcing_by_input_and_environment() -> None:
     assert forced_kernel("auto", {}) is None
     assert forced_kernel("auto", {ENV_KERNEL: "kitchen"}) == "kitchen"

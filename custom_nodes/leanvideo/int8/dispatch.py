@@ -201,7 +201,8 @@ class KernelDispatcher:
         self.fingerprint = dict(fingerprint) if fingerprint is not None else current_fingerprint()
         self._lock = threading.RLock()
         self._devices: dict[torch.device, str] = {}
-        self._table = load_table(cache_path, self.fingerprint) if cache_path is not None else {}
+        # A forced kernel runs wherever it can: the measured table is neither read nor written then.
+        self._table = load_table(cache_path, self.fingerprint) if cache_path and forced is None else {}
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -337,7 +338,7 @@ class KernelDispatcher:
         """The report: the mode, the cache file, and the known choices (for ``weight_shapes`` only,
         ``(out, in)`` pairs, when given); shapes of ``weight_shapes`` with no choice yet are counted."""
         lines = [f"INT8 kernels: {self.mode()}"]
-        if self.cache_path is not None:
+        if self.cache_path is not None and self.forced is None:
             lines[0] += f"; table {self.cache_path}"
         known: set[tuple[int, int]] = set()
         for key, choice in sorted(self.choices().items()):
