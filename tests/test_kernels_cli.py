@@ -77,3 +77,22 @@ def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(
     assert str(broken.resolve()) in capsys.readouterr().err.replace("\n", "")
     assert main(["kernels", str(tmp_path / "nowhere")]) == 1
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_clear_deletes_nothing_when_a_named_file_is_not_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = _measured_table(tmp_path / "a")
+    renamed = table.rename(tmp_path / "kept-table.json")  # a table by its content, under another name
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"weights")
+    other = tmp_path / "settings.json"
+    other.write_text('{"fingerprint": {"schema": "something.else"}}')
+    for victim, message in ((model, "not an INT8 kernel table"), (other, "its schema is 'something.else'")):
+        assert main(["kernels", "--clear", str(renamed), str(victim)]) == 1
+        err = capsys.readouterr().err.replace("\n", "")
+        assert message in err and "nothing was removed" in err
+        assert renamed.exists() and victim.exists()
+    assert model.read_bytes() == b"weights"
+    assert main(["kernels", "--clear", str(renamed)]) == 0
+    assert not renamed.exists()

@@ -32,7 +32,9 @@ def add_kernels_parser(sub: Any) -> None:
     )
     kernels.add_argument("--json", action="store_true", help="print the tables as JSON")
     kernels.add_argument(
-        "--clear", action="store_true", help="delete the tables: the next load measures again"
+        "--clear",
+        action="store_true",
+        help="delete the tables (nothing when a named file is not one): the next load measures again",
     )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from leanvideo.int8.dispatch import ShapeClass
-from leanvideo.int8.kernel_table import Choice, current_fingerprint
+from leanvideo.int8.kernel_table import TABLE_SCHEMA, Choice, current_fingerprint
 
 from runner.errors import LeanVideoError
 
@@ -101,9 +101,28 @@ def read_tables(paths: Iterable[Path]) -> list[KernelTable]:
 
 
 def clear_tables(paths: Iterable[Path]) -> list[Path]:
-    """Delete the table files (the next INT8 load measures again); returns those removed."""
-    removed = []
+    """Delete the table files (the next INT8 load measures again); returns those removed. Every file is
+    checked first: when one is neither named as a table (``int8_kernels.json``, broken or not) nor a
+    kernel table of any version by its content, nothing is deleted.
+
+    Raises:
+        LeanVideoError: a file is not a kernel table (named).
+    """
+    paths = list(paths)
+    for path in paths:
+        _check_is_table(path)
     for path in paths:
         path.unlink(missing_ok=True)
-        removed.append(path)
-    return removed
+    return paths
+
+
+def _check_is_table(path: Path) -> None:
+    if path.name == TABLE_NAME:
+        return
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        schema = data["fingerprint"]["schema"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LeanVideoError(f"{path}: not an INT8 kernel table, so nothing was removed") from exc
+    if schema != TABLE_SCHEMA:
+        raise LeanVideoError(f"{path}: its schema is {schema!r}, not {TABLE_SCHEMA!r}; nothing was removed")
