@@ -8,10 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
+from leanvideo.int8.convert import quantize_file
+from leanvideo.int8.files import read_tensors
 from leanvideo.int8.formats import read_int8_file
 from rich.console import Console
+from safetensors.torch import save_file
 
+from runner.cli.main import main
 from runner.cli.quantize import add_quantize_parser, run_quantize
+from runner.errors import LeanVideoError
 from runner.fixtures import FixtureSet
 
 pytestmark = pytest.mark.integration
@@ -33,8 +38,8 @@ def test_quantize_the_tiny_dit(tiny_models: FixtureSet, tmp_path: Path) -> None:
     assert "round trip verified" in output and "per-layer SQNR" in output
     assert read_int8_file(target).format == "leanvideo"
 
-    code, output = _run(str(tiny_models.diffusion_model), str(target))
-    assert code == 1 and "refusing to overwrite" in output
+    with pytest.raises(LeanVideoError, match="refusing to overwrite"):
+        _run(str(tiny_models.diffusion_model), str(target))
 
 
 def test_quantize_json_report_and_options(tiny_models: FixtureSet, tmp_path: Path) -> None:
@@ -50,16 +55,86 @@ def test_quantize_json_report_and_options(tiny_models: FixtureSet, tmp_path: Pat
     assert report["target_bytes"] < report["source_bytes"]
 
 
+def _fail(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """``leanvideo quantize ARGV`` through the whole CLI: the exit code and stderr (one line)."""
+    code = main(["quantize", *argv])
+    return code, capsys.readouterr().err.replace("\n", "")
+
+
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "code", "message"),
     [
-        (["--granularity", "block"], "needs a positive block_size"),
-        (["--family", "wan"], "no layer of family 'wan'"),
+        (["--granularity", "block"], 2, "--granularity block needs --block-size N"),
+        (["--family", "wan"], 1, "no layer of family 'wan'"),
     ],
 )
 def test_quantize_errors_name_the_problem(
-    tiny_models: FixtureSet, tmp_path: Path, argv: list[str], message: str
+    tiny_models: FixtureSet,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    code: int,
+    message: str,
 ) -> None:
-    code, output = _run(str(tiny_models.diffusion_model), str(tmp_path / "x.safetensors"), *argv)
-    assert code == 1 and message in output
+    exit_code, err = _fail(capsys, str(tiny_models.diffusion_model), str(tmp_path / "x.safetensors"), *argv)
+    assert exit_code == code and message in err
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_loras_and_vaes_are_refused_with_what_they_are(
+    tiny_models: FixtureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lora = str(tiny_models.lora)
+    for family in ([], ["--family", "ltxv"]):  # also when the family is named: a LoRA is never quantized
+        code, err = _fail(capsys, lora, str(tmp_path / "lora-int8.safetensors"), *family)
+        assert code == 1 and f"{lora}: a LoRA (key " in err and "LoraLoaderModelOnly" in err
+    vae = tmp_path / "vae.safetensors"
+    tensors = read_tensors(tiny_models.checkpoint)
+    save_file({k.removeprefix("vae."): t for k, t in tensors.items() if k.startswith("vae.")}, str(vae))
+    for family in ([], ["--family", "ltxv"]):
+        code, err = _fail(capsys, str(vae), str(tmp_path / "vae-int8.safetensors"), *family)
+        assert code == 1 and f"{vae}: a VAE (key " in err and "Load VAE" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vae.safetensors"]
+
+
+def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
+    tiny_models: FixtureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dit = str(tiny_models.diffusion_model)
+    code, err = _fail(capsys, str(tmp_path), str(tmp_path / "x.safetensors"))
+    assert code == 1 and f"{tmp_path}: a folder, not a model file" in err
+    code, err = _fail(capsys, dit, str(tmp_path))
+    assert code == 1 and f"{tmp_path} is a folder; name the new file" in err
+    code, err = _fail(capsys, dit, str(tmp_path / "missing" / "x.safetensors"))
+    assert code == 1 and f"the folder {tmp_path / 'missing'} does not exist" in err
+    code = main(["quantize", dit, str(tmp_path / "x.safetensors"), "--json", "--family", "wan"])
+    assert code == 1 and json.loads(capsys.readouterr().out)["error"]["exit_code"] == 1
+    mine = tmp_path / "dit-int8.safetensors.partial"  # a file of the user's with the old temporary name
+    mine.write_text("mine")
+    code, output = _run(dit, str(tmp_path / "dit-int8.safetensors"))
+    assert code == 0, output
+    assert mine.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dit-int8.safetensors", mine.name]
+
+
+def test_a_target_that_appears_while_quantizing_is_kept(tiny_models: FixtureSet, tmp_path: Path) -> None:
+    target = tmp_path / "dit-int8.safetensors"
+    with pytest.raises(FileExistsError, match="appeared while quantizing"):
+        quantize_file(
+            tiny_models.diffusion_model,
+            target,
+            family="ltxv",
+            progress=lambda key, done, total: target.write_text("theirs") if done == 1 else None,
+        )
+    assert target.read_text() == "theirs" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_fallbacks_are_reported(tiny_models: FixtureSet, tmp_path: Path) -> None:
+    dit = str(tiny_models.diffusion_model)
+    code, output = _run(dit, str(tmp_path / "a.safetensors"), "--granularity", "block", "--block-size", "7")
+    assert code == 0 and "20 of 20 layers have per-row scales: --block-size 7 does not divide" in output
+    code, output = _run(
+        dit, str(tmp_path / "b.safetensors"), "--convrot", "--convrot-group", "1024", "--json"
+    )
+    report = json.loads(output)
+    assert code == 0 and report["layouts"] == {"row": 20} and report["rotated"] == 0

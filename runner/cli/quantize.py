@@ -1,8 +1,8 @@
 """``leanvideo quantize IN OUT``: write a float safetensors model in the LeanVideo INT8 format.
 
 Thin CLI over :func:`leanvideo.int8.convert.quantize_file`: it streams tensor by tensor, refuses to
-overwrite OUT, verifies the written file, and reports the size ratio and per-layer SQNR. Exit codes:
-0 ok, 1 bad input or OUT exists, 2 usage.
+overwrite OUT, verifies the written file, and reports the size ratio and per-layer SQNR. Errors
+propagate as :mod:`runner.errors` (exit 1 bad input or OUT exists, 2 usage).
 
 Wiring (in ``runner/cli/main.py``)::
 
@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runner.errors import LeanVideoError, UsageError
+
 if TYPE_CHECKING:
     from leanvideo.int8.convert import QuantizeReport
+    from leanvideo.int8.spec import Int8WeightConfig
 
 # The families of leanvideo.int8.policy.FAMILY_RULES (a test keeps them equal). Listed here so that
 # building the parser, and so `leanvideo --help` or any other command, does not import torch.
@@ -39,11 +43,13 @@ def add_quantize_parser(subparsers: Any) -> None:
     """Add the ``quantize`` command to ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     parser = subparsers.add_parser(
         "quantize",
-        help="write a float safetensors model as LeanVideo INT8",
-        description="Quantize IN (bf16/fp16/fp32 safetensors) to OUT in the LeanVideo INT8 format "
-        "(ComfyUI-native metadata included). Sensitive layers stay in high precision.",
+        help="write a float or fp8 safetensors model as LeanVideo INT8",
+        description="Quantize IN (bf16/fp16/fp32, float8_e4m3fn/e5m2 or ComfyUI scaled fp8 safetensors) to "
+        "OUT in the LeanVideo INT8 format (ComfyUI-native metadata included). Sensitive layers stay in high "
+        "precision. LoRAs and VAEs are not quantized.",
+        epilog="exit codes: 0 written and verified, 1 bad input or OUT exists, 2 usage",
     )
-    parser.add_argument("input", type=Path, metavar="IN", help="float .safetensors file")
+    parser.add_argument("input", type=Path, metavar="IN", help="float or fp8 .safetensors file")
     parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")
     parser.add_argument(
         "--family",
@@ -74,6 +80,8 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     from leanvideo.int8.policy import guess_family
     from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
 
+    if args.granularity == "block" and args.block_size is None:
+        raise UsageError("--granularity block needs --block-size N (input columns per scale, e.g. 64)")
     try:
         config = Int8WeightConfig(
             granularity=args.granularity,
@@ -100,13 +108,32 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
 
             report = quantize_file(args.input, args.output, family=family, config=config, progress=advance)
     except (Int8FormatError, FileExistsError, ValueError, OSError) as error:
-        console.print(f"[red]error:[/] {error}", highlight=False)
-        return 1
+        raise LeanVideoError(str(error)) from error
     if args.json:
         console.print_json(json.dumps(report_json(report, family)))
     else:
         _render(report, family, console)
+        for line in fallback_lines(report, config):
+            console.print(f"[yellow]note:[/] {line}", highlight=False)
     return 0
+
+
+def fallback_lines(report: QuantizeReport, config: Int8WeightConfig) -> list[str]:
+    """What was asked but not done, per reason: layers whose input width the block size or the
+    rotation group does not divide keep per-row scales or stay unrotated."""
+    configs = report.layer_configs.values()
+    lines = []
+    if config.granularity == "block" and (rows := sum(c.granularity != "block" for c in configs)):
+        lines.append(
+            f"{rows} of {len(configs)} layers have per-row scales: --block-size {config.block_size} does not "
+            "divide their input width"
+        )
+    if config.convrot and (plain := sum(not c.convrot for c in configs)):
+        lines.append(
+            f"{plain} of {len(configs)} layers are not rotated: --convrot-group {config.convrot_group} does "
+            "not divide their input width"
+        )
+    return lines
 
 
 def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
@@ -125,6 +152,8 @@ def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
         "fp8_tensors": report.fp8_tensors,  # the SQNR of those is against their exact dequantized values
         "fp8_rotated_layers": report.rotated_layers,  # fp8 layers rotated because it cut their error
         "layers": len(values),
+        "layouts": dict(Counter(c.granularity for c in report.layer_configs.values())),
+        "rotated": sum(c.convrot for c in report.layer_configs.values()),
         "exact_layers": sum(1 for value in values if math.isinf(value)),  # INT8 equals the source
         "sqnr_db": {  # null: an exact layer (infinite SQNR, which JSON cannot spell)
             "min": _json_db(min(values)),

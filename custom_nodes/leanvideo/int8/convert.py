@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from .fp8 import (
     quantize_fp8_weight,
     scale_weight_key,
 )
-from .policy import plan_quantization
+from .policy import plan_quantization, refuse_unquantizable
 from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
     COMFY_METADATA_KEY,
@@ -136,6 +137,7 @@ class QuantizeReport:
     verified: bool = False
     fp8_tensors: int = 0  # fp8 tensors of the source, dequantized exactly (SQNR is against those values)
     rotated_layers: list[str] = field(default_factory=list)  # fp8 layers rotated because it paid
+    layer_configs: dict[str, Int8WeightConfig] = field(default_factory=dict)  # as written, per layer
 
     @property
     def size_ratio(self) -> float:
@@ -158,22 +160,49 @@ def quantize_file(
     after it. Auxiliary uint8 blobs (a text encoder's ``spiece_model`` tokenizer, see
     :func:`~leanvideo.int8.spec.is_auxiliary`) are copied unchanged.
     """
-    if target.exists():
-        raise FileExistsError(f"{target} exists; refusing to overwrite it")
+    _check_target(target)
     header = read_header(source)
     plan = _plan_file(source, header, family, config or Int8WeightConfig())
     report = QuantizeReport(source=source, target=target, source_bytes=source.stat().st_size, target_bytes=0)
     plan = _choose_fp8_layouts(source, header, plan, report)
-    partial = target.with_name(target.name + ".partial")
+    report.layer_configs = dict(plan)
+    # A name of our own beside the target (never a file of the user's), moved into place only where
+    # nothing has appeared meanwhile.
+    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    os.close(handle)
+    partial = Path(name)
     try:
         _stream_quantized(source, partial, header, plan, report, progress)
         _verify(source, partial, plan)
-        os.replace(partial, target)
+        _move_without_overwriting(partial, target)
     finally:
         partial.unlink(missing_ok=True)
     report.verified = True
     report.target_bytes = target.stat().st_size
     return report
+
+
+def _check_target(target: Path) -> None:
+    if target.is_dir():
+        raise IsADirectoryError(
+            f"{target} is a folder; name the new file, e.g. {target / 'model-int8.safetensors'}"
+        )
+    if target.exists():
+        raise FileExistsError(f"{target} exists; refusing to overwrite it")
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"{target}: the folder {target.parent} does not exist")
+
+
+def _move_without_overwriting(partial: Path, target: Path) -> None:
+    """``partial`` becomes ``target``, unless ``target`` appeared since the start (then it is kept)."""
+    try:
+        os.link(partial, target)  # fails when target exists: nothing is ever replaced
+    except FileExistsError as exc:
+        raise FileExistsError(f"{target} appeared while quantizing; refusing to overwrite it") from exc
+    except OSError:  # a file system without hard links: check, then rename
+        if target.exists():
+            raise FileExistsError(f"{target} appeared while quantizing; refusing to overwrite it") from None
+        os.replace(partial, target)
 
 
 def _plan_file(
@@ -186,10 +215,12 @@ def _plan_file(
                 f"{source}: tensor {key!r} is {dtype}; only float and fp8 files are quantized "
                 "(auxiliary uint8 blobs such as spiece_model are copied as they are)"
             )
+    refuse_unquantizable(header.dtypes, source=str(source), kinds=("LoRA",))
     prefix = _common_prefix(header.shapes)
     relative = {key[len(prefix) :]: shape for key, shape in header.shapes.items()}
     plan = {prefix + layer: c for layer, c in plan_quantization(relative, family, config).items()}
     if not plan:
+        refuse_unquantizable(header.dtypes, source=str(source))
         raise Int8FormatError(f"{source}: no layer of family {family!r} to quantize")
     return plan
 

@@ -38,6 +38,8 @@ def _check_path(path: Path) -> None:
             f"{path}: pickle checkpoints ({path.suffix}) are refused because loading them can run code; "
             "convert the file to .safetensors first"
         )
+    if path.is_dir():
+        raise Int8FormatError(f"{path}: a folder, not a model file")
     if not path.is_file():
         raise Int8FormatError(f"{path}: no such file")
 

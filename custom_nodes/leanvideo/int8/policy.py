@@ -68,6 +68,21 @@ def _fit(config: Int8WeightConfig, in_features: int) -> Int8WeightConfig:
     return config
 
 
+# Files that are not quantized, by a key only they have: (kind, pattern, what to do instead).
+_NOT_QUANTIZED: tuple[tuple[str, str, str], ...] = (
+    (
+        "LoRA",
+        r"(\.|_)(lora_[AB]|lora_up|lora_down|lora\.up|lora\.down)\.weight$",
+        "load it as it is with LoraLoaderModelOnly on the INT8 model (the loaders' lora_mode decides how "
+        "it is applied)",
+    ),
+    (
+        "VAE",
+        r"(^|\.)(decoder|encoder)\.(conv_in|conv_out|up_blocks|down_blocks|mid_block)\.",
+        "VAEs stay in their own precision; load it with Load VAE",
+    ),
+)
+
 # Key patterns that identify a family without ComfyUI (the CLI); loaders use ComfyUI's detection.
 _FAMILY_MARKERS: tuple[tuple[str, str], ...] = (
     ("ltxv", r"(^|\.)transformer_blocks\.\d+\.attn1\.to_q\.weight$"),
@@ -79,12 +94,30 @@ _FAMILY_MARKERS: tuple[tuple[str, str], ...] = (
 
 
 def guess_family(keys: Iterable[str], *, source: str = "state dict") -> str:
-    """The family whose marker key appears in ``keys``; :class:`Int8FormatError` naming ``source`` if none."""
+    """The family whose marker key appears in ``keys``; :class:`Int8FormatError` naming ``source`` if none
+    (or when the file is a LoRA or a VAE, which are not quantized)."""
     keys = list(keys)
+    refuse_unquantizable(keys, source=source, kinds=("LoRA",))
     for family, marker in _FAMILY_MARKERS:
         pattern = re.compile(marker)
         if any(pattern.search(key) for key in keys):
             return family
+    refuse_unquantizable(keys, source=source)  # a VAE beside a diffusion model is a full checkpoint
     raise Int8FormatError(
         f"{source}: cannot tell the model family from its keys; pass one of {sorted(FAMILY_RULES)} explicitly"
     )
+
+
+def refuse_unquantizable(
+    keys: Iterable[str], *, source: str, kinds: tuple[str, ...] = ("LoRA", "VAE")
+) -> None:
+    """Raise :class:`Int8FormatError` naming ``source`` when its keys are a LoRA's or a VAE's (of
+    ``kinds``): a LoRA is applied to the INT8 model as it is (quantized, its weights would load without
+    their scales), and a VAE is small and convolutional."""
+    keys = list(keys)
+    for kind, marker, advice in _NOT_QUANTIZED:
+        if kind not in kinds:
+            continue
+        pattern = re.compile(marker)
+        if (key := next((k for k in keys if pattern.search(k)), None)) is not None:
+            raise Int8FormatError(f"{source}: a {kind} (key {key!r}), which is not quantized: {advice}")
