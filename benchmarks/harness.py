@@ -209,7 +209,8 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     document_path = write_document(document, out / "bench.json")
     context = _context(matrix, settings, measured.environment)
     markdown_path = out / "report.md"
-    markdown_path.write_text(render_markdown(results, title=matrix.path.stem, context=context), "utf-8")
+    markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
+    markdown_path.write_text(markdown, "utf-8")
     csv_path = out / "report.csv"
     csv_path.write_text(render_csv(results), encoding="utf-8")
     outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=measured.modes)

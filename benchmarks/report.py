@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks.results import VariantResult
 from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
@@ -129,8 +131,33 @@ def significance_notes(results: Sequence[VariantResult]) -> list[str]:
     return notes
 
 
-def render_markdown(results: Sequence[VariantResult], *, title: str, context: Sequence[str] = ()) -> str:
-    """The report: a title, context lines, the table, the per-phase table and the footnotes."""
+def mode_headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
+    """The few figures of a launch check (``--soak``, ``--load``, ``--consistency``) worth a line in the
+    report and on the terminal (the rest is in bench.json)."""
+    if mode == "soak":
+        return {k: verdict[k] for k in ("variant", "verdict", "rounds")}
+    if mode == "load":
+        keys = (
+            "verdict",
+            "throughput_jobs_per_min",
+            "latency_s",
+            "queue_wait_s",
+            "execution_s",
+            "jobs_per_server",
+        )
+        return {k: verdict[k] for k in keys}
+    return {name: item.get("verdict") for name, item in verdict.items()}
+
+
+def render_markdown(
+    results: Sequence[VariantResult],
+    *,
+    title: str,
+    context: Sequence[str] = (),
+    modes: Mapping[str, Any] | None = None,
+) -> str:
+    """The report: a title, context lines, the table, the per-phase table, the launch checks' verdicts
+    (``modes``) and the footnotes."""
     header = ["Config", "Total time", "Speed-up", "Energy", "Peak VRAM", "Peak RSS", "Spread", "p", "Notes"]
     lines = [f"# {title}", ""]
     lines += [f"- {line}" for line in (*context, *significance_notes(results))]
@@ -145,6 +172,9 @@ def render_markdown(results: Sequence[VariantResult], *, title: str, context: Se
                 cells = [f"{r.phases.get(p, 0.0):.3f}" for p in phases]
                 step = f"{r.step_s:.3f}" if r.step_s is not None else "–"
                 lines.append(f"| {r.name} | " + " | ".join(cells) + f" | {step} |")
+    if modes:
+        lines += ["", "Launch checks:", ""]
+        lines += [f"- {name}: `{json.dumps(mode_headline(name, v))}`" for name, v in modes.items()]
     lines += [
         "",
         "Total time: median over the measured runs (client end to end, execution start → history "

@@ -137,3 +137,5 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert load["throughput_jobs_per_min"] > 0
     assert load["execution_s"] > 0.05  # distinct seeds: the sampler really ran, nothing came from the cache
     assert "soak: " in text and "load: " in text
+    report = (out / "report.md").read_text(encoding="utf-8")  # the verdicts are in the report too
+    assert '- soak: `{"variant": ' in report and '"verdict": "stable"' in report and "- load: `" in report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from benchmarks.modes import soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
 from benchmarks.report import render_csv, render_markdown, write_plots
-from benchmarks.results import build_variant_result, skipped_result
+from benchmarks.results import build_variant_result, failed_result, skipped_result
 from runner.jobs.frames import psnr_db
 
 MB = 1024 * 1024
@@ -184,3 +185,28 @@ def test_psnr_and_ssim_on_known_images() -> None:
     measured = ssim(image, noisy)
     print(f"SSIM of a noisy copy: {measured:.3f}")
     assert 0.0 < measured < ssim(image, shifted) <= 1.0
+
+
+def test_markdown_lists_the_launch_checks_verdicts() -> None:
+    modes = {
+        "consistency": {"base": {"verdict": "identical", "hashes": ["a", "a"]}},
+        "soak": {"variant": "base", "verdict": "drifting", "rounds": 20, "series": {}},
+    }
+    text = render_markdown(_results(), title="t", modes=modes)
+    assert '- consistency: `{"base": "identical"}`' in text
+    assert '- soak: `{"variant": "base", "verdict": "drifting", "rounds": 20}`' in text
+    assert "Launch checks:" not in render_markdown(_results(), title="t")
+
+
+def test_bench_exits_6_when_a_variant_failed() -> None:
+    from rich.console import Console
+
+    from runner.cli.bench import bench_exit_code
+
+    err = Console(file=io.StringIO(), width=200)
+    base, fast, _ = _results()
+    outcome = SimpleNamespace(results=[base, fast])
+    assert bench_exit_code(outcome, err) == 0
+    outcome.results.append(failed_result("sage", "PromptFailedError in run 1: node 11"))
+    assert bench_exit_code(outcome, err) == 6
+    assert "1 variant(s) failed: sage" in err.file.getvalue()

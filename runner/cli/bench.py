@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import LeanVideoError, WorkflowError, WorkspaceError
+from runner.errors import LeanVideoError, PromptFailedError, WorkflowError, WorkspaceError
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -139,31 +138,21 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
     if args.json:
         console.print_json(outcome.document_path.read_text(encoding="utf-8"))
-        return 0
+        return bench_exit_code(outcome, err)
     console.print(outcome.markdown_path.read_text(encoding="utf-8"), markup=False, highlight=False)
-    for name, verdict in outcome.modes.items():
-        console.print(f"{name}: {escape(json.dumps(_headline(name, verdict)))}", highlight=False)
     if outcome.plot_error:
         err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}")
     console.print(f"results: {outcome.document_path.parent} ({outcome.seconds:.0f} s)", highlight=False)
+    return bench_exit_code(outcome, err)
+
+
+def bench_exit_code(outcome: Any, err: Console) -> int:
+    """6 when a variant failed (its prompt failed; the report says which and why), else 0."""
+    failed = [result.name for result in outcome.results if result.failed is not None]
+    if failed:
+        err.print(f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}")
+        return PromptFailedError.exit_code
     return 0
-
-
-def _headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
-    """The few figures of a mode worth a line on the terminal (the rest is in bench.json)."""
-    if mode == "soak":
-        return {k: verdict[k] for k in ("variant", "verdict", "rounds")}
-    if mode == "load":
-        keys = (
-            "verdict",
-            "throughput_jobs_per_min",
-            "latency_s",
-            "queue_wait_s",
-            "execution_s",
-            "jobs_per_server",
-        )
-        return {k: verdict[k] for k in keys}
-    return {name: item.get("verdict") for name, item in verdict.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
