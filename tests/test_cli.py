@@ -81,6 +81,13 @@ def test_serve_refuses_what_it_cannot_use_before_starting(
     assert done.returncode == 4 and f"cannot listen on 192.0.2.1:{free_port}" in done.stderr
     assert "already in use" not in done.stderr
     assert not (workspace.servers_dir / str(free_port)).exists()
+    taken = tmp_path / "a-file"
+    taken.write_text("kept")
+    done = _cli("demo", "--out", str(taken))
+    assert done.returncode == 2 and f"--out {taken}: cannot be the output folder" in done.stderr
+    assert taken.read_text() == "kept"
+    done = _cli("demo", "--port", "99999")
+    assert done.returncode == 2 and "'99999' is not a port" in done.stderr
 
 
 def test_the_cli_starts_without_importing_torch() -> None:

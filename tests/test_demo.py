@@ -101,8 +101,11 @@ def test_contact_sheet_is_a_png_of_both_rows(outcome: DemoOutcome) -> None:
 
 def test_demo_cli_prints_both_columns(workspace: Workspace, tmp_path: Path) -> None:
     out = tmp_path / "cli-out"
+    # A user directory of its own: no kernel table yet, so the INT8 run measures and says so
+    (tmp_path / "user").mkdir()
+    user = ("--user-directory", str(tmp_path / "user"))
     done = subprocess.run(
-        [sys.executable, "-m", "runner.cli.main", "demo", "--out", str(out)],
+        [sys.executable, "-m", "runner.cli.main", "demo", "--out", str(out), "--", *user],
         capture_output=True,
         text=True,
         timeout=300,
@@ -114,6 +117,8 @@ def test_demo_cli_prints_both_columns(workspace: Workspace, tmp_path: Path) -> N
         assert text in done.stdout, text
     videos = sorted(out.glob("*.mp4"))
     assert len(videos) == 2 and all(video.with_suffix(".json").is_file() for video in videos)
+    assert "note: the INT8 run timed its kernels for" in done.stdout.replace("\n", " ")
+    assert (tmp_path / "user" / "leanvideo" / "int8_kernels.json").is_file()
     sheets = sorted(out.glob("*contact-sheet.png"))
     assert len(sheets) == 1 and f"contact sheet: {sheets[0]}" in done.stdout.replace("\n", "")
 

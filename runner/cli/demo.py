@@ -15,6 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from runner.cli.server_options import port_number
+from runner.errors import UsageError
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
 from runner.local.workspace import find_workspace
 
@@ -30,20 +32,32 @@ def add_demo_parser(sub: Any) -> None:
         "a run record beside each and a contact sheet PNG. ComfyUI flags after `--` pass through.",
     )
     demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
-    demo.add_argument("--port", type=int, help="server port (default: a free one)")
+    demo.add_argument("--port", type=port_number, help="server port (default: a free one)")
     demo.add_argument("--json", action="store_true", help="print every figure and path as JSON")
 
 
 def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     """``leanvideo demo``: run, then render (table or JSON)."""
     workspace = find_workspace()
+    out = args.out.resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot be the output folder ({exc.strerror or exc})") from exc
     if not args.json:
         console.print("running the tiny LTXV text-to-video demo: LeanVideo INT8, then stock ComfyUI…")
-    outcome = run_demo(args.out.resolve(), workspace, port=args.port, extra_args=passthrough)
+    outcome = run_demo(out, workspace, port=args.port, extra_args=passthrough)
     if args.json:
         console.print_json(json.dumps(outcome.to_json()))
         return 0
     console.print(comparison_table(outcome))
+    if measured := outcome.int8.kernels_measured:
+        console.print(
+            f"note: the INT8 run timed its kernels for {measured} layer shape(s) first (path=auto, once per "
+            "machine, again after `leanvideo kernels --clear`): its sampling and prompt times include "
+            "that; run the demo again for steady figures",
+            highlight=False,
+        )
     console.print(
         f"frame PSNR, {outcome.int8.configuration.label} vs {outcome.stock.configuration.label} "
         f"({len(outcome.int8.frames)} decoded frames, lossless PNG): {_db(outcome.psnr_db)}",

@@ -26,7 +26,7 @@ from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
-from runner.cli.server_options import add_server_arguments, run_options
+from runner.cli.server_options import add_server_arguments, port_number, run_options
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.graph.workflow import load_workflow
@@ -41,17 +41,6 @@ EXIT_CODES = (
     "(server restarted), 5 workflow invalid or rejected, 6 prompt failed on the server, 7 timed out, "
     "130 cancelled (Ctrl-C)"
 )
-
-
-def port_number(text: str) -> int:
-    """A TCP port from the command line (1-65535), or argparse's usage error."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
-    return port
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,17 @@ def _usage_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def port_number(text: str) -> int:
+    """A TCP port from the command line (1-65535), or argparse's usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",

@@ -96,6 +96,7 @@ class DemoRun:
     video: Path
     frames: tuple[Path, ...]
     record_path: Path
+    kernels_measured: int = 0  # INT8 layer shapes whose kernels path=auto timed during this prompt
 
     @property
     def model_bytes(self) -> int:
@@ -144,6 +145,7 @@ class DemoRun:
             "video": str(self.video),
             "frames": [str(path) for path in self.frames],
             "record": str(self.record_path),
+            "kernels_measured": self.kernels_measured,
         }
 
 
@@ -340,4 +342,9 @@ def _run_on(
         video=videos[0],
         frames=frames,
         record_path=write_run_record(record, videos[0].with_suffix(".json")),
+        kernels_measured=sum(
+            1
+            for event in telemetry.get("events") or []
+            if event.get("kind") == "int8_kernel" and event.get("source") == "measured"
+        ),
     )
