@@ -140,3 +140,19 @@ def test_ksampler_nodes_are_timed_as_sampling_but_ksampler_select_is_not() -> No
     assert phase_of("KSampler") == "sampling"
     phases = phase_seconds(tracker.timings)
     assert phases["sampling"] == 1.5 and phases["other"] == 0.1
+
+
+def test_a_failure_names_the_exception_without_the_servers_package_path() -> None:
+    from runner.tracking.result import PromptResult, describe_failure
+
+    result = PromptResult(prompt_id="p", status="error", submitted_at=0.0, started_at=0.1, finished_at=1.0)
+    result.error = {
+        "node_id": "1",
+        "class_type": "LeanVideoCheckpointLoaderINT8",
+        "exception_type": "/srv/ComfyUI/custom_nodes/leanvideo.int8.spec.Int8FormatError",
+        "message": "evil.ckpt: pickle checkpoints (.ckpt) are refused",
+    }
+    assert describe_failure(result) == (
+        "prompt p failed in node 1 (LeanVideoCheckpointLoaderINT8): leanvideo.int8.spec.Int8FormatError: "
+        "evil.ckpt: pickle checkpoints (.ckpt) are refused"
+    )

@@ -86,7 +86,9 @@ def describe_failure(result: PromptResult) -> str:
     if result.status == "interrupted":
         return f"prompt {result.prompt_id} was interrupted"
     error = result.error or {}
+    # A custom node package's module is named by its path on the server: keep the dotted name only
+    kind = str(error.get("exception_type") or "").rpartition("/")[2]
     return (
         f"prompt {result.prompt_id} failed in node {error.get('node_id', '?')} "
-        f"({error.get('class_type', '?')}): {error.get('exception_type', '')}: {error.get('message', '')}"
+        f"({error.get('class_type', '?')}): {kind}: {error.get('message', '')}"
     )
