@@ -103,6 +103,8 @@ def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
     dit = str(tiny_models.diffusion_model)
     code, err = _fail(capsys, str(tmp_path), str(tmp_path / "x.safetensors"))
     assert code == 1 and f"{tmp_path}: a folder, not a model file" in err
+    code, err = _fail(capsys, str(tiny_models.int8_checkpoint), str(tmp_path / "twice.safetensors"))
+    assert code == 1 and "already INT8 (tensor 'model.diffusion_model." in err
     code, err = _fail(capsys, dit, str(tmp_path))
     assert code == 1 and f"{tmp_path} is a folder; name the new file" in err
     code, err = _fail(capsys, dit, str(tmp_path / "missing" / "x.safetensors"))
