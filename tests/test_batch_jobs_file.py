@@ -19,6 +19,7 @@ OBJECT_INFO = {
             "required": {"seed": ["INT", {"min": 0, "max": 100}], "steps": ["INT", {"min": 1, "max": 50}]}
         },
         "output": [],
+        "output_node": True,
     }
 }
 
@@ -126,3 +127,21 @@ def test_a_csv_file_with_a_bad_column_or_row_is_refused_naming_them(folder: Path
 def test_an_empty_file_is_refused(folder: Path) -> None:
     with pytest.raises(WorkflowError, match="no jobs in the file"):
         read_jobs_file(write_lines(folder / "jobs.jsonl", ""))
+
+
+def test_a_spreadsheets_csv_with_a_byte_order_mark_and_crlf_is_read(folder: Path) -> None:
+    jobs_file = folder / "jobs.csv"
+    jobs_file.write_bytes(b"\xef\xbb\xbfid,workflow,set:Sample.seed\r\nb1,wf.api.json,7\r\n")
+    (job,) = read_jobs_file(jobs_file)
+    assert (job.job_id, job.overrides) == ("b1", ("Sample.seed=7",))
+    jsonl = folder / "jobs.jsonl"
+    jsonl.write_bytes(b'\xef\xbb\xbf{"id": "j1", "workflow": "wf.api.json"}\n')
+    assert [j.job_id for j in read_jobs_file(jsonl)] == ["j1"]
+
+
+def test_a_csv_column_given_twice_is_refused(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.csv", "id,workflow,set:Sample.seed,set:Sample.seed", "x,wf.api.json,1,2"
+    )
+    with pytest.raises(WorkflowError, match=r"line 1: column 'set:Sample\.seed' appears 2 times"):
+        read_jobs_file(jobs_file)

@@ -8,10 +8,11 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runner.batch.attempt import RESULT_NAME, _publish, finished_record
+from runner.batch.attempt import RESULT_NAME, _publish, finished_record, occupant_problem
 from runner.batch.pool import ServerPool
 from runner.errors import ServerError
 
@@ -82,18 +83,46 @@ def test_bad_pools_are_refused() -> None:
         ServerPool([A], per_server=0)
 
 
+def _finished_run(tmp_path: Path, job: dict[str, str], n: int, **fields: str) -> tuple[Path, dict[str, Any]]:
+    """A run's private folder with its video and result.json, as an attempt leaves it."""
+    partial = tmp_path / ".partial" / f"{job['job_id']}-{n}"
+    partial.mkdir(parents=True)
+    (partial / "video.mp4").write_bytes(b"run %d" % n)
+    record = {"job_id": job["job_id"], "batch": job["batch"], "digest": job["digest"], "prompt_id": f"p{n}"}
+    record |= {"server": A, "worker": "w", "attempt": 1, **fields}
+    (partial / RESULT_NAME).write_text(json.dumps(record), encoding="utf-8")
+    return partial, record
+
+
 def test_a_job_folder_is_published_once_and_never_replaced(tmp_path: Path) -> None:
-    job = {"out_dir": str(tmp_path), "job_id": "j1"}
-    assert finished_record(job) is None
+    job = {"out_dir": str(tmp_path), "job_id": "j1", "batch": "b", "digest": "d1"}
+    assert finished_record(job) is None and occupant_problem(job) is None
     runs = []
     for n in (1, 2):
-        partial = tmp_path / ".partial" / f"j1-{n}"
-        partial.mkdir(parents=True)
-        (partial / "video.mp4").write_bytes(b"run %d" % n)
-        record = {"job_id": "j1", "prompt_id": f"p{n}"}
-        (partial / RESULT_NAME).write_text(json.dumps(record), encoding="utf-8")
-        runs.append(_publish(partial, tmp_path / "j1", record))
+        partial, record = _finished_run(tmp_path, job, n)
+        runs.append(_publish(job, partial, record))
         assert not partial.exists()
-    assert runs == [{"job_id": "j1", "prompt_id": "p1"}] * 2  # the second run got the first's record
+    assert runs[0] == runs[1] and runs[1]["prompt_id"] == "p1"  # the second run got the first's record
     assert (tmp_path / "j1" / "video.mp4").read_bytes() == b"run 1"
-    assert finished_record(job) == {"job_id": "j1", "prompt_id": "p1"}
+    assert finished_record(job) == runs[0] and occupant_problem(job) is None
+
+
+def test_a_folder_of_another_batch_or_of_the_user_is_never_taken_for_the_jobs(tmp_path: Path) -> None:
+    """Two batches with line-number ids in one --out: batch 'tue' job 1 must not take 'mon' job 1's files."""
+    mon = {"out_dir": str(tmp_path), "job_id": "1", "batch": "mon", "digest": "m"}
+    tue = {**mon, "batch": "tue", "digest": "t"}
+    partial, record = _finished_run(tmp_path, mon, 1)
+    assert _publish(mon, partial, record) == record
+    assert finished_record(tue) is None
+    assert "holds the results of another job (batch 'mon', job '1'" in str(occupant_problem(tue))
+    assert occupant_problem({**mon, "digest": "other settings"}) is not None
+    partial, record = _finished_run(tmp_path, tue, 2)
+    outcome = _publish(tue, partial, record)
+    assert (outcome["status"], outcome["fault"]) == ("failed", "output")
+    assert f"this run's files are in {partial}" in outcome["error"]["message"]
+    assert (partial / "video.mp4").read_bytes() == b"run 2"  # kept, not deleted
+    assert (tmp_path / "1" / "video.mp4").read_bytes() == b"run 1"  # mon's, untouched
+    mine = tmp_path / "3"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert "holds no result of this job" in str(occupant_problem({**mon, "job_id": "3"}))

@@ -15,7 +15,10 @@ from dbos import DBOSClient
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
+    APP_VERSION,
     FINAL_STATES,
+    JOB_WORKFLOW,
+    QUEUE,
     BatchSettings,
     cancel_batch,
     list_jobs,
@@ -24,7 +27,7 @@ from runner.batch.queue import (
     submit_batch,
 )
 from runner.batch.worker import BatchWorker
-from runner.errors import WorkflowError
+from runner.errors import UsageError, WorkflowError
 from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
 
@@ -40,13 +43,44 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
     with open_client(db_url) as client:
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 2
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 0
-        with pytest.raises(WorkflowError, match="already exists with other jobs under the ids b"):
+        with pytest.raises(WorkflowError, match="already has jobs with the ids b but other settings"):
             submit_batch(client, "b", [prepared("a"), prepared("b", 3)], settings)
         assert [(j.job_id, j.state) for j in list_jobs(client, "b")] == [("a", "queued"), ("b", "queued")]
         assert cancel_batch(client, "b") == 2
         assert {j.state for j in list_jobs(client, "b")} == {"cancelled"}
         assert sorted(retry_batch(client, "b")) == ["a", "b"]
         assert {j.state for j in list_jobs(client, "b")} == {"queued"}
+
+
+def test_a_taken_job_folder_queues_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "b").mkdir(parents=True)
+    (out / "b" / "mine.txt").write_text("mine")
+    with open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
+        with pytest.raises(
+            UsageError, match=r"nothing was queued; job folders are taken:\n  job b: .*holds no"
+        ):
+            submit_batch(client, "t", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
+        assert list_jobs(client, "t") == []
+    assert (out / "b" / "mine.txt").read_text() == "mine"
+
+
+def test_a_job_that_raised_is_run_again_by_retry(tmp_path: Path) -> None:
+    """A job whose workflow raised (state error) is not resumable in DBOS: retry runs it anew."""
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with FakeComfy(lambda fake, pid: fake.vanish()) as fake, open_client(db_url) as client:
+        broken = {"batch": "e", "job_id": "x", "out_dir": str(tmp_path / "out")}  # no timeout: KeyError
+        options = {"workflow_name": JOB_WORKFLOW, "queue_name": QUEUE, "workflow_id": "e/x"}
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=5):
+            client.enqueue({**options, "app_version": APP_VERSION, "attributes": {"job": "x"}}, broken)
+            wait_for_final(client, "e")
+            assert [(j.job_id, j.state, j.workflow_id) for j in list_jobs(client, "e")] == [
+                ("x", "error", "e/x")
+            ]
+            assert retry_batch(client, "e") == ["x"]
+            wait_for_final(client, "e")
+            (job,) = list_jobs(client, "e")
+    assert (job.state, job.workflow_id) == ("error", "e/x/retry-1")  # ran again (and raised again)
 
 
 def test_a_node_error_fails_the_job_once_with_the_node_and_retry_failed_runs_it_again(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ fault         cause                                                      the job
 ``workflow``  the server rejected the prompt, or a node raised           fails: node id + message
 ``timeout``   the prompt ran past the job's timeout (it was interrupted)  fails
 ``server``    no answer for the health timeout, prompt lost, HTTP error   retried on another server
+``output``    ``<out>/<job id>`` holds something else (another batch's)   fails, nothing is touched
 ============  =========================================================  ==========================
 
 Example::
@@ -50,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 RESULT_NAME = "result.json"
 PARTIAL_DIR = ".partial"
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: the job spec's digest, so a folder is known to be this job's
 _REJECTED_NODE = re.compile(r"node (\S+) \(([^)]*)\)")
 
 
@@ -60,12 +61,50 @@ def job_dir(job: dict[str, Any]) -> Path:
 
 
 def finished_record(job: dict[str, Any]) -> dict[str, Any] | None:
-    """The record of a job whose folder is already in place, else ``None``."""
-    path = job_dir(job) / RESULT_NAME
-    if not path.is_file():
+    """The record of this job when its folder is already in place (an earlier run of it finished),
+    else ``None``; a folder that holds anything else is :func:`occupant_problem`'s."""
+    record = _read_record(job_dir(job) / RESULT_NAME)
+    return record if record is not None and _is_this_jobs(record, job) else None
+
+
+def occupant_problem(job: dict[str, Any]) -> str | None:
+    """Why the job's folder cannot become its own (it holds another batch's or job's results, or files
+    of the user's), or ``None`` when it does not exist or holds this job's finished results."""
+    folder = job_dir(job)
+    if not folder.exists():
         return None
-    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return record
+    record = _read_record(folder / RESULT_NAME)
+    if record is None:
+        return f"{folder} already exists and holds no result of this job; nothing in it is touched"
+    if _is_this_jobs(record, job):
+        return None
+    return (
+        f"{folder} holds the results of another job (batch {record.get('batch')!r}, job "
+        f"{record.get('job_id')!r}, other settings); choose another --out or other job ids"
+    )
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _is_this_jobs(record: dict[str, Any], job: dict[str, Any]) -> bool:
+    """Same batch and job, and — for records that carry it (version 2 on) — the same job spec."""
+    same = record.get("batch") == job["batch"] and record.get("job_id") == job["job_id"]
+    return same and record.get("digest", job.get("digest")) == job.get("digest")
+
+
+def output_fault(
+    job: dict[str, Any], *, server: str | None, worker: str, attempt: int, message: str
+) -> dict[str, Any]:
+    """The outcome of an attempt that cannot put its files in place (not retried: it would not help)."""
+    return {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt,
+            "status": "failed", "fault": "output", "prompt_id": None, "seconds": 0.0, "files": [],
+            "error": {"node_id": None, "class_type": None, "message": message}}  # fmt: skip
 
 
 def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) -> dict[str, Any]:
@@ -93,6 +132,7 @@ def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) 
         "version": RESULT_VERSION,
         **base,
         "batch": job["batch"],
+        "digest": job.get("digest"),
         "status": "success",
         "fault": None,
         "error": None,
@@ -112,20 +152,28 @@ def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) 
         ],
     }
     (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return _publish(partial, final, record)
+    return _publish(job, partial, record)
 
 
-def _publish(partial: Path, final: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """Rename the finished folder into place, unless another run of the job got there first."""
+def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Rename the finished folder into place, unless another run of the job got there first (its
+    record is kept) or something else took the folder (this run's files stay in ``partial``)."""
+    final = job_dir(job)
     try:
         os.rename(partial, final)  # fails on a non-empty target: a job's folder is never replaced
     except OSError:
-        existing = final / RESULT_NAME
-        if not existing.is_file():
-            raise
+        kept = finished_record(job)
+        if kept is None:
+            problem = occupant_problem(job) or f"cannot rename {partial} to {final}"
+            return output_fault(
+                job,
+                server=record["server"],
+                worker=record["worker"],
+                attempt=record["attempt"],
+                message=f"{problem}; this run's files are in {partial}",
+            )
         logger.warning("job %s already has its results in %s; discarding this run's", record["job_id"], final)
         shutil.rmtree(partial, ignore_errors=True)
-        kept: dict[str, Any] = json.loads(existing.read_text(encoding="utf-8"))
         return kept
     return record
 

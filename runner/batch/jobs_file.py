@@ -74,9 +74,11 @@ def read_jobs_file(path: Path) -> list[JobLine]:
         WorkflowError: the file is unreadable or empty, or lines are bad (all of them listed).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # spreadsheets save "CSV UTF-8" with a BOM
+    except UnicodeDecodeError as exc:
+        raise WorkflowError(f"jobs file {path}: not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
     except OSError as exc:
-        raise WorkflowError(f"jobs file {path}: cannot read it: {exc}") from exc
+        raise WorkflowError(f"jobs file {path}: cannot read it: {exc.strerror or exc}") from exc
     problems: list[str] = []
     rows = _csv_rows(text, problems) if path.suffix.lower() == ".csv" else _jsonl_rows(text, problems)
     jobs: list[JobLine] = []
@@ -163,6 +165,8 @@ def _csv_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]
     unknown = [n for n in names if (n not in FIELDS and not n.startswith(SET_COLUMN)) or n == "set"]
     for name in unknown:
         problems.append(f"line 1: column {name!r} is not one of id, workflow, priority, set:NODE.input")
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"line 1: column {name!r} appears {names.count(name)} times")
     rows: list[tuple[int, dict[str, Any]]] = []
     for cells in reader:
         number = reader.line_num

@@ -34,8 +34,9 @@ from typing import Any
 
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
+from runner.batch.attempt import occupant_problem
 from runner.batch.jobs_file import PreparedJob
-from runner.errors import LeanVideoError, WorkflowError
+from runner.errors import LeanVideoError, UsageError, WorkflowError
 
 logger = logging.getLogger(__name__)
 
@@ -159,9 +160,14 @@ def submit_batch(client: DBOSClient, name: str, jobs: list[PreparedJob], setting
     ]  # fmt: skip
     if clashes:
         raise WorkflowError(
-            f"batch {name!r} already exists with other jobs under the ids {', '.join(clashes[:10])}; "
-            "submit under another --name"
+            f"batch {name!r} already has jobs with the ids {', '.join(clashes[:10])} but other settings "
+            "(workflow, overrides, --out, --timeout, --max-attempts or --health-timeout); submit under "
+            "another --name"
         )
+    taken = [f"job {s['job_id']}: {problem}" for s in specs if (problem := occupant_problem(s)) is not None]
+    if taken:
+        listed = "\n  ".join(taken[:20]) + (f"\n  … and {len(taken) - 20} more" if len(taken) > 20 else "")
+        raise UsageError(f"batch {name!r}: nothing was queued; job folders are taken:\n  {listed}")
     queued = 0
     for spec in specs:
         workflow_id = f"{name}/{spec['job_id']}"
@@ -218,13 +224,14 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
 
 
 def retry_batch(client: DBOSClient, name: str, *, failed: bool = False) -> list[str]:
-    """Put the batch's cancelled and errored jobs back on the queue (where they stopped); with
-    ``failed`` also run jobs whose result is a failure again, as new runs. Returns the job ids."""
+    """Put the batch's cancelled jobs back on the queue (where they stopped) and run its errored ones
+    again as new runs (DBOS does not resume a workflow that raised); with ``failed`` also jobs whose
+    result is a failure. Returns the job ids."""
     jobs = list_jobs(client, name)
-    resume = [j for j in jobs if j.state in ("cancelled", "error")]
+    resume = [j for j in jobs if j.state == "cancelled"]
     if resume:
         client.resume_workflows([j.workflow_id for j in resume], queue_name=QUEUE)
-    rerun = [j for j in jobs if failed and j.state == "failed"]
+    rerun = [j for j in jobs if j.state == "error" or (failed and j.state == "failed")]
     for job in rerun:
         (status,) = client.list_workflows(workflow_ids=[job.workflow_id], load_output=False)
         spec = status.input["args"][0] if status.input else None
@@ -236,7 +243,7 @@ def retry_batch(client: DBOSClient, name: str, *, failed: bool = False) -> list[
             "queue_name": QUEUE,
             "workflow_id": f"{name}/{job.job_id}/retry-{generation + 1}",
             "app_version": APP_VERSION,
-            "attributes": {"batch": name, "job": job.job_id, "digest": spec["digest"]},
+            "attributes": {"batch": name, "job": job.job_id, "digest": spec.get("digest")},
         }
         client.enqueue(options, spec)
     return [j.job_id for j in resume + rerun]

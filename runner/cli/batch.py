@@ -33,7 +33,7 @@ from runner.batch.queue import (
 )
 from runner.batch.results import job_row, summarize, write_manifest
 from runner.batch.worker import BatchWorker
-from runner.errors import LeanVideoError
+from runner.errors import LeanVideoError, PromptTimeoutError, UsageError
 from runner.local.workspace import default_workspace_root
 
 REFRESH_S = 0.5
@@ -60,11 +60,12 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
         if verb == "results":
             jobs = list_jobs(client, name)
             _require(jobs, name)
-            json_path, csv_path = write_manifest(jobs, args.out.resolve(), name)
+            json_path, csv_path = write_manifest(jobs, _manifest_dir(args.out, name), name)
             if args.json:
                 console.print_json(json_path.read_text(encoding="utf-8"))
             console.print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
+        _require(list_jobs(client, name), name)
         if verb == "cancel":
             console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")
             return 0
@@ -117,7 +118,10 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             f"({dict(counts)}); results: leanvideo batch results {name} --out DIR",
             highlight=False,
         )
-        return 0 if counts["success"] == summary.total else EXIT_SOME_FAILED
+        if counts["success"] == summary.total:
+            return 0
+        faults = {(state.record or {}).get("fault") for state in states if state.state != "success"}
+        return PromptTimeoutError.exit_code if faults == {"timeout"} else EXIT_SOME_FAILED
 
 
 def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
@@ -178,6 +182,27 @@ def _progress_view(
             str(done["failed"] if done else 0),
         )
     return Group(Text(line), table)
+
+
+def _manifest_dir(out: Path, name: str) -> Path:
+    """``out``, checked: a folder (made when missing) whose manifest, if any, is this batch's."""
+    folder = out.resolve()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out {out}: a file, not a folder")
+    for manifest in (folder / "results.json", folder / "results.csv"):
+        if manifest.exists() and not _is_manifest_of(folder / "results.json", name):
+            raise UsageError(
+                f"--out {out}: {manifest} is there and is not batch {name!r}'s manifest; nothing was "
+                "written (choose another --out)"
+            )
+    return folder
+
+
+def _is_manifest_of(path: Path, name: str) -> bool:
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8")).get("batch") == name)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _require(jobs: list[JobState], name: str) -> None:
