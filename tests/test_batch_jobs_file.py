@@ -145,3 +145,22 @@ def test_a_csv_column_given_twice_is_refused(folder: Path) -> None:
     )
     with pytest.raises(WorkflowError, match=r"line 1: column 'set:Sample\.seed' appears 2 times"):
         read_jobs_file(jobs_file)
+
+
+def test_both_passes_are_listed_together_by_line(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad field on line 1 does not hide line 2's value out of range, nor a duplicate of a bad line."""
+    from runner.batch import jobs_file
+
+    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers: OBJECT_INFO)
+    path = write_lines(
+        folder / "jobs.jsonl",
+        '{"id": "a", "workflow": "wf.api.json", "sett": {}}',
+        '{"id": "b", "workflow": "wf.api.json", "set": {"Sample.seed": -1}}',
+        '{"id": "a", "workflow": "wf.api.json"}',
+    )
+    with pytest.raises(WorkflowError) as caught:
+        jobs_file.load_batch(path, ["http://127.0.0.1:1"])
+    lines = str(caught.value).splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == ["line 1", "line 2", "line 3"]
+    assert "unknown field 'sett'" in lines[0] and "below the minimum 0" in lines[1]
+    assert "id 'a' is already used on line 1" in lines[2]

@@ -73,6 +73,13 @@ def read_jobs_file(path: Path) -> list[JobLine]:
     Raises:
         WorkflowError: the file is unreadable or empty, or lines are bad (all of them listed).
     """
+    jobs, problems = _read_jobs(path)
+    _raise_if_any(path, problems)
+    return jobs
+
+
+def _read_jobs(path: Path) -> tuple[list[JobLine], list[str]]:
+    """The good jobs of ``path`` and the problems of the others (the first pass)."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # spreadsheets save "CSV UTF-8" with a BOM
     except UnicodeDecodeError as exc:
@@ -85,13 +92,14 @@ def read_jobs_file(path: Path) -> list[JobLine]:
     seen: dict[str, int] = {}
     workflows: dict[Path, str | None] = {}
     for line, row in rows:
+        stated_id = str(row.get("id", line))
+        if stated_id in seen:  # also when the line that used it first is bad
+            problems.append(f"line {line}: id {stated_id!r} is already used on line {seen[stated_id]}")
+            continue
+        seen[stated_id] = line
         job = _job_from_row(line, row, path.parent, problems)
         if job is None:
             continue
-        if job.job_id in seen:
-            problems.append(f"line {line}: id {job.job_id!r} is already used on line {seen[job.job_id]}")
-            continue
-        seen[job.job_id] = line
         if job.workflow not in workflows:
             workflows[job.workflow] = _workflow_problem(job.workflow)
         if workflows[job.workflow]:
@@ -100,8 +108,7 @@ def read_jobs_file(path: Path) -> list[JobLine]:
         jobs.append(job)
     if not rows and not problems:
         problems.append("no jobs in the file")
-    _raise_if_any(path, problems)
-    return jobs
+    return jobs, problems
 
 
 def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> list[PreparedJob]:
@@ -110,6 +117,13 @@ def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> li
     Raises:
         WorkflowError: any job does not validate (every problem, with its line and field).
     """
+    prepared, problems = _prepare(jobs, object_info)
+    _raise_if_any(path, problems)
+    return prepared
+
+
+def _prepare(jobs: list[JobLine], object_info: ObjectInfo) -> tuple[list[PreparedJob], list[str]]:
+    """The jobs that validate, and the problems of the others (the second pass)."""
     problems: list[str] = []
     prepared: list[PreparedJob] = []
     loaded: dict[Path, Workflow] = {}
@@ -135,8 +149,7 @@ def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> li
         if not errors:
             stated = {f.name: getattr(job, f.name) for f in fields(JobLine)}
             prepared.append(PreparedJob(**stated, prompt=prompt))
-    _raise_if_any(path, problems)
-    return prepared
+    return prepared, problems
 
 
 def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
@@ -270,6 +283,16 @@ def fetch_object_info(servers: list[str]) -> ObjectInfo:
 
 
 def load_batch(path: Path, servers: list[str]) -> list[PreparedJob]:
-    """Read and check the jobs file, then every job against the servers' ``/object_info``."""
-    lines = read_jobs_file(path)
-    return prepare_jobs(path, lines, fetch_object_info(servers))
+    """Read and check the jobs file, then every good line against the servers' ``/object_info``;
+    the problems of both passes are listed together, by line."""
+    lines, problems = _read_jobs(path)
+    if not lines:
+        _raise_if_any(path, problems)
+    prepared, more = _prepare(lines, fetch_object_info(servers))
+    _raise_if_any(path, sorted(problems + more, key=_line_number))
+    return prepared
+
+
+def _line_number(problem: str) -> int:
+    found = re.match(r"line (\d+):", problem)
+    return int(found[1]) if found else 0
