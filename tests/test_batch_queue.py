@@ -5,6 +5,7 @@ fail a node on demand."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from pathlib import Path
@@ -122,3 +123,33 @@ def wait_for_final(client: DBOSClient, name: str, timeout: float = 30) -> None:
     while not all(j.state in FINAL_STATES for j in list_jobs(client, name)):
         assert time.monotonic() < deadline, [(j.job_id, j.state) for j in list_jobs(client, name)]
         time.sleep(0.1)
+
+
+def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
+    async def endless(fake: FakeComfy, pid: str) -> None:
+        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+        for step in range(1, 600):  # a long sampler, one step every 0.1 s, until interrupted
+            if pid not in fake.running:
+                return
+            data = {"prompt_id": pid, "node": "2", "value": step, "max": 600}
+            await fake.send({"type": "progress", "data": data})
+            await asyncio.sleep(0.1)
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    out = tmp_path / "out"
+    with FakeComfy(endless) as fake, open_client(db_url) as client:
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=30):
+            submit_batch(client, "c", [prepared("long")], BatchSettings(out_dir=out))
+            deadline = time.monotonic() + 20
+            while not any(call[0] == "POST /prompt" for call in fake.calls):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert cancel_batch(client, "c") == 1
+            deadline = time.monotonic() + 10
+            while not any(call[0] == "POST /interrupt" for call in fake.calls):
+                assert time.monotonic() < deadline, "the running prompt was not interrupted"
+                time.sleep(0.05)
+        (job,) = list_jobs(client, "c")
+    assert job.state == "cancelled"
+    assert not (out / "long").exists()

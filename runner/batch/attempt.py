@@ -33,6 +33,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from runner.errors import (
     ServerError,
     WorkflowError,
 )
+from runner.tracking.events import ClientEvent
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.transport.client import ComfyClient
@@ -50,6 +52,7 @@ from runner.transport.client import ComfyClient
 logger = logging.getLogger(__name__)
 
 RESULT_NAME = "result.json"
+CANCEL_CHECK_S = 1.0  # how often a running job asks the queue whether it was cancelled
 PARTIAL_DIR = ".partial"
 RESULT_VERSION = 2  # 2: the job spec's digest, so a folder is known to be this job's
 _REJECTED_NODE = re.compile(r"node (\S+) \(([^)]*)\)")
@@ -107,8 +110,17 @@ def output_fault(
             "error": {"node_id": None, "class_type": None, "message": message}}  # fmt: skip
 
 
-def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) -> dict[str, Any]:
+def run_attempt(
+    job: dict[str, Any],
+    server: str,
+    *,
+    worker: str,
+    attempt: int,
+    cancelled: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
+    ``cancelled`` is asked (at most every :data:`CANCEL_CHECK_S`, as the prompt's events arrive)
+    whether the job was cancelled: then the prompt is interrupted on the server and nothing is kept.
 
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
@@ -119,7 +131,13 @@ def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) 
     deadline = began + float(job["timeout"])
     try:
         with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
-            result = run_prompt(client, job["prompt"], timeout=float(job["timeout"]), prompt_id=prompt_id)
+            result = run_prompt(
+                client,
+                job["prompt"],
+                timeout=float(job["timeout"]),
+                prompt_id=prompt_id,
+                on_event=None if cancelled is None else _stop_when(cancelled),
+            )
             files = download_outputs(client, result.outputs, partial)
     except LeanVideoError as exc:
         shutil.rmtree(partial, ignore_errors=True)
@@ -153,6 +171,20 @@ def run_attempt(job: dict[str, Any], server: str, *, worker: str, attempt: int) 
     }
     (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return _publish(job, partial, record)
+
+
+def _stop_when(cancelled: Callable[[], bool]) -> Callable[[ClientEvent], None]:
+    """An event handler that stops the prompt the way Ctrl-C does once ``cancelled()`` says so."""
+    last = [0.0]
+
+    def check(event: ClientEvent) -> None:
+        now = time.monotonic()
+        if now - last[0] >= CANCEL_CHECK_S:
+            last[0] = now
+            if cancelled():
+                raise KeyboardInterrupt  # run_prompt interrupts the prompt on the server
+
+    return check
 
 
 def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -92,11 +92,26 @@ class JobRunner:
         server = self.pool.acquire(self.stop)
         failed = False
         try:
-            outcome = run_attempt(job, server, worker=self.worker_id, attempt=attempt)
+            workflow_id = DBOS.workflow_id
+            outcome = run_attempt(
+                job,
+                server,
+                worker=self.worker_id,
+                attempt=attempt,
+                cancelled=lambda: _is_cancelled(workflow_id),
+            )
             failed = outcome.get("fault") == "server"
             return outcome
         finally:
             self.pool.release(server, server_failed=failed, reason="a job lost it")
+
+
+def _is_cancelled(workflow_id: str | None) -> bool:
+    """Whether ``batch cancel`` cancelled the job workflow (DBOS itself stops it only between steps)."""
+    if workflow_id is None:
+        return False
+    status = DBOS.get_workflow_status(workflow_id)
+    return status is not None and status.status == "CANCELLED"
 
 
 def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[str, Any]]:
