@@ -181,6 +181,8 @@ class ServerPool:
     def _take_out(self, state: _State, reason: str) -> None:
         state.failures += 1
         delay = min(self._max_backoff, FIRST_BACKOFF_S * 2 ** (state.failures - 1))
+        # Said once when it goes out; each probe that finds it still out is a detail
+        log = logger.info if state.healthy is False else logger.warning
         state.healthy = False
         state.next_probe = time.monotonic() + delay
-        logger.warning("server %s taken out (%s); next probe in %.0f s", state.url, reason, delay)
+        log("server %s out (%s); next probe in %.0f s", state.url, reason, delay)

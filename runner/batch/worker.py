@@ -125,6 +125,16 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
     return run_batch_job
 
 
+class _CancelledJobNoise(logging.Filter):
+    """Drops DBOS's tracebacks for workflows that ``batch cancel`` cancelled: they are expected."""
+
+    NAMES = ("DBOSAwaitedWorkflowCancelledError", "DBOSWorkflowCancelledError")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or type(error).__name__ not in self.NAMES
+
+
 class BatchWorker:
     """DBOS launched in this process, taking jobs off :data:`QUEUE` onto ``pool``'s servers."""
 
@@ -143,9 +153,11 @@ class BatchWorker:
         self.grace = grace
         self.log_level = log_level
         self.runner = JobRunner(pool, self.worker_id)
+        self._quiet = _CancelledJobNoise()
 
     def __enter__(self) -> BatchWorker:
         register_job_workflow(self.runner)
+        logging.getLogger("dbos").addFilter(self._quiet)
         DBOS(
             config={
                 "name": APP_NAME,
@@ -165,6 +177,7 @@ class BatchWorker:
             )
         except BaseException:
             DBOS.destroy()
+            logging.getLogger("dbos").removeFilter(self._quiet)
             raise
         logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
         return self
@@ -179,4 +192,7 @@ class BatchWorker:
         running goes back on the queue when this worker id starts again."""
         if self.grace <= 0:
             self.runner.stop.set()
-        DBOS.destroy(workflow_completion_timeout_sec=self.grace)
+        try:
+            DBOS.destroy(workflow_completion_timeout_sec=self.grace)
+        finally:
+            logging.getLogger("dbos").removeFilter(self._quiet)
