@@ -153,3 +153,29 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
         (job,) = list_jobs(client, "c")
     assert job.state == "cancelled"
     assert not (out / "long").exists()
+
+
+def test_results_and_verbs_refuse_what_they_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.cli.main import main
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with open_client(db_url) as client:
+        submit_batch(client, "m", [prepared("a")], BatchSettings(out_dir=tmp_path / "out"))
+    db = ("--db", db_url)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept")
+    assert main(["batch", "results", "m", "--out", str(a_file), *db]) == 2
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "results.csv").write_text("their,own,csv\n")
+    assert main(["batch", "results", "m", "--out", str(theirs), *db]) == 2
+    assert "is not the manifest of batch 'm'" in capsys.readouterr().err.replace("\n", "")
+    assert (theirs / "results.csv").read_text() == "their,own,csv\n" and a_file.read_text() == "kept"
+    ours = tmp_path / "ours"
+    assert main(["batch", "results", "m", "--out", str(ours), *db]) == 0
+    assert main(["batch", "results", "m", "--out", str(ours), *db]) == 0  # its own manifest: refreshed
+    for verb in ("cancel", "retry", "status"):
+        assert main(["batch", verb, "nosuch", *db]) == 1
+        assert "no batch named 'nosuch'" in capsys.readouterr().err

@@ -192,7 +192,7 @@ def _manifest_dir(out: Path, name: str) -> Path:
     for manifest in (folder / "results.json", folder / "results.csv"):
         if manifest.exists() and not _is_manifest_of(folder / "results.json", name):
             raise UsageError(
-                f"--out {out}: {manifest} is there and is not batch {name!r}'s manifest; nothing was "
+                f"--out {out}: {manifest} is there and is not the manifest of batch {name!r}; nothing was "
                 "written (choose another --out)"
             )
     return folder
