@@ -209,7 +209,8 @@ def _plan_file(
     source: Path, header: FileHeader, family: str, config: Int8WeightConfig
 ) -> dict[str, Int8WeightConfig]:
     """``{layer (full key prefix): config}`` of the layers of ``source`` to quantize, checked."""
-    if (int8 := next((key for key, dtype in header.dtypes.items() if dtype == "I8"), None)) is not None:
+    weights = (key for key, dtype in header.dtypes.items() if dtype == "I8" and key.endswith(WEIGHT_SUFFIX))
+    if (int8 := next(weights, None)) is not None:
         raise Int8FormatError(
             f"{source}: already INT8 (tensor {int8!r} is int8); the INT8 loaders read it as it is"
         )
