@@ -6,6 +6,7 @@ diffusion_models, and a checkpoint without a VAE is refused with the file named.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,3 +198,20 @@ def test_checkpoint_loader_detects_the_model_once_before_comfyui(
     assert comfy.ops.is_int8(model.model.diffusion_model.transformer_blocks[0].attn1.to_q.weight)
     assert vae is not None
     assert len(calls) == 2, calls
+
+
+def test_a_file_given_to_the_wrong_loader_is_named_for_what_it_is(
+    comfy: SimpleNamespace, tiny_models: FixtureSet
+) -> None:
+    from leanvideo.int8.spec import Int8FormatError
+
+    loading = comfy.loading
+    cases = (
+        (loading.load_diffusion_model_int8, tiny_models.lora, "a LoRA (key "),
+        (loading.load_diffusion_model_int8, tiny_models.text_encoder, "a text encoder; load it with"),
+    )
+    for load, path, message in cases:
+        with pytest.raises(Int8FormatError, match=re.escape(f"{path}: {message}")):
+            load(path)
+    with pytest.raises(Int8FormatError, match=re.escape(f"{tiny_models.diffusion_model}: a ltxv diffusion")):
+        loading.load_text_encoder_int8([tiny_models.diffusion_model], "ltxv")

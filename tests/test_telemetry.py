@@ -117,6 +117,20 @@ def test_outcome_of_status_messages() -> None:
     assert outcome_of(None) == ("success", None)
 
 
+@pytest.mark.parametrize(
+    "reported",
+    [
+        "/srv/ComfyUI/custom_nodes/leanvideo.int8.spec.Int8FormatError",
+        "/tmp/comfy/custom_nodes/leanvideo.custom_nodes.leanvideo.int8.spec.Int8FormatError",
+        "leanvideo.int8.spec.Int8FormatError",
+    ],
+)
+def test_a_packs_error_type_is_the_same_wherever_the_pack_is_installed(reported: str) -> None:
+    """One error, one metrics label: ComfyUI names a pack's module by its path on disk."""
+    status = Status("error", False, [("execution_error", {"exception_type": reported})])
+    assert outcome_of(status) == ("error", "leanvideo.int8.spec.Int8FormatError")
+
+
 def test_nvml_absent_gives_null_fields_with_a_reason() -> None:
     nvml = Nvml()
     if nvml.reason is None:

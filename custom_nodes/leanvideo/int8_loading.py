@@ -29,7 +29,7 @@ from .int8.dispatch import KernelDispatcher
 from .int8.files import FileHeader, read_header
 from .int8.formats import LoadedFile, read_int8_file
 from .int8.fp8 import is_fp8_companion
-from .int8.policy import plan_quantization
+from .int8.policy import describe_misplaced, plan_quantization
 from .int8.spec import Int8FormatError
 from .int8_lora import LORA_MODES, Int8ModelPatcher
 from .int8_ops import make_int8_ops
@@ -97,7 +97,8 @@ def detect_model_config(
     plain = {key: t for key, t in tensors.items() if not is_fp8_companion(key)}
     model_config = comfy.model_detection.model_config_from_unet(plain, prefix, metadata=dict(metadata))
     if model_config is None:
-        raise Int8FormatError(f"{source}: ComfyUI does not recognise this diffusion model")
+        found = describe_misplaced(tensors, source=source, wanted="diffusion model")
+        raise Int8FormatError(found or f"{source}: ComfyUI does not recognise this diffusion model")
     return model_config, prefix
 
 
@@ -126,7 +127,9 @@ def _quantize_loaded(
     shapes = {k[len(prefix) :]: tuple(t.shape) for k, t in loaded.tensors.items() if k.startswith(prefix)}
     plan = {prefix + layer: c for layer, c in plan_quantization(shapes, family, config).items()}
     if not plan:
-        raise Int8FormatError(f"{loaded.path}: no layer of family {family!r} to quantize")
+        wanted = "text encoder" if family == "text_encoder" else "diffusion model"
+        found = describe_misplaced(loaded.tensors, source=str(loaded.path), wanted=wanted)
+        raise Int8FormatError(found or f"{loaded.path}: no layer of family {family!r} to quantize")
     logger.info("Quantizing %d %s layers of %s on load", len(plan), family, loaded.path)
     return quantize_state_dict(loaded.tensors, plan, consume=True)  # the read tensors go as they convert
 

@@ -154,6 +154,15 @@ class PromptRecord:
         return data
 
 
+def exception_name(raw: str) -> str:
+    """An exception type as ComfyUI reports it, without where the pack is installed: ComfyUI names a
+    custom node package's modules by its path (``/srv/ComfyUI/custom_nodes/leanvideo.int8.spec.X``, or
+    ``….custom_nodes.leanvideo.int8.spec.X`` when the pack sits in a repository's folder), which would
+    make one error a different metrics label on every machine."""
+    name = raw.rpartition("/")[2]
+    return name.rpartition("custom_nodes.")[2]
+
+
 def outcome_of(status: Any) -> tuple[str, str | None]:
     """``(status, error type)`` from the ``ExecutionStatus`` ComfyUI passes to ``task_done``."""
     if status is None:
@@ -162,7 +171,7 @@ def outcome_of(status: Any) -> tuple[str, str | None]:
         if event == "execution_interrupted":
             return "interrupted", None
         if event == "execution_error":
-            return "error", str(data.get("exception_type") or "unknown")
+            return "error", exception_name(str(data.get("exception_type") or "unknown"))
     return (
         ("success", None) if getattr(status, "status_str", "success") == "success" else ("error", "unknown")
     )

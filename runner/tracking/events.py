@@ -242,12 +242,20 @@ class PromptTracker:
         return (self.server_end_ms - self.server_start_ms) / 1000.0
 
 
+def exception_name(raw: Any) -> str | None:
+    """An exception type as ComfyUI reports it, without where a node pack is installed: ComfyUI names a
+    pack's modules by its path (``/srv/ComfyUI/custom_nodes/leanvideo.int8.spec.Int8FormatError``)."""
+    if raw is None:
+        return None
+    return str(raw).rpartition("/")[2].rpartition("custom_nodes.")[2]
+
+
 def error_summary(data: dict[str, Any]) -> dict[str, Any]:
     """The run-record form of an ``execution_error`` message: node id, class and message."""
     return {
         "node_id": data.get("node_id"),
         "class_type": data.get("node_type"),
-        "exception_type": data.get("exception_type"),
+        "exception_type": exception_name(data.get("exception_type")),
         "message": str(data.get("exception_message", "")).strip(),
     }
 

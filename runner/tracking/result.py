@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.tracking.events import NodeTiming, PromptTracker, phase_seconds
+from runner.tracking.events import NodeTiming, PromptTracker, exception_name, phase_seconds
 
 
 @dataclass
@@ -86,8 +86,7 @@ def describe_failure(result: PromptResult) -> str:
     if result.status == "interrupted":
         return f"prompt {result.prompt_id} was interrupted"
     error = result.error or {}
-    # A custom node package's module is named by its path on the server: keep the dotted name only
-    kind = str(error.get("exception_type") or "").rpartition("/")[2]
+    kind = exception_name(error.get("exception_type")) or ""
     return (
         f"prompt {result.prompt_id} failed in node {error.get('node_id', '?')} "
         f"({error.get('class_type', '?')}): {kind}: {error.get('message', '')}"

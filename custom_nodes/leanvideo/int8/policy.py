@@ -108,6 +108,23 @@ def guess_family(keys: Iterable[str], *, source: str = "state dict") -> str:
     )
 
 
+def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str | None:
+    """What ``source`` is, by its keys, when it is not the kind of model a loader of ``wanted``
+    (``"diffusion model"`` or ``"text encoder"``) takes: a LoRA, a VAE, a text encoder or a diffusion
+    model, with the loader that takes it. ``None`` when its keys do not say."""
+    keys = list(keys)
+    try:
+        refuse_unquantizable(keys, source=source, kinds=("LoRA",))
+        family = guess_family(keys, source=source)
+    except Int8FormatError as error:  # a LoRA, a VAE, or nothing known
+        return str(error) if "which is not quantized" in str(error) else None
+    if family == "text_encoder" and wanted != "text encoder":
+        return f"{source}: a text encoder; load it with Load Text Encoder (INT8)"
+    if family != "text_encoder" and wanted == "text encoder":
+        return f"{source}: a {family} diffusion model; load it with Load Diffusion Model (INT8)"
+    return None
+
+
 def refuse_unquantizable(
     keys: Iterable[str], *, source: str, kinds: tuple[str, ...] = ("LoRA", "VAE")
 ) -> None:
