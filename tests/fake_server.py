@@ -96,6 +96,10 @@ class FakeComfy:
         for transport in served:
             if not transport.is_closing():
                 transport.close()
+        # close() lets go of the socket only in a callback on the loop: run it before the loop stops,
+        # or the transport is still "unclosed" when it is collected
+        for _ in range(3):
+            await asyncio.sleep(0)
 
     async def _serve(self) -> None:
         app = web.Application()

@@ -299,4 +299,6 @@ def test_cli_converts_the_shipped_ltxv_template(
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert {(p["node_id"], p["input"]) for p in problems} == {("38", "clip_name"), ("44", "ckpt_name")}
     assert all("model file" in p["message"] for p in problems)
-    assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 5
+    written = out.read_text()
+    assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 2
+    assert "refusing to overwrite it" in capsys.readouterr().err and out.read_text() == written

@@ -66,6 +66,9 @@ def _fail(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     [
         (["--granularity", "block"], 2, "--granularity block needs --block-size N"),
         (["--family", "wan"], 1, "no layer of family 'wan'"),
+        (["--block-size", "32"], 2, "--block-size 32 goes with --granularity block, not row"),
+        (["--convrot-group", "1024"], 2, "--convrot-group 1024 goes with --convrot"),
+        (["--convrot", "--convrot-group", "100"], 2, "100"),
     ],
 )
 def test_quantize_errors_name_the_problem(

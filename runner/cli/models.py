@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import WorkspaceError
+from runner.errors import UsageError, WorkspaceError
 from runner.jobs.models import ModelsReport, check_models
 from runner.local.workspace import find_workspace
 
@@ -22,7 +22,8 @@ def add_models_parser(sub: Any) -> None:
     check = models_sub.add_parser(
         "check",
         help="list every model file a workflow loads: present (size) or missing (URL and folder)",
-        epilog="exit codes: 0 every file present, 1 something missing, 3 no models folder, 5 bad workflow",
+        epilog="exit codes: 0 every file present, 1 something missing, 2 --models is no folder, "
+        "3 the workspace has no models folder, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="API-format workflow JSON")
     check.add_argument("--models", type=Path, default=None, help="models folder (default: the workspace's)")
@@ -32,6 +33,8 @@ def add_models_parser(sub: Any) -> None:
 
 def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
+    if args.models is not None and not args.models.is_dir():
+        raise UsageError(f"--models {args.models}: no such folder")
     models_dir = args.models or find_workspace().models_dir
     if not models_dir.is_dir():
         raise WorkspaceError(f"no models folder at {models_dir}")

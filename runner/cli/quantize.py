@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 FAMILIES = ("flux", "hunyuan_video", "ltxv", "text_encoder", "wan")
 
 WORST_LAYERS_SHOWN = 5
+DEFAULT_CONVROT_GROUP = 256  # as Int8WeightConfig's default
 
 
 def add_quantize_parser(subparsers: Any) -> None:
@@ -68,7 +69,10 @@ def add_quantize_parser(subparsers: Any) -> None:
         "--convrot", action="store_true", help="Hadamard-rotate groups of input columns first"
     )
     parser.add_argument(
-        "--convrot-group", type=int, default=256, help="rotation group size, a power of 4 (default 256)"
+        "--convrot-group",
+        type=int,
+        default=DEFAULT_CONVROT_GROUP,
+        help=f"rotation group size, a power of 4 (default {DEFAULT_CONVROT_GROUP}), with --convrot",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -82,6 +86,12 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
 
     if args.granularity == "block" and args.block_size is None:
         raise UsageError("--granularity block needs --block-size N (input columns per scale, e.g. 64)")
+    if args.block_size is not None and args.granularity != "block":
+        raise UsageError(
+            f"--block-size {args.block_size} goes with --granularity block, not {args.granularity}"
+        )
+    if args.convrot_group != DEFAULT_CONVROT_GROUP and not args.convrot:
+        raise UsageError(f"--convrot-group {args.convrot_group} goes with --convrot")
     try:
         config = Int8WeightConfig(
             granularity=args.granularity,
@@ -89,6 +99,9 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
             convrot=args.convrot,
             convrot_group=args.convrot_group,
         )
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    try:
         family = args.family
         if family == "auto":
             family = guess_family(read_header(args.input).shapes, source=str(args.input))

@@ -58,8 +58,8 @@ def add_workflow_parser(sub: Any) -> None:
     convert = workflow_sub.add_parser(
         "convert",
         help="convert an editor (UI) workflow to API format using the server's /object_info",
-        epilog="exit codes: 0 converted, 2 --out unusable, 4 server unreachable, 5 not convertible "
-        "(unknown nodes, legacy group nodes, not a UI file)",
+        epilog="exit codes: 0 converted, 2 --out exists or is unusable, 4 server unreachable, "
+        "5 not convertible (unknown nodes, legacy group nodes, not a UI file)",
     )
     convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
     add_server_arguments(convert)
@@ -150,7 +150,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         with args.out.open("x", encoding="utf-8") as handle:
             handle.write(text)
     except FileExistsError as exc:
-        raise WorkflowError(f"{args.out} already exists; refusing to overwrite it") from exc
+        raise UsageError(f"--out {args.out} already exists; refusing to overwrite it") from exc
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from exc
     console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
