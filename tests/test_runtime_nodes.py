@@ -193,3 +193,12 @@ def test_nodes_are_declared_in_comfyui_voice(comfy_server: ComfyServer) -> None:
             for name, spec in node["input"].get(kind, {}).items():
                 assert spec[1].get("tooltip"), f"{node['name']}.{name} has no tooltip"
     assert patch["input"]["required"]["mode"][1]["options"][:3] == ["auto", "sdpa", "sage"]
+
+
+def test_free_vram_with_nothing_connected_says_so(comfy: Any) -> None:
+    from leanvideo.memory_ops import FreeMode, release_models
+
+    report = release_models(FreeMode.ALL_BUT_CONNECTED, keep=None)
+    assert report.notes == ("nothing is connected, so no model is kept: released all",)
+    report = release_models(FreeMode.ALL_BUT_CONNECTED, keep="a string")
+    assert report.notes == ("the connected value (str) holds no model: released all",)

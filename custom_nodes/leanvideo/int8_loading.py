@@ -177,7 +177,12 @@ def build_diffusion_model(
     )
     if patcher is None:
         raise Int8FormatError(f"{path}: ComfyUI could not detect the diffusion model type")
-    logger.info("Loaded %s (%s INT8 format) with matmul route %s", path, loaded.format, options.matmul_route)
+    kind = (
+        f"{loaded.format}, quantized on load"
+        if loaded.format in QUANTIZED_ON_LOAD
+        else f"{loaded.format} INT8"
+    )
+    logger.info("Loaded %s (%s) with matmul route %s", path, kind, options.matmul_route)
     return Int8ModelPatcher.wrap(patcher)
 
 

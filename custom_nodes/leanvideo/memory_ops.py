@@ -232,7 +232,9 @@ def release_models(
     steps: list[str] = []
     notes: list[str] = []
     keep_patcher = find_patcher(keep) if keep is not None else None
-    if mode is FreeMode.ALL_BUT_CONNECTED and keep_patcher is None:
+    if mode is FreeMode.ALL_BUT_CONNECTED and keep is None:
+        notes.append("nothing is connected, so no model is kept: released all")
+    elif mode is FreeMode.ALL_BUT_CONNECTED and keep_patcher is None:
         notes.append(f"the connected value ({type(keep).__name__}) holds no model: released all")
 
     if torch.cuda.is_available():

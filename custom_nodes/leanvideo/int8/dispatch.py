@@ -348,7 +348,8 @@ class KernelDispatcher:
                 known.add(shape)
                 lines.append("  " + describe_choice(key, choice))
         if weight_shapes is not None and (pending := weight_shapes - known):
-            lines.append(f"  {len(pending)} weight shape(s) not run yet: chosen at first use")
+            when = f"{self.forced} where it can run them" if self.forced else "chosen at first use"
+            lines.append(f"  {len(pending)} weight shape(s) not run yet: {when}")
         return "\n".join(lines)
 
 
