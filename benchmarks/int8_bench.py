@@ -231,7 +231,7 @@ def environment() -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--model", choices=sorted(MODELS), default="ltxv-13b", help="file/load benchmark shapes"
     )

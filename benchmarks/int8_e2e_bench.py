@@ -281,7 +281,7 @@ def _pair_psnrs(runs: Sequence[Run]) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=5, help="measured stock/int8 pairs (default 5)")
     parser.add_argument("--json", type=Path, help="also write the JSON record here")
     parser.add_argument(

@@ -50,7 +50,8 @@ def add_bench_parser(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NODE.INPUT=VALUE",
-        help="set an input in every variant, after the variant's own (e.g. 9.width=512); repeatable",
+        help="set an input in every variant, after the variant's own (NODE.input=VALUE, NODE an id, title or "
+        "unique class: EmptyLTXVLatentVideo.width=512); repeatable",
     )
     parser.add_argument(
         "--budget-s",
