@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import time
@@ -37,8 +38,9 @@ from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variant
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
+from runner.errors import WorkflowError
 from runner.fixtures import write_fixtures
-from runner.graph.workflow import load_workflow, parse_override
+from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
 from runner.local.server import ComfyServer, ServerConfig, pick_free_port
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
@@ -156,6 +158,13 @@ def _run_group(
             return
         with ComfyClient(url) as client:
             measured.environment = measured.environment or collect_environment(client)
+            if settings.overrides:  # a bad --set fails every variant: say so before any run
+                try:
+                    apply_overrides(
+                        copy.deepcopy(base), list(settings.overrides), client.get_json("/object_info")
+                    )
+                except WorkflowError as error:
+                    raise WorkflowError(f"{error}; nothing was run") from error
         on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
         extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
         jobs = _prepare_jobs(extended, base, out, on_cpu, measured.skipped, say)

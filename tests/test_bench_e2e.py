@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from rich.console import Console
 
-from runner.cli.bench import add_bench_parser, run_bench
+from runner.cli.bench import add_bench_parser, main, run_bench
 from runner.fixtures import FixtureSet
+from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -139,3 +141,17 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert "soak: " in text and "load: " in text
     report = (out / "report.md").read_text(encoding="utf-8")  # the verdicts are in the report too
     assert '- soak: `{"variant": ' in report and '"verdict": "stable"' in report and "- load: `" in report
+
+
+def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(
+    comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checked against the server's /object_info once it answers: no variant runs, no result is written
+    (the shared server is only asked, nothing is queued on it)."""
+    history = httpx.get(f"{comfy_server.url}/history").json()
+    out = tmp_path / "out"
+    code = main([str(TINY), "--out", str(out), "--server", comfy_server.url, "--set", "9.bogus=1"])
+    err = capsys.readouterr().err.replace("\n", "")
+    assert code == 5 and "has no input 'bogus'" in err and "nothing was run" in err
+    assert not (out / "bench.json").exists()
+    assert httpx.get(f"{comfy_server.url}/history").json() == history
