@@ -84,18 +84,32 @@ class Options:
     force: bool
 
 
-def check_python(version: tuple[int, int] | None = None, which: Callable[[str], Any] = shutil.which) -> None:
-    """Raise InstallError unless the interpreter is within PYTHON_MIN..PYTHON_MAX."""
+def check_python(
+    version: tuple[int, int] | None = None,
+    which: Callable[[str], Any] = shutil.which,
+    runs: Callable[[str], bool] | None = None,
+) -> None:
+    """Raise InstallError unless the interpreter is within PYTHON_MIN..PYTHON_MAX; the hint names a
+    supported python on PATH that ``runs``."""
+    runs = runs or _runs
     got = version or (sys.version_info[0], sys.version_info[1])
     if PYTHON_MIN <= got <= PYTHON_MAX:
         return
     pythons = [f"python3.{m}" for m in range(PYTHON_MAX[1], PYTHON_MIN[1] - 1, -1)]
-    found = next((p for p in pythons if which(p)), None)
+    found = next((p for p in pythons if which(p) and runs(str(which(p)))), None)
     hint = f"run `{found} install.py`" if found else "install one (e.g. from python.org or your distribution)"
     raise InstallError(
         f"Python {got[0]}.{got[1]} is not supported; LeanVideo needs Python "
         f"{PYTHON_MIN[0]}.{PYTHON_MIN[1]}–{PYTHON_MAX[0]}.{PYTHON_MAX[1]}: {hint}"
     )
+
+
+def _runs(python: str) -> bool:
+    """Whether ``python`` starts (a pyenv shim for a version it lacks is on PATH but does not)."""
+    try:
+        return subprocess.run([python, "-c", ""], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def is_manager_layout(pack_dir: Path) -> bool:
@@ -278,10 +292,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             install_for_manager(REPO)
             return 0
         if args.record_pin is not None:
+            if not args.record_pin.is_dir():
+                raise InstallError(f"--record-pin {args.record_pin}: no such folder")
             pin = record_pin(args.record_pin)
             say(f"recorded {len(pin['files'])} files, tree digest {pin['tree_digest']} in {PIN_FILE}")
             return 0
         workspace = args.workspace or Path(os.environ.get(WORKSPACE_ENV) or REPO / ".workspace")
+        if workspace.exists() and not workspace.is_dir():
+            raise InstallError(f"--workspace {workspace}: a file, not a folder")
         venv_dir = None if args.no_venv else args.venv.expanduser().absolute()
         opts = Options(workspace.expanduser().absolute(), venv_dir, args.comfyui, args.source, args.force)
         record = install(opts)
@@ -294,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = "verified" if record["verified"] else "NOT verified"
     comfy = f"{record['comfyui']} (v{record['comfyui_version']}, {record['source']}, {state})"
     say(f"ready in {time.monotonic() - t0:.1f} s: python {record['python']}, ComfyUI {comfy}")
+    if opts.workspace != (REPO / ".workspace").absolute() and not os.environ.get(WORKSPACE_ENV):
+        say(f"this workspace is not the default: run leanvideo with {WORKSPACE_ENV}={opts.workspace}")
     return 0
 
 

@@ -339,13 +339,13 @@ def test_existing_comfyui_at_the_pin_is_verified_quietly(
 
 @pytest.mark.parametrize("version", [(3, 9), (3, 14)])
 def test_unsupported_python_says_which_to_use(inst: ModuleType, version: tuple[int, int]) -> None:
-    def which(name: str) -> str | None:
-        return "/usr/bin/python3.12" if name == "python3.12" else None
+    def which(name: str) -> str | None:  # python3.13: a pyenv shim for a version pyenv lacks
+        return {"python3.13": "/shims/python3.13", "python3.12": "/usr/bin/python3.12"}.get(name)
 
     with pytest.raises(
-        inst.InstallError, match=rf"Python {version[0]}\.{version[1]} is not supported.*python3\.12"
+        inst.InstallError, match=rf"Python {version[0]}\.{version[1]} is not supported.*`python3\.12 install"
     ):
-        inst.check_python(version, which=which)
+        inst.check_python(version, which=which, runs=lambda path: not path.startswith("/shims/"))
     inst.check_python((3, 10))
     inst.check_python((3, 13))
 
@@ -454,3 +454,19 @@ def test_second_install_run_changes_nothing(inst: ModuleType) -> None:
     assert elapsed < 30
     assert "up to date" in run.stdout
     assert snapshot(record_path, site, comfy, comfy_pin.load_pin()["files"]) == before
+
+
+def test_bad_paths_are_named_with_their_option(
+    inst: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept")
+    venv = ("--venv", str(tmp_path / "venv"))
+    for argv, message in (
+        (["--workspace", str(a_file), *venv], f"--workspace {a_file}: a file, not a folder"),
+        (["--workspace", str(tmp_path / "ws"), "--comfyui", str(tmp_path / "none"), *venv], "no such folder"),
+        (["--record-pin", str(tmp_path / "none")], f"--record-pin {tmp_path / 'none'}: no such folder"),
+    ):
+        assert inst.main(argv) == 1
+        assert message in capsys.readouterr().err
+    assert a_file.read_text() == "kept" and not (tmp_path / "venv").exists()

@@ -193,6 +193,8 @@ def ensure_workspace_comfyui(
 
 def validate_comfyui(path: Path) -> Path:
     comfy = path.expanduser().absolute()
+    if not comfy.is_dir():
+        raise InstallError(f"--comfyui {comfy}: no such folder")
     missing = [name for name in ("main.py", "comfy", "comfyui_version.py") if not (comfy / name).exists()]
     if missing:
         raise InstallError(f"{comfy} is not a ComfyUI folder (no {', '.join(missing)}); pass its top folder")

@@ -72,8 +72,9 @@ def find_workspace(root: Path | None = None) -> Workspace:
         comfyui = Path(str(record["comfyui"]))
     else:
         raise WorkspaceError(
-            f"No ComfyUI installation recorded in {record_path}. "
-            "Run `python install.py` (or set LEANVIDEO_COMFYUI to a ComfyUI folder)."
+            f"No ComfyUI installation recorded in {record_path}. Run `python install.py`, or point "
+            "LEANVIDEO_WORKSPACE at the workspace install.py used (--workspace), or LEANVIDEO_COMFYUI at a "
+            "ComfyUI folder."
         )
     if not (comfyui / "main.py").is_file():
         raise WorkspaceError(f"{comfyui} is not a ComfyUI folder (no main.py). Re-run `python install.py`.")
