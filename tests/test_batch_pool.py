@@ -126,3 +126,28 @@ def test_a_folder_of_another_batch_or_of_the_user_is_never_taken_for_the_jobs(tm
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
     assert "holds no result of this job" in str(occupant_problem({**mon, "job_id": "3"}))
+
+
+def test_only_expected_dbos_tracebacks_are_dropped() -> None:
+    """A cancelled job's, always; a job's failure to record after the worker shut DBOS down (--grace ran
+    out), only then; anything else is kept."""
+    import logging
+    import sys
+
+    from runner.batch.worker import _CancelledJobNoise
+
+    def record(error: BaseException) -> logging.LogRecord:
+        try:
+            raise error
+        except BaseException:
+            return logging.LogRecord("dbos", logging.ERROR, __file__, 1, "boom", None, sys.exc_info())
+
+    class DBOSAwaitedWorkflowCancelledError(Exception):
+        pass
+
+    late = RuntimeError("DBOS Error: System database accessed before DBOS was launched")
+    noise = _CancelledJobNoise()
+    assert not noise.filter(record(DBOSAwaitedWorkflowCancelledError("cancelled")))
+    assert noise.filter(record(late)) and noise.filter(record(ValueError("a real fault")))
+    noise.shut_down = True
+    assert not noise.filter(record(late)) and noise.filter(record(ValueError("a real fault")))

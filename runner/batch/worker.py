@@ -126,13 +126,24 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
 
 
 class _CancelledJobNoise(logging.Filter):
-    """Drops DBOS's tracebacks for workflows that ``batch cancel`` cancelled: they are expected."""
+    """Drops DBOS's tracebacks that are expected: for workflows that ``batch cancel`` cancelled, and,
+    once the worker shut DBOS down before its jobs ended (``--grace`` ran out), for those jobs' threads
+    failing to record what they did (they go back on the queue when the worker id starts again)."""
 
     NAMES = ("DBOSAwaitedWorkflowCancelledError", "DBOSWorkflowCancelledError")
+    SHUT_DOWN = "accessed before DBOS was launched"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shut_down = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return error is None or type(error).__name__ not in self.NAMES
+        if error is None:
+            return True
+        if self.shut_down and any(self.SHUT_DOWN in str(e) for e in (error, error.__context__) if e):
+            return False
+        return type(error).__name__ not in self.NAMES
 
 
 class BatchWorker:
@@ -192,7 +203,11 @@ class BatchWorker:
         running goes back on the queue when this worker id starts again."""
         if self.grace <= 0:
             self.runner.stop.set()
+        self._quiet.shut_down = True
         try:
             DBOS.destroy(workflow_completion_timeout_sec=self.grace)
         finally:
-            logging.getLogger("dbos").removeFilter(self._quiet)
+            # Jobs still running log their failure to record later, from their own threads: the filter
+            # stays for them (it drops only those records)
+            if not any(server.running for server in self.pool.snapshot()):
+                logging.getLogger("dbos").removeFilter(self._quiet)

@@ -98,20 +98,22 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             return 0
         _stop_on_signals()
         began, first_done = time.monotonic(), None
-        with (
-            BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace),
-            Live(console=err, refresh_per_second=4, transient=False) as live,
-        ):
-            while True:
-                states = list_jobs(client, name)
-                summary = summarize(states)
-                first_done = first_done if first_done is not None else summary.finished
-                live.update(_progress_view(name, states, pool, (began, first_done)))
-                if summary.all_done:
-                    break
-                time.sleep(REFRESH_S)
-        if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
-            err.line()
+        try:
+            with (
+                BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace),
+                Live(console=err, refresh_per_second=4, transient=False) as live,
+            ):
+                while True:
+                    states = list_jobs(client, name)
+                    summary = summarize(states)
+                    first_done = first_done if first_done is not None else summary.finished
+                    live.update(_progress_view(name, states, pool, (began, first_done)))
+                    if summary.all_done:
+                        break
+                    time.sleep(REFRESH_S)
+        finally:
+            if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
+                err.line()
         counts = summary.counts
         console.print(
             f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not "
