@@ -98,14 +98,20 @@ def guess_family(keys: Iterable[str], *, source: str = "state dict") -> str:
     (or when the file is a LoRA or a VAE, which are not quantized)."""
     keys = list(keys)
     refuse_unquantizable(keys, source=source, kinds=("LoRA",))
-    for family, marker in _FAMILY_MARKERS:
-        pattern = re.compile(marker)
-        if any(pattern.search(key) for key in keys):
-            return family
+    if (family := _marked_family(keys)) is not None:
+        return family
     refuse_unquantizable(keys, source=source)  # a VAE beside a diffusion model is a full checkpoint
     raise Int8FormatError(
         f"{source}: cannot tell the model family from its keys; pass one of {sorted(FAMILY_RULES)} explicitly"
     )
+
+
+def _marked_family(keys: list[str]) -> str | None:
+    for family, marker in _FAMILY_MARKERS:
+        pattern = re.compile(marker)
+        if any(pattern.search(key) for key in keys):
+            return family
+    return None
 
 
 def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str | None:
@@ -113,11 +119,11 @@ def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str 
     (``"diffusion model"`` or ``"text encoder"``) takes: a LoRA, a VAE, a text encoder or a diffusion
     model, with the loader that takes it. ``None`` when its keys do not say."""
     keys = list(keys)
-    try:
-        refuse_unquantizable(keys, source=source, kinds=("LoRA",))
-        family = guess_family(keys, source=source)
-    except Int8FormatError as error:  # a LoRA, a VAE, or nothing known
-        return str(error) if "which is not quantized" in str(error) else None
+    if (lora := not_quantized(keys, source=source, kinds=("LoRA",))) is not None:
+        return lora
+    family = _marked_family(keys)
+    if family is None:
+        return not_quantized(keys, source=source)
     if family == "text_encoder" and wanted != "text encoder":
         return f"{source}: a text encoder; load it with Load Text Encoder (INT8)"
     if family != "text_encoder" and wanted == "text encoder":
@@ -125,16 +131,25 @@ def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str 
     return None
 
 
-def refuse_unquantizable(
+def not_quantized(
     keys: Iterable[str], *, source: str, kinds: tuple[str, ...] = ("LoRA", "VAE")
-) -> None:
-    """Raise :class:`Int8FormatError` naming ``source`` when its keys are a LoRA's or a VAE's (of
-    ``kinds``): a LoRA is applied to the INT8 model as it is (quantized, its weights would load without
-    their scales), and a VAE is small and convolutional."""
+) -> str | None:
+    """What to say when ``source``'s keys are a LoRA's or a VAE's (of ``kinds``), else ``None``: a LoRA
+    is applied to the INT8 model as it is (quantized, its weights would load without their scales), and
+    a VAE is small and convolutional."""
     keys = list(keys)
     for kind, marker, advice in _NOT_QUANTIZED:
         if kind not in kinds:
             continue
         pattern = re.compile(marker)
         if (key := next((k for k in keys if pattern.search(k)), None)) is not None:
-            raise Int8FormatError(f"{source}: a {kind} (key {key!r}), which is not quantized: {advice}")
+            return f"{source}: a {kind} (key {key!r}), which is not quantized: {advice}"
+    return None
+
+
+def refuse_unquantizable(
+    keys: Iterable[str], *, source: str, kinds: tuple[str, ...] = ("LoRA", "VAE")
+) -> None:
+    """Raise :class:`Int8FormatError` with :func:`not_quantized`'s message when there is one."""
+    if (message := not_quantized(keys, source=source, kinds=kinds)) is not None:
+        raise Int8FormatError(message)
