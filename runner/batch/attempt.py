@@ -66,22 +66,27 @@ def job_dir(job: dict[str, Any]) -> Path:
 def finished_record(job: dict[str, Any]) -> dict[str, Any] | None:
     """The record of this job when its folder is already in place (an earlier run of it finished),
     else ``None``; a folder that holds anything else is :func:`occupant_problem`'s."""
-    record = _read_record(job_dir(job) / RESULT_NAME)
-    return record if record is not None and _is_this_jobs(record, job) else None
+    return inspect_folder(job)[0]
 
 
 def occupant_problem(job: dict[str, Any]) -> str | None:
     """Why the job's folder cannot become its own (it holds another batch's or job's results, or files
     of the user's), or ``None`` when it does not exist or holds this job's finished results."""
+    return inspect_folder(job)[1]
+
+
+def inspect_folder(job: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """``(this job's finished record, why the folder is not the job's)`` from one look at
+    ``<out>/<job id>``: at most one of them is set; neither when the folder does not exist."""
     folder = job_dir(job)
     if not folder.exists():
-        return None
+        return None, None
     record = _read_record(folder / RESULT_NAME)
     if record is None:
-        return f"{folder} already exists and holds no result of this job; nothing in it is touched"
+        return None, f"{folder} already exists and holds no result of this job; nothing in it is touched"
     if _is_this_jobs(record, job):
-        return None
-    return (
+        return record, None
+    return None, (
         f"{folder} holds the results of another job (batch {record.get('batch')!r}, job "
         f"{record.get('job_id')!r}, other settings); choose another --out or other job ids"
     )
@@ -194,9 +199,9 @@ def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict
     try:
         os.rename(partial, final)  # fails on a non-empty target: a job's folder is never replaced
     except OSError:
-        kept = finished_record(job)
+        kept, problem = inspect_folder(job)
         if kept is None:
-            problem = occupant_problem(job) or f"cannot rename {partial} to {final}"
+            problem = problem or f"cannot rename {partial} to {final}"
             return output_fault(
                 job,
                 server=record["server"],

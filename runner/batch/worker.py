@@ -39,7 +39,7 @@ from typing import Any
 
 from dbos import DBOS
 
-from runner.batch.attempt import finished_record, occupant_problem, output_fault, run_attempt
+from runner.batch.attempt import inspect_folder, output_fault, run_attempt
 from runner.batch.pool import ServerPool
 from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
 
@@ -83,11 +83,11 @@ class JobRunner:
 
     def attempt(self, job: dict[str, Any], attempt: int) -> dict[str, Any]:
         """One attempt (a DBOS step): the finished record if the job's folder exists, else a run."""
-        done = finished_record(job)
+        done, problem = inspect_folder(job)
         if done is not None:
             logger.info("job %s: results already in place; not run again", job["job_id"])
             return done
-        if (problem := occupant_problem(job)) is not None:  # checked before a server is taken
+        if problem is not None:  # checked before a server is taken
             return output_fault(job, server=None, worker=self.worker_id, attempt=attempt, message=problem)
         server = self.pool.acquire(self.stop)
         failed = False
