@@ -215,9 +215,22 @@ def list_jobs(client: DBOSClient, name: str) -> list[JobState]:
     return sorted(latest.values(), key=lambda j: (j.created_ms or 0, j.job_id))
 
 
+def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
+    """:func:`list_jobs` of a batch that must exist.
+
+    Raises:
+        LeanVideoError: no job of batch ``name`` is in this database.
+    """
+    jobs = list_jobs(client, name)
+    if not jobs:
+        raise LeanVideoError(f"no batch named {name!r} in this database")
+    return jobs
+
+
 def cancel_batch(client: DBOSClient, name: str) -> int:
-    """Cancel every queued or running job of the batch; returns how many."""
-    ids = [j.workflow_id for j in list_jobs(client, name) if j.state in ("queued", "running")]
+    """Cancel every queued or running job of the batch; returns how many (a batch that does not exist
+    raises, see :func:`batch_jobs`)."""
+    ids = [j.workflow_id for j in batch_jobs(client, name) if j.state in ("queued", "running")]
     if ids:
         client.cancel_workflows(ids)
     return len(ids)
@@ -226,8 +239,8 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
 def retry_batch(client: DBOSClient, name: str, *, failed: bool = False) -> list[str]:
     """Put the batch's cancelled jobs back on the queue (where they stopped) and run its errored ones
     again as new runs (DBOS does not resume a workflow that raised); with ``failed`` also jobs whose
-    result is a failure. Returns the job ids."""
-    jobs = list_jobs(client, name)
+    result is a failure. Returns the job ids (a batch that does not exist raises, see :func:`batch_jobs`)."""
+    jobs = batch_jobs(client, name)
     resume = [j for j in jobs if j.state == "cancelled"]
     if resume:
         client.resume_workflows([j.workflow_id for j in resume], queue_name=QUEUE)

@@ -22,6 +22,7 @@ from runner.batch.pool import ServerPool
 from runner.batch.queue import (
     BatchSettings,
     JobState,
+    batch_jobs,
     cancel_batch,
     check_batch_name,
     list_jobs,
@@ -50,22 +51,19 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     name = check_batch_name(args.name)
     with open_client(db_url) as client:
         if verb == "status":
-            jobs = list_jobs(client, name)
-            _require(jobs, name)
+            jobs = batch_jobs(client, name)
             if args.json:
                 console.print_json(json.dumps([job_row(job) for job in jobs]))
             else:
                 console.print(_progress_view(name, jobs, None, None))
             return 0
         if verb == "results":
-            jobs = list_jobs(client, name)
-            _require(jobs, name)
+            jobs = batch_jobs(client, name)
             json_path, csv_path = write_manifest(jobs, _manifest_dir(args.out, name), name)
             if args.json:
                 console.print_json(json_path.read_text(encoding="utf-8"))
             console.print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
-        _require(list_jobs(client, name), name)
         if verb == "cancel":
             console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")
             return 0
@@ -191,12 +189,12 @@ def _manifest_dir(out: Path, name: str) -> Path:
     folder = out.resolve()
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out {out}: a file, not a folder")
-    for manifest in (folder / "results.json", folder / "results.csv"):
-        if manifest.exists() and not _is_manifest_of(folder / "results.json", name):
-            raise UsageError(
-                f"--out {out}: {manifest} is there and is not the manifest of batch {name!r}; nothing was "
-                "written (choose another --out)"
-            )
+    present = [m for m in (folder / "results.json", folder / "results.csv") if m.exists()]
+    if present and not _is_manifest_of(folder / "results.json", name):
+        raise UsageError(
+            f"--out {out}: {present[0]} is there and is not the manifest of batch {name!r}; nothing was "
+            "written (choose another --out)"
+        )
     return folder
 
 
@@ -205,11 +203,6 @@ def _is_manifest_of(path: Path, name: str) -> bool:
         return bool(json.loads(path.read_text(encoding="utf-8")).get("batch") == name)
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _require(jobs: list[JobState], name: str) -> None:
-    if not jobs:
-        raise LeanVideoError(f"no batch named {name!r} in this database")
 
 
 def _stop_on_signals() -> None:
