@@ -96,7 +96,7 @@ def check_python(
     if PYTHON_MIN <= got <= PYTHON_MAX:
         return
     pythons = [f"python3.{m}" for m in range(PYTHON_MAX[1], PYTHON_MIN[1] - 1, -1)]
-    found = next((p for p in pythons if which(p) and runs(str(which(p)))), None)
+    found = next((p for p in pythons if (path := which(p)) and runs(str(path))), None)
     hint = f"run `{found} install.py`" if found else "install one (e.g. from python.org or your distribution)"
     raise InstallError(
         f"Python {got[0]}.{got[1]} is not supported; LeanVideo needs Python "

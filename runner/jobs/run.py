@@ -128,7 +128,7 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
         # outputs never collide.
         run_dir = options.out_dir / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{prompt_id[:8]}"
         made = [run_dir, *(folder for folder in run_dir.parents if not folder.exists())]
-        make_run_dir(options.out_dir, run_dir.name)
+        make_run_dir(run_dir)
         try:
             result = run_prompt(
                 client,
@@ -157,19 +157,19 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
     return RunOutcome(record=record, record_path=record_path, result=result, files=files)
 
 
-def make_run_dir(out_dir: Path, name: str) -> Path:
-    """Create ``out_dir/name`` (a new folder; parents as needed).
+def make_run_dir(run_dir: Path) -> None:
+    """Create the new folder ``run_dir`` (parents as needed) in the ``--out`` folder.
 
     Raises:
-        UsageError: ``out_dir`` is a file, not writable, or the folder already exists.
+        UsageError: ``--out`` is a file, not writable, or the folder already exists.
     """
-    run_dir = out_dir / name
     try:
         run_dir.mkdir(parents=True)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--out {out_dir}: cannot make the run folder {name} there ({reason})") from exc
-    return run_dir
+        raise UsageError(
+            f"--out {run_dir.parent}: cannot make the run folder {run_dir.name} there ({reason})"
+        ) from exc
 
 
 def _write(
