@@ -76,7 +76,7 @@ def test_serve_refuses_what_it_cannot_use_before_starting(
         done = _cli("serve", "--port", port)
         assert done.returncode == 2 and f"{port!r} is not a port (1-65535)" in done.stderr
     done = _cli("serve", "--port", str(free_port), "--models", str(tmp_path / "none"))
-    assert done.returncode == 2 and f"--models {tmp_path / 'none'}: no such folder" in done.stderr
+    assert done.returncode == 2 and f"argument --models: {tmp_path / 'none'}: no such folder" in done.stderr
     done = _cli("serve", "--port", str(free_port), "--host", "192.0.2.1")  # TEST-NET-1: not this machine's
     assert done.returncode == 4 and f"cannot listen on 192.0.2.1:{free_port}" in done.stderr
     assert "already in use" not in done.stderr

@@ -26,7 +26,7 @@ from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
-from runner.cli.server_options import add_server_arguments, port_number, run_options
+from runner.cli.server_options import add_server_arguments, existing_folder, port_number, run_options
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.graph.workflow import load_workflow
@@ -65,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--background", action="store_true", help="return once ready; stop with `leanvideo stop`"
     )
-    serve.add_argument("--models", type=Path, help="models folder (default <workspace>/models)")
+    serve.add_argument(
+        "--models",
+        type=existing_folder,
+        help="models folder: checkpoints/, loras/, … (default <workspace>/models)",
+    )
     serve.add_argument(
         "--fixture-nodes",
         action="store_true",
@@ -183,8 +187,6 @@ def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
 
 def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     ws = find_workspace()
-    if args.models is not None and not args.models.is_dir():
-        raise UsageError(f"--models {args.models}: no such folder (it holds checkpoints/, loras/, …)")
     node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if args.fixture_nodes else (NODE_PACK_DIR,)
     config = ServerConfig(
         comfyui_dir=ws.comfyui_dir,

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import UsageError, WorkspaceError
+from runner.cli.server_options import existing_folder
+from runner.errors import WorkspaceError
 from runner.jobs.models import ModelsReport, check_models
 from runner.local.workspace import find_workspace
 
@@ -26,15 +27,15 @@ def add_models_parser(sub: Any) -> None:
         "3 the workspace has no models folder, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="API-format workflow JSON")
-    check.add_argument("--models", type=Path, default=None, help="models folder (default: the workspace's)")
+    check.add_argument(
+        "--models", type=existing_folder, default=None, help="models folder (default: the workspace's)"
+    )
     check.add_argument("--sha256", action="store_true", help="also hash every present file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
-    if args.models is not None and not args.models.is_dir():
-        raise UsageError(f"--models {args.models}: no such folder")
     models_dir = args.models or find_workspace().models_dir
     if not models_dir.is_dir():
         raise WorkspaceError(f"no models folder at {models_dir}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from runner.jobs.run import RunOptions
@@ -27,6 +28,14 @@ def port_number(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
     return port
+
+
+def existing_folder(text: str) -> Path:
+    """A folder that exists, from the command line (``--models``), or argparse's usage error."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    return path
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
