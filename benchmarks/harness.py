@@ -42,7 +42,8 @@ from runner.errors import WorkflowError
 from runner.fixtures import write_fixtures
 from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
 from runner.transport.client import ComfyClient
 

@@ -35,7 +35,8 @@ import pytest
 from runner.errors import WorkspaceError
 from runner.fixtures import FixtureSet, write_fixtures
 from runner.jobs.demo import DEMO_WORKFLOW, load_workflow
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR, Workspace, find_workspace
 from tests.scratch import scratch_dir
 

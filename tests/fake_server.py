@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from runner.local.server import pick_free_port
+from runner.local.ports import pick_free_port
 
 Script = Callable[["FakeComfy", str], Awaitable[None]]
 

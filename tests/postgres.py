@@ -29,7 +29,7 @@ from typing import NoReturn
 
 import pytest
 
-from runner.local.server import pick_free_port
+from runner.local.ports import pick_free_port
 
 INSTALL_TIMEOUT_S = 900
 CLUSTER_USER = "nobody"  # who owns the cluster when the tests run as root

@@ -14,7 +14,8 @@ import pytest
 
 from benchmarks.batch_bench import write_jobs
 from runner.batch.queue import FINAL_STATES
-from runner.local.server import ComfyServer, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer
 from tests.batch_helpers import (
     assert_exactly_once,
     history_ids,

@@ -22,7 +22,7 @@ from runner.errors import (
     ServerUnreachableError,
 )
 from runner.jobs.run import RunOptions, run_workflow
-from runner.local.server import pick_free_port
+from runner.local.ports import pick_free_port
 from runner.tracking.events import ClientEvent
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt

@@ -19,7 +19,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from benchmarks.device_image import closure, installed_distributions, make_view_venv
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import REPO_ROOT, Workspace
 from tests.scratch import scratch_dir
 

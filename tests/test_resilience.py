@@ -17,7 +17,8 @@ import pytest
 from runner.cli.main import main
 from runner.install.pin import sha256_file
 from runner.jobs.demo import DEMO_WORKFLOW
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import Workspace
 from tests.tcp_proxy import Cut, CuttingProxy
 

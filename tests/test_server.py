@@ -16,12 +16,12 @@ import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
 from runner.local.background import find_running_servers, stop_background_server
+from runner.local.ports import port_is_free
 from runner.local.server import (
     ComfyServer,
     ServerConfig,
     build_command,
     frontend_installed,
-    port_is_free,
     write_headless_page,
 )
 

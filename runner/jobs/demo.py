@@ -40,7 +40,8 @@ from runner.fixtures import write_fixtures
 from runner.graph.workflow import Workflow, load_workflow
 from runner.jobs.frames import psnr_db, read_frames, write_contact_sheet
 from runner.jobs.models import ModelFile, check_models
-from runner.local.server import ComfyServer, ServerConfig, pick_free_port
+from runner.local.ports import pick_free_port
+from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import WORKFLOWS_DIR, Workspace
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import httpx
 import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
+from runner.local.ports import bind_error, pick_free_port
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
 
 logger = logging.getLogger(__name__)
@@ -158,31 +158,6 @@ def write_headless_page(config: ServerConfig) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "index.html").write_text(HEADLESS_PAGE, encoding="utf-8")
     return root
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on ``host:port`` (bound the way aiohttp binds, with SO_REUSEADDR)."""
-    return bind_error(host, port) is None
-
-
-def bind_error(host: str, port: int) -> OSError | None:
-    """Why ``host:port`` cannot be listened on (``errno.EADDRINUSE``: something listens there; other
-    errors: the address is not this machine's, or not an address), or ``None`` when it can."""
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-    except OSError as exc:
-        return exc
-    return None
-
-
-def pick_free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
