@@ -98,8 +98,11 @@ def test_the_cli_starts_without_importing_torch() -> None:
 
 
 def test_quantize_families_match_the_policy() -> None:
+    """The CLI lists these without importing torch; they must stay the INT8 core's."""
     from leanvideo.int8.policy import FAMILY_RULES
+    from leanvideo.int8.spec import Int8WeightConfig
 
-    from runner.cli.quantize import FAMILIES
+    from runner.cli.quantize import DEFAULT_CONVROT_GROUP, FAMILIES
 
     assert tuple(sorted(FAMILY_RULES)) == FAMILIES
+    assert Int8WeightConfig().convrot_group == DEFAULT_CONVROT_GROUP
