@@ -47,6 +47,7 @@ FIELDS = ("id", "workflow", "set", "priority")
 SET_COLUMN = "set:"
 MAX_PRIORITY = 2**31 - 1
 MAX_LISTED = 40  # problems listed in one error; the count says how many more
+_Workflows = dict[Path, "Workflow | WorkflowError"]  # each workflow file of a batch, read once
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,14 @@ def read_jobs_file(path: Path) -> list[JobLine]:
     Raises:
         WorkflowError: the file is unreadable or empty, or lines are bad (all of them listed).
     """
-    jobs, problems = _read_jobs(path)
+    jobs, problems = _read_jobs(path, {})
     _raise_if_any(path, problems)
     return jobs
 
 
-def _read_jobs(path: Path) -> tuple[list[JobLine], list[str]]:
-    """The good jobs of ``path`` and the problems of the others (the first pass)."""
+def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[str]]:
+    """The good jobs of ``path`` and the problems of the others (the first pass); the workflows it
+    read stay in ``workflows`` for the second."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # spreadsheets save "CSV UTF-8" with a BOM
     except UnicodeDecodeError as exc:
@@ -90,7 +92,6 @@ def _read_jobs(path: Path) -> tuple[list[JobLine], list[str]]:
     rows = _csv_rows(text, problems) if path.suffix.lower() == ".csv" else _jsonl_rows(text, problems)
     jobs: list[JobLine] = []
     seen: dict[str, int] = {}
-    workflows: dict[Path, str | None] = {}
     for line, row in rows:
         stated_id = str(row.get("id", line))
         if stated_id in seen:  # also when the line that used it first is bad
@@ -100,10 +101,10 @@ def _read_jobs(path: Path) -> tuple[list[JobLine], list[str]]:
         job = _job_from_row(line, row, path.parent, problems)
         if job is None:
             continue
-        if job.workflow not in workflows:
-            workflows[job.workflow] = _workflow_problem(job.workflow)
-        if workflows[job.workflow]:
-            problems.append(f"line {line}: workflow: {workflows[job.workflow]}")
+        try:
+            _load_once(job.workflow, workflows)
+        except WorkflowError as exc:
+            problems.append(f"line {line}: workflow: {exc}")
             continue
         jobs.append(job)
     if not rows and not problems:
@@ -117,20 +118,19 @@ def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> li
     Raises:
         WorkflowError: any job does not validate (every problem, with its line and field).
     """
-    prepared, problems = _prepare(jobs, object_info)
+    prepared, problems = _prepare(jobs, object_info, {})
     _raise_if_any(path, problems)
     return prepared
 
 
-def _prepare(jobs: list[JobLine], object_info: ObjectInfo) -> tuple[list[PreparedJob], list[str]]:
+def _prepare(
+    jobs: list[JobLine], object_info: ObjectInfo, workflows: _Workflows
+) -> tuple[list[PreparedJob], list[str]]:
     """The jobs that validate, and the problems of the others (the second pass)."""
     problems: list[str] = []
     prepared: list[PreparedJob] = []
-    loaded: dict[Path, Workflow] = {}
     for job in jobs:
-        if job.workflow not in loaded:
-            loaded[job.workflow] = load_workflow(job.workflow)
-        prompt = copy.deepcopy(loaded[job.workflow])
+        prompt = copy.deepcopy(_load_once(job.workflow, workflows))
         bad = False
         for spec in job.overrides:
             try:
@@ -249,12 +249,17 @@ def _priority(line: int, given: Any, problems: list[str]) -> int | None:
     return value
 
 
-def _workflow_problem(path: Path) -> str | None:
-    try:
-        load_workflow(path)
-    except WorkflowError as exc:
-        return str(exc)
-    return None
+def _load_once(path: Path, workflows: _Workflows) -> Workflow:
+    """``path``'s workflow, read at most once per batch (its error too, raised again each time)."""
+    if path not in workflows:
+        try:
+            workflows[path] = load_workflow(path)
+        except WorkflowError as exc:
+            workflows[path] = exc
+    found = workflows[path]
+    if isinstance(found, WorkflowError):
+        raise found
+    return found
 
 
 def _raise_if_any(path: Path, problems: list[str]) -> None:
@@ -285,10 +290,11 @@ def fetch_object_info(servers: list[str]) -> ObjectInfo:
 def load_batch(path: Path, servers: list[str]) -> list[PreparedJob]:
     """Read and check the jobs file, then every good line against the servers' ``/object_info``;
     the problems of both passes are listed together, by line."""
-    lines, problems = _read_jobs(path)
+    workflows: _Workflows = {}
+    lines, problems = _read_jobs(path, workflows)
     if not lines:
         _raise_if_any(path, problems)
-    prepared, more = _prepare(lines, fetch_object_info(servers))
+    prepared, more = _prepare(lines, fetch_object_info(servers), workflows)
     _raise_if_any(path, sorted(problems + more, key=_line_number))
     return prepared
 
