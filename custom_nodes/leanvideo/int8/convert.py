@@ -195,13 +195,14 @@ def _check_target(target: Path) -> None:
 
 def _move_without_overwriting(partial: Path, target: Path) -> None:
     """``partial`` becomes ``target``, unless ``target`` appeared since the start (then it is kept)."""
+    appeared = f"{target} appeared while quantizing; refusing to overwrite it"
     try:
         os.link(partial, target)  # fails when target exists: nothing is ever replaced
     except FileExistsError as exc:
-        raise FileExistsError(f"{target} appeared while quantizing; refusing to overwrite it") from exc
+        raise FileExistsError(appeared) from exc
     except OSError:  # a file system without hard links: check, then rename
         if target.exists():
-            raise FileExistsError(f"{target} appeared while quantizing; refusing to overwrite it") from None
+            raise FileExistsError(appeared) from None
         os.replace(partial, target)
 
 
