@@ -2,18 +2,21 @@
 quantize throughput and peak RSS, and linear throughput per INT8 kernel at real DiT shapes.
 
 Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
-[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot]``. The linear
-benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32 on a CPU,
-what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16, int_mm,
-int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the measurement it
-makes at first use), ``torch._int_mm`` alone on activations quantized beforehand (what a W8A8 kernel
-built on it costs at least) and w8a16 compiled by torch.compile (what dequantizing in one pass gains),
+[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot] [--no-onednn]``.
+The linear benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32
+on a CPU, what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16,
+int_mm, int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the
+measurement it makes at first use, whose time is reported too), ``torch._int_mm`` alone on activations
+quantized beforehand (what a W8A8 kernel built on it costs at least) and w8a16 compiled by torch.compile
+(what dequantizing in one pass gains),
 each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
 load from other processes falls on every path alike), with the device synchronised around every timed
 call; each kernel's output is also checked against the fp32 matmul (SQNR), and a kernel that raises is
 reported with its error while the others are still measured.
 ``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
-kernel). ``--json`` writes that table as a list of ``{shape, kernel, ratio}`` (``{shape, kernel,
+kernel). ``--no-onednn`` runs the linear part with oneDNN off: ``torch._int_mm`` then runs the scalar loop
+torch runs on every CPU without AVX-512 VNNI (AVX2-only, AVX-VNNI-only), so any machine shows what such
+a CPU gets. ``--json`` writes that table as a list of ``{shape, kernel, ratio}`` (``{shape, kernel,
 error}`` for a kernel that raised) and ``{shape, auto, auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
@@ -31,6 +34,7 @@ import json
 import logging
 import platform
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,8 +63,9 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # kitchen) and auto, "ratio" to the float matmul on the device, auto's choice, an ffn-down shape;
 # 5: "sqnr_db" per kernel row (against the fp32 matmul), "error" rows for kernels that raised, auto's
 # "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
-# rows, "int8 matmul alone" and "w8a16 compiled" rows
-RECORD_VERSION = 6
+# rows, "int8 matmul alone" and "w8a16 compiled" rows; 7: auto's "first_use_s" (its measurement), the
+# environment's "onednn" (false with --no-onednn)
+RECORD_VERSION = 7
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 # torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
 # W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
@@ -102,13 +107,15 @@ def _compiled_w8a16(x: torch.Tensor, packed: Int8Weight) -> Callable[[], object]
 @dataclass
 class ShapeRun:
     """One shape's measurements: timings by label, each kernel's SQNR against the fp32 matmul, the
-    kernels that raised (their error), and auto's choice with the kernels it ruled out (and why)."""
+    kernels that raised (their error), and auto's choice with the kernels it ruled out (and why) and
+    the seconds its first call took (the measurement)."""
 
     timings: dict[str, Timing]
     sqnr_db: dict[str, float]
     errors: dict[str, str]
     chose: str
     rejected: dict[str, str]
+    first_use_s: float
 
 
 def _bench_shape(
@@ -153,11 +160,15 @@ def _bench_shape(
     if (w8a16_compiled := _compiled_w8a16(x, packed)) is not None:
         paths[W8A16_COMPILED] = w8a16_compiled
     dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
+    started = time.perf_counter()
     dispatcher.linear(x, packed)  # the measurement auto makes at first use
+    if sync is not None:
+        sync()
+    first_use_s = time.perf_counter() - started
     [choice] = dispatcher.choices().values()
     paths[AUTO] = lambda: dispatcher.linear(x, packed)
     timings = measure_interleaved(paths, runs=runs, sync=sync)
-    return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected))
+    return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected), first_use_s)
 
 
 def bench_linear(
@@ -183,6 +194,7 @@ def bench_linear(
                 row["sqnr_db"] = run.sqnr_db[label]
             if label == AUTO:
                 row |= {"chose": run.chose, "auto_over_best": timing.median_s / best}
+                row["first_use_s"] = run.first_use_s
                 row["rejected"] = run.rejected
             results.append(row)
         results += [{"shape": shape, "kernel": k, "error": e} for k, e in run.errors.items()]
@@ -224,6 +236,7 @@ def environment() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_isa": cpu_isa(),  # torch's CPU kernels, int8 dot-product flags, any oneDNN cap
         "threads": torch.get_num_threads(),
+        "onednn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "leanvideo": pack,
         "comfy_kitchen": kitchen,
@@ -254,7 +267,14 @@ def main() -> int:
     parser.add_argument(
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="linear benchmark device"
     )
+    parser.add_argument(
+        "--no-onednn",
+        action="store_true",
+        help="oneDNN off: torch._int_mm runs the scalar loop of CPUs without AVX-512 VNNI (AVX2-only)",
+    )
     args = parser.parse_args()
+    if args.no_onednn:
+        torch._C._set_mkldnn_enabled(False)  # torch.backends.mkldnn.flags() without its TF32 warning
     device = torch.device(args.device)
     files: dict[str, Any] = {}
     if not args.skip_files:
@@ -299,7 +319,10 @@ def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) 
         timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['ratio']:.2f}×"
         quality = f"  {row['sqnr_db']:5.1f} dB" if "sqnr_db" in row else ""
         chose = (
-            f"  chose {row['chose']}, {row['auto_over_best']:.3f}× the best kernel" if "chose" in row else ""
+            f"  chose {row['chose']} (measured in {row['first_use_s']:.2f} s), "
+            f"{row['auto_over_best']:.3f}× the best kernel"
+            if "chose" in row
+            else ""
         )
         print(f"  {row['shape']:<48} {row['kernel']:<18} {timing}{quality}{chose}{flag}")
 

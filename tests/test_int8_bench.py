@@ -48,6 +48,30 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
     checked = [row for row in saved["linear"]["ltxv-mid"] if row["kernel"] in KERNELS]
     assert len(checked) == 3 * len(kernels)
     assert all(row["sqnr_db"] >= 35.0 for row in checked)  # each kernel's output against fp32
+    assert all(row["first_use_s"] > 0 for row in saved["linear"]["ltxv-mid"] if row["kernel"] == "auto")
+
+
+def test_without_onednn_the_table_still_times_every_kernel_and_auto_keeps_w8a16(tmp_path: Path) -> None:
+    """``--no-onednn``: torch._int_mm runs the scalar loop of a CPU without AVX-512 VNNI; the W8A8 kernels
+    are still timed (forced), auto measures w8a16 alone and says why."""
+    record = tmp_path / "record.json"
+    options = ["--skip-files", "--linear-models", "ltxv-mid", "--tokens", "32", "--runs", "1"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/int8_bench.py", *options, "--no-onednn", "--out", str(record)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    assert saved["environment"]["onednn"] is False and "onednn-off" in saved["environment"]["cpu_isa"]
+    rows = saved["linear"]["ltxv-mid"]
+    assert {"w8a16", "int_mm"} <= {row["kernel"] for row in rows if "ratio" in row}
+    autos = [row for row in rows if row["kernel"] == "auto"]
+    assert len(autos) == 3 and all(row["chose"] == "w8a16" for row in autos)
+    assert all("scalar loop" in row["rejected"]["int_mm"] for row in autos)
 
 
 def test_a_kernel_that_raises_is_reported_and_the_others_are_still_measured(
@@ -63,6 +87,7 @@ def test_a_kernel_that_raises_is_reported_and_the_others_are_still_measured(
 
         return run
 
+    monkeypatch.setattr(dispatch, "int_mm_cpu_fallback", lambda: None)  # measured on any CPU
     monkeypatch.setattr(int8_bench, "run_kernel", broken(int8_bench.run_kernel))
     monkeypatch.setattr(dispatch, "run_kernel", broken(dispatch.run_kernel))
     rows = int8_bench.bench_linear("ltxv-mid", 32, 1, torch.device("cpu"))

@@ -110,7 +110,7 @@ def test_where_compiling_fails_the_dispatcher_rules_the_fused_kernel_out(
     weight, x, bias = _layer(64, 256, 128)
     packed = quantize_weight(weight, Int8WeightConfig())
     kernels = default_kernels(LazyKitchen(lambda: None))
-    kernels["int_mm_fused"] = dataclasses.replace(kernels["int_mm_fused"], auto_on_cpu=True)
+    kernels["int_mm_fused"] = dataclasses.replace(kernels["int_mm_fused"], cpu_skip=lambda: None)
     dispatcher = KernelDispatcher(kernels=kernels)
     torch._dynamo.reset()
     try:

@@ -1,7 +1,8 @@
 """The device a kernel choice is measured on, named so that a choice is never reused where it may not hold.
 
 On a CUDA device its model; on a CPU its model, the instruction sets that decide int8 speed (torch's CPU
-kernels, the VNNI/AMX flags, any ``ONEDNN_MAX_CPU_ISA`` cap) and torch's thread count.
+kernels, the VNNI/AMX flags, any ``ONEDNN_MAX_CPU_ISA`` cap, whether oneDNN is on) and torch's thread
+count.
 
 Example::
 
@@ -32,14 +33,22 @@ def describe_device(device: torch.device) -> str:
 
 def cpu_isa() -> str:
     """What torch's CPU kernels use (``AVX512``, ``AVX2``, …), the CPU's int8 dot-product extensions
-    (``/proc/cpuinfo`` flags) and any ``ONEDNN_MAX_CPU_ISA`` cap, e.g. ``AVX512 avx512_vnni amx_int8``."""
+    (``/proc/cpuinfo`` flags), any ``ONEDNN_MAX_CPU_ISA`` cap and ``onednn-off`` when oneDNN is off,
+    e.g. ``AVX512 avx512_vnni amx_int8``."""
     parts = [torch.backends.cpu.get_cpu_capability()]
-    flags = set((_cpuinfo("flags") or "").split())
+    flags = cpu_flags()
     parts += [flag for flag in INT8_ISA_FLAGS if flag in flags]
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
     if cap:
         parts.append(f"onednn<={cap}")
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        parts.append("onednn-off")  # torch._int_mm runs its scalar loop then
     return " ".join(parts)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where there is none)."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_model() -> str:

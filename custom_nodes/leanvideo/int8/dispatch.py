@@ -5,8 +5,10 @@ layer of a new :class:`ShapeClass` runs (device, dtype, weight shape, activation
 power of two, weight layout), it runs every candidate kernel of :mod:`.linear` on that very input:
 
 1. a kernel that cannot run the shape, raises, or disagrees with ``w8a16`` (SQNR below
-   :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept; so is one whose ``auto_on_cpu`` is
-   false, on a CPU (``int_mm_fused``: compiling it costs every server seconds there, for a few %);
+   :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept; so is one whose ``cpu_skip`` gives a
+   reason, on a CPU: every W8A8 kernel where ``torch._int_mm`` runs its scalar loop (no AVX-512 VNNI,
+   :func:`.linear.int_mm_cpu_fallback`: measuring it would cost seconds per shape to lose), and
+   ``int_mm_fused`` anyway (compiling it costs every server seconds there, for a few %);
 2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised; each kernel's
    fastest call counts, so load from other processes hurts every candidate alike; a kernel whose best
    of its first :data:`EARLY_STOP_MIN_SAMPLES` calls is slower than :data:`EARLY_STOP_RATIO` × ``w8a16``
@@ -44,6 +46,7 @@ from .linear import (
     MATMUL_ROUTES,
     FusedW8A8,
     import_kitchen,
+    int_mm_cpu_fallback,
     kernel_of_route,
     run_kernel,
     unsupported_reason,
@@ -67,12 +70,12 @@ OnChoice = Callable[[str, Choice], None]
 
 @dataclass(frozen=True)
 class KernelImpl:
-    """One candidate: how to run it, why it cannot run a shape (``None`` when it can), and whether
-    ``auto`` measures it on a CPU (forcing it runs it there either way)."""
+    """One candidate: how to run it, why it cannot run a shape (``None`` when it can), and why ``auto``
+    does not measure it on this CPU (``None``: it does; forcing it runs it there either way)."""
 
     run: RunKernel
     unsupported: Unsupported
-    auto_on_cpu: bool = True
+    cpu_skip: Callable[[], str | None] = lambda: None
 
 
 class LazyKitchen:
@@ -101,17 +104,21 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
 
     fused = FusedW8A8()  # int_mm_fused's compiled function, shared by this dispatcher's every call
 
+    def compiles() -> str | None:
+        # on a CPU it gains a few % per layer, and compiling costs each server 2–10 s
+        return int_mm_cpu_fallback() or "it compiles, seconds per server"
+
     def impl(name: str) -> KernelImpl:
         if name != "kitchen":  # only the kitchen kernel needs comfy-kitchen imported
             return KernelImpl(
                 run=lambda x, packed, bias: run_kernel(name, x, packed, bias, fused=fused),
                 unsupported=lambda x, packed: unsupported_reason(name, x, packed),
-                # on a CPU it gains a few % per layer, and compiling costs each server 2–10 s
-                auto_on_cpu=name != "int_mm_fused",
+                cpu_skip=compiles if name == "int_mm_fused" else int_mm_cpu_fallback,
             )
-        return KernelImpl(
+        return KernelImpl(  # comfy-kitchen's eager backend, the one it has for a CPU, ends in torch._int_mm
             run=lambda x, packed, bias: run_kernel(name, x, packed, bias, kitchen=module()),
             unsupported=lambda x, packed: unsupported_reason(name, x, packed, module()),
+            cpu_skip=int_mm_cpu_fallback,
         )
 
     return {name: impl(name) for name in KERNELS}
@@ -252,13 +259,12 @@ class KernelDispatcher:
         outputs: dict[str, torch.Tensor] = {}
         for name in ("w8a16", *[k for k in self.kernels if k != "w8a16"]):
             kernel = self.kernels[name]
+            # asked first: telling whether comfy-kitchen can run a shape imports it
+            if name != "w8a16" and x.device.type == "cpu" and (skip := kernel.cpu_skip()) is not None:
+                rejected[name] = f"not measured on a CPU ({skip}); path={name} forces it"
+                continue
             if name != "w8a16" and (reason := kernel.unsupported(x, packed)) is not None:
                 rejected[name] = f"unsupported: {reason}"
-                continue
-            if name != "w8a16" and x.device.type == "cpu" and not kernel.auto_on_cpu:
-                rejected[name] = (
-                    f"not measured on a CPU (it compiles, seconds per server); path={name} forces it"
-                )
                 continue
             try:
                 output = kernel.run(x, packed, bias)  # warmup, and the output checked below

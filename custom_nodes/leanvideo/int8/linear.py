@@ -38,6 +38,7 @@ from typing import Literal
 
 import torch
 
+from .device import cpu_flags
 from .hadamard import rotate_groups
 from .quantize import Int8Weight, dequantize
 from .spec import QMAX
@@ -111,6 +112,22 @@ def unsupported_reason(
         return f"torch._int_mm on CUDA needs more than 16 rows, not {_rows(x)}"
     if x.is_cuda and (in_features % _INT_MM_MULTIPLE or out_features % _INT_MM_MULTIPLE):
         return f"torch._int_mm on CUDA needs multiples of 8, not {out_features}×{in_features}"
+    return None
+
+
+def int_mm_cpu_fallback() -> str | None:
+    """Why ``torch._int_mm`` would run torch's scalar loop on this CPU, or ``None`` when it runs oneDNN's
+    int8 GEMM. torch (its ``_int_mm_out_cpu``) calls oneDNN only where the CPU has AVX-512 VNNI and
+    oneDNN is on (``torch.backends.mkldnn``); elsewhere (AVX2-only or AVX-VNNI-only CPUs) it multiplies
+    element by element, 14–43× the time of a float matmul. Every W8A8 kernel here, comfy-kitchen's eager
+    backend included, ends in ``torch._int_mm`` on a CPU."""
+    if not torch.backends.mkldnn.is_available():
+        return "torch was built without oneDNN, so torch._int_mm runs its scalar loop"
+    if not torch.backends.mkldnn.enabled:
+        return "oneDNN is switched off (torch.backends.mkldnn), so torch._int_mm runs its scalar loop"
+    vnni = getattr(torch.cpu, "_is_vnni_supported", None)  # private; the cpuinfo flag where it is gone
+    if not (vnni() if vnni is not None else "avx512_vnni" in cpu_flags()):
+        return "this CPU has no AVX-512 VNNI, so torch._int_mm runs its scalar loop instead of oneDNN"
     return None
 
 
