@@ -53,6 +53,21 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
         assert {j.state for j in list_jobs(client, "b")} == {"queued"}
 
 
+def test_jobs_new_to_a_batch_are_added_only_when_asked(tmp_path: Path) -> None:
+    """Two jobs files named alike (``jobs.jsonl`` in two folders) give one default batch name: the
+    second must not silently join the first's batch, its progress and its manifest."""
+    settings = BatchSettings(out_dir=tmp_path / "out")
+    with open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
+        assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 2
+        with pytest.raises(UsageError, match=r"batch 'b' already has 2 job\(s\), and this jobs file has 1 it "
+                           r"does not \(ids c\); nothing was queued.*--add"):  # fmt: skip
+            submit_batch(client, "b", [prepared("a"), prepared("c", 3)], settings)
+        assert [j.job_id for j in list_jobs(client, "b")] == ["a", "b"]
+        assert submit_batch(client, "b", [prepared("a"), prepared("c", 3)], settings, add=True) == 1
+        assert sorted(j.job_id for j in list_jobs(client, "b")) == ["a", "b", "c"]
+        assert submit_batch(client, "b", [prepared("c", 3)], settings) == 0  # all there: harmless
+
+
 def test_a_taken_job_folder_queues_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "b").mkdir(parents=True)
@@ -179,3 +194,24 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
     for verb in ("cancel", "retry", "status"):
         assert main(["batch", verb, "nosuch", *db]) == 1
         assert "no batch named 'nosuch'" in capsys.readouterr().err
+
+
+def test_the_progress_table_counts_jobs_that_raised() -> None:
+    """A job that raised has no result record and so no server; the table still accounts for it."""
+    from rich.console import Console
+
+    from runner.batch.queue import JobState
+    from runner.cli.batch import _progress_view
+
+    record = {"status": "success", "server": "http://127.0.0.1:8188"}
+    jobs = [
+        JobState("a", "n/a", "success", record, 1, 2),
+        JobState("b", "n/b", "error", None, 1, 2, error="KeyError: 'timeout'"),
+    ]
+    console = Console(width=120, record=True)
+    console.print(_progress_view("n", jobs, None, None))
+    text = console.export_text()
+    assert "2/2 done · 1 ok · 1 failed" in text
+    assert [line.split() for line in text.splitlines() if "no server" in line] == [
+        ["no", "server", "(the", "job", "raised)", "—", "—", "0", "1"]
+    ]

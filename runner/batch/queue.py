@@ -140,11 +140,16 @@ def job_spec(name: str, job: PreparedJob, settings: BatchSettings) -> dict[str, 
     return spec
 
 
-def submit_batch(client: DBOSClient, name: str, jobs: list[PreparedJob], settings: BatchSettings) -> int:
-    """Queue every job of the batch ``name``; returns how many were new (0 when it was all queued).
+def submit_batch(
+    client: DBOSClient, name: str, jobs: list[PreparedJob], settings: BatchSettings, *, add: bool = False
+) -> int:
+    """Queue every job of the batch ``name``; returns how many were new (0 when it was all queued, so
+    submitting a file again is harmless). Jobs new to a batch that exists are queued only with ``add``.
 
     Raises:
         WorkflowError: a batch of that name exists with other jobs (choose another ``--name``).
+        UsageError: the batch exists and ``jobs`` would add jobs to it without ``add``, or job folders
+            are taken; nothing is queued.
     """
     check_batch_name(name)
     specs = [job_spec(name, job, settings) for job in jobs]
@@ -163,6 +168,15 @@ def submit_batch(client: DBOSClient, name: str, jobs: list[PreparedJob], setting
             f"batch {name!r} already has jobs with the ids {', '.join(clashes[:10])} but other settings "
             "(workflow, overrides, --out, --timeout, --max-attempts or --health-timeout); submit under "
             "another --name"
+        )
+    fresh = [s["job_id"] for s in specs if f"{name}/{s['job_id']}" not in existing]
+    if existing and fresh and not add:
+        held = len({workflow_id.split("/")[1] for workflow_id in existing})
+        ids = ", ".join(fresh[:10]) + (f" … ({len(fresh)})" if len(fresh) > 10 else "")
+        raise UsageError(
+            f"batch {name!r} already has {held} job(s), and this jobs file has {len(fresh)} it does not "
+            f"(ids {ids}); nothing was queued. Submit it under another --name, or with --add to add "
+            f"them to batch {name!r}"
         )
     taken = [f"job {s['job_id']}: {problem}" for s in specs if (problem := occupant_problem(s)) is not None]
     if taken:

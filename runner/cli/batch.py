@@ -86,7 +86,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
         raise LeanVideoError(str(exc)) from exc
     jobs = load_batch(args.jobs.resolve(), args.servers)  # every line checked before anything is queued
     with open_client(db_url) as client:
-        queued = submit_batch(client, name, jobs, settings)
+        queued = submit_batch(client, name, jobs, settings, add=args.add)
         err.print(
             f"batch {name}: {len(jobs)} job(s), {queued} newly queued ({redact_db_url(db_url)})",
             highlight=False,
@@ -181,6 +181,8 @@ def _progress_view(
             str(done["success"] if done else 0),
             str(done["failed"] if done else 0),
         )
+    if counts["error"]:  # a job that raised left no result record, so no server is charged with it
+        table.add_row("no server (the job raised)", "—", "—", "0", str(counts["error"]))
     return Group(Text(line), table)
 
 

@@ -25,6 +25,9 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     submit.add_argument("--name", help="batch name (default: the jobs file's name without suffix)")
     submit.add_argument("--out", type=Path, help="where job folders go (default leanvideo-out/batch-NAME)")
     submit.add_argument("--wait", action="store_true", help="run the batch here, with live progress")
+    submit.add_argument(
+        "--add", action="store_true", help="add the file's new jobs to a batch of that name that exists"
+    )
     submit.add_argument("--max-attempts", type=int, default=3, help="tries per job on dead servers (3)")
     submit.add_argument("--timeout", type=float, default=1800.0, help="seconds per attempt (1800)")
     submit.add_argument(
