@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 from pathlib import Path
 
@@ -51,6 +52,25 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
         assert {j.state for j in list_jobs(client, "b")} == {"cancelled"}
         assert sorted(retry_batch(client, "b")) == ["a", "b"]
         assert {j.state for j in list_jobs(client, "b")} == {"queued"}
+
+
+def test_a_cancelled_job_whose_prompt_finished_first_reports_its_results(tmp_path: Path) -> None:
+    """A job checks for a cancel at most once a second: one whose prompt ended just before published
+    its folder, and its state is then that result's, files and all (not "cancelled" without them)."""
+    out = tmp_path / "out"
+    with open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
+        submit_batch(client, "k", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
+        assert cancel_batch(client, "k") == 2
+        (status,) = client.list_workflows(workflow_ids=["k/a"])
+        spec = status.input["args"][0]
+        (out / "a").mkdir(parents=True)
+        files = [{"path": "a/v.mp4", "sha256": "0" * 64, "bytes": 3}]
+        record = {"batch": "k", "job_id": "a", "digest": spec["digest"], "status": "success", "files": files}
+        (out / "a" / "result.json").write_text(json.dumps(record))
+        jobs = {j.job_id: j for j in list_jobs(client, "k")}
+        assert (jobs["a"].state, jobs["a"].record) == ("success", record)
+        assert (jobs["b"].state, jobs["b"].record) == ("cancelled", None)
+        assert retry_batch(client, "k") == ["b"]  # the finished one is not run again
 
 
 def test_jobs_new_to_a_batch_are_added_only_when_asked(tmp_path: Path) -> None:

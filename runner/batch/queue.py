@@ -34,7 +34,7 @@ from typing import Any
 
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
-from runner.batch.attempt import occupant_problem
+from runner.batch.attempt import finished_record, occupant_problem
 from runner.batch.jobs_file import PreparedJob
 from runner.errors import LeanVideoError, UsageError, WorkflowError
 
@@ -226,7 +226,31 @@ def list_jobs(client: DBOSClient, name: str) -> list[JobState]:
         previous = latest.get(job.job_id)
         if previous is None or (job.created_ms or 0) >= (previous.created_ms or 0):
             latest[job.job_id] = job
+    if cancelled := [job.workflow_id for job in latest.values() if job.state == "cancelled"]:
+        latest |= _finished_after_cancel(client, cancelled)
     return sorted(latest.values(), key=lambda j: (j.created_ms or 0, j.job_id))
+
+
+def _finished_after_cancel(client: DBOSClient, workflow_ids: list[str]) -> dict[str, JobState]:
+    """Cancelled jobs whose prompt finished before the cancel reached it: their folder is in place with
+    their result, so that is their state (a job is checked for a cancel at most once a second)."""
+    finished: dict[str, JobState] = {}
+    for status in client.list_workflows(workflow_ids=workflow_ids, load_output=False):
+        spec = status.input["args"][0] if status.input and status.input.get("args") else None
+        if not isinstance(spec, dict) or "out_dir" not in spec:
+            continue
+        if (record := finished_record(spec)) is not None:
+            job_id = str(spec["job_id"])
+            finished[job_id] = JobState(
+                job_id=job_id,
+                workflow_id=status.workflow_id,
+                state=str(record.get("status", "error")),
+                record=record,
+                created_ms=status.created_at,
+                completed_ms=status.updated_at,
+                worker=status.executor_id,
+            )
+    return finished
 
 
 def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
