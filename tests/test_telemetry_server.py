@@ -30,6 +30,8 @@ def _prompt_counts(url: str) -> dict[str, float]:
 
 def test_telemetry_reflects_a_prompt(comfy_server: ComfyServer, tiny_workflow: dict[str, Any]) -> None:
     url = comfy_server.url
+    wrong_method = httpx.get(f"{url}/leanvideo/telemetry/reset")
+    assert (wrong_method.status_code, wrong_method.headers["allow"]) == (405, "POST")
     idle = httpx.post(f"{url}/leanvideo/telemetry/reset").json()
     assert idle["schema"] == 1 and idle["prompts"]["running"] is None
     assert idle["process"]["rss_bytes"] > 0 and idle["process"]["peak_rss_bytes"] > 0

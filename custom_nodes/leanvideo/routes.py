@@ -112,6 +112,14 @@ def register_telemetry_routes(routes: web.RouteTableDef, telemetry: Telemetry) -
     async def leanvideo_telemetry_reset(request: web.Request) -> web.Response:
         return web.json_response(telemetry.reset())
 
+    @routes.get("/leanvideo/telemetry/reset")  # else ComfyUI's static files answer 404
+    async def leanvideo_telemetry_reset_get(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"error": "reset clears the counters: send POST /leanvideo/telemetry/reset"},
+            status=405,
+            headers={"Allow": "POST"},
+        )
+
     @routes.get("/leanvideo/telemetry/prompts")
     async def leanvideo_telemetry_prompts(request: web.Request) -> web.Response:
         return web.json_response({"prompts": telemetry.records()})
