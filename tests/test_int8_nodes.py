@@ -3,6 +3,7 @@ LTXV workflow (its frames compared with the fp16 CLIP-L run)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from PIL import Image
 
 from runner.local.server import ComfyServer
+from runner.local.workspace import REPO_ROOT
 from runner.tracking.outputs import download_file
 from runner.tracking.prompt import run_prompt
 from runner.transport.client import ComfyClient
@@ -116,3 +118,22 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert "not run yet" not in report
     [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]
     assert noted["report"] == report
+
+
+@pytest.mark.parametrize(
+    ("node_id", "file_input"),
+    [("1", "ckpt_name"), ("2", "clip_name")],
+    ids=["checkpoint", "text encoder"],
+)
+def test_a_missing_model_file_is_refused_before_the_prompt_is_queued(
+    comfy_server: ComfyServer, node_id: str, file_input: str
+) -> None:
+    """ComfyUI checks dropdown values of V1 nodes only: the INT8 loaders (V3) check their file names
+    themselves, so a wrong one is refused at /prompt as the stock loaders' are, not when the node runs."""
+    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
+    workflow[node_id]["inputs"][file_input] = "nothere.safetensors"
+    answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
+    assert answer.status_code == 400, answer.text
+    [error] = answer.json()["node_errors"][node_id]["errors"]
+    assert error["type"] == "custom_validation_failed"
+    assert error["details"].startswith(f"{file_input} - 'nothere.safetensors' is not in models/")

@@ -69,6 +69,18 @@ def _shared_inputs() -> list[Any]:
     ]
 
 
+def file_listed(folder: str, name: str | None) -> bool | str:
+    """ComfyUI's check of a file name before a prompt is queued, which it makes for V1 dropdowns only:
+    ``True`` when ``name`` is in ``models/<folder>`` (or comes from a link, ``None`` here), else why."""
+    if name is None:
+        return True
+    listed = folder_paths.get_filename_list(folder)
+    if name in listed:
+        return True
+    shown = ", ".join(listed[:8]) + (f", … ({len(listed)} in all)" if len(listed) > 8 else "")
+    return f"{name!r} is not in models/{folder} (there: {shown or 'nothing'})"
+
+
 def _lora_mode_input() -> Any:
     return io.Combo.Input(
         "lora_mode",
@@ -103,6 +115,10 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
             ],
             outputs=[io.Model.Output()],
         )
+
+    @classmethod
+    def validate_inputs(cls, unet_name: str | None) -> bool | str:
+        return file_listed("diffusion_models", unet_name)
 
     @classmethod
     def execute(
@@ -149,6 +165,10 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, clip_name: str | None) -> bool | str:
+        return file_listed("text_encoders", clip_name)
+
+    @classmethod
     def execute(
         cls, clip_name: str, type: str, compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool
     ) -> io.NodeOutput:
@@ -184,6 +204,10 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
             ],
             outputs=[io.Model.Output(), io.Vae.Output()],
         )
+
+    @classmethod
+    def validate_inputs(cls, ckpt_name: str | None) -> bool | str:
+        return file_listed("checkpoints", ckpt_name)
 
     @classmethod
     def execute(
