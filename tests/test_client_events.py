@@ -156,3 +156,14 @@ def test_a_failure_names_the_exception_without_the_servers_package_path() -> Non
         "prompt p failed in node 1 (LeanVideoCheckpointLoaderINT8): leanvideo.int8.spec.Int8FormatError: "
         "evil.ckpt: pickle checkpoints (.ckpt) are refused"
     )
+
+
+def test_every_loader_is_model_loading_even_a_text_encoder_loader() -> None:
+    loaders = (
+        "LeanVideoTextEncoderLoaderINT8",
+        "CLIPLoader",
+        "DualCLIPLoader",
+        "LeanVideoCheckpointLoaderINT8",
+    )
+    assert {phase_of(c) for c in loaders} == {"model_load"}
+    assert phase_of("CLIPTextEncodeFlux") == "text_encode"

@@ -44,10 +44,11 @@ Workflow = dict[str, Any]
 
 # Phase of a node, from its class name: the first rule whose fragment occurs in the name wins, so
 # "SamplerSelect" (KSamplerSelect only picks a sampler) must come before "Sampler", which also covers
-# KSampler, KSamplerAdvanced, SamplerCustom and SamplerCustomAdvanced.
+# KSampler, KSamplerAdvanced, SamplerCustom and SamplerCustomAdvanced; and "Loader" before "TextEncode"
+# (LeanVideoTextEncoderLoaderINT8 loads a model, as CLIPLoader does).
 PHASE_RULES: tuple[tuple[str, str], ...] = (
-    ("TextEncode", "text_encode"),
     ("Loader", "model_load"),
+    ("TextEncode", "text_encode"),
     ("VAEDecode", "vae_decode"),
     ("VAEEncode", "vae_encode"),
     ("SamplerSelect", "other"),
