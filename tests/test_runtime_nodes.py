@@ -82,6 +82,19 @@ def test_freevram_workflow_frees_models_and_reloads_what_decode_needs(
     assert events[0]["before"]["loaded_bytes"] == first["before"]["loaded_bytes"]
 
 
+def test_nodes_after_free_vram_stay_cached_when_only_a_later_input_changes(client: ComfyClient) -> None:
+    """Free VRAM is cached like any node: changing the frame rate must not sample and decode again."""
+    workflow = _fresh(json.loads(FREEVRAM_WORKFLOW.read_text()))
+    first = run_prompt(client, workflow, timeout=300)
+    workflow["13"]["inputs"]["fps"] = 12.0
+    second = run_prompt(client, workflow, timeout=300)
+    ran = {t.node_id: t.cached for t in first.nodes}
+    cached = {t.node_id: t.cached for t in second.nodes}
+    assert not ran[SAMPLER] and not ran[FREE]
+    assert cached[SAMPLER] and cached[FREE] and cached[DECODE], cached
+    assert not cached["13"]  # the changed node ran
+
+
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["mode"] = "unload text encoders only"

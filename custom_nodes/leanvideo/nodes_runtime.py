@@ -63,10 +63,6 @@ class LeanVideoFreeVRAM(io.ComfyNode):
         )
 
     @classmethod
-    def fingerprint_inputs(cls, **kwargs: Any) -> Any:
-        return float("nan")  # freeing memory is a side effect: run on every prompt, never from cache
-
-    @classmethod
     def execute(cls, mode: str, free_ram: bool, value: Any = None) -> io.NodeOutput:
         server = _server()
         report = release_models(
