@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 from leanvideo.metrics import PromptMetrics
-from leanvideo.telemetry import Nvml, Telemetry, outcome_of
+from leanvideo.telemetry import Nvml, PromptRecord, Telemetry, outcome_of
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -213,3 +213,10 @@ def test_metrics_parse_with_prometheus_own_parser(telemetry: Telemetry) -> None:
     assert families["leanvideo_queue_depth"].samples[0].value == 0
     # absent without CUDA, not zero
     assert ("leanvideo_cuda_memory_allocated_bytes" in families) == torch.cuda.is_available()
+    assert "leanvideo_prompt_energy_joules" not in families  # no prompt was measured: absent, not 0 J
+    record = PromptRecord(prompt_id="c", status="success", started_at=0.0)
+    record.energy_wh = 0.5
+    metrics.observe(record)
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render()[0].decode())}
+    [energy] = [s for s in families["leanvideo_prompt_energy_joules"].samples if s.name.endswith("_total")]
+    assert energy.value == 1800.0

@@ -10,7 +10,7 @@ metric                                      type       source
 ``leanvideo_prompt_duration_seconds``       histogram  each finished prompt, label ``status``
 ``leanvideo_prompts_total``                 counter    finished prompts, label ``status``
 ``leanvideo_prompt_errors_total``           counter    failed prompts, label ``exception_type``
-``leanvideo_prompt_energy_joules_total``    counter    sum of per-prompt GPU energy (NVML)
+``leanvideo_prompt_energy_joules_total``    counter    sum of per-prompt GPU energy (NVML only)
 ``leanvideo_queue_depth``                   gauge      queued + running prompts
 ``leanvideo_process_rss_bytes``             gauge      process RSS
 ``leanvideo_process_peak_rss_bytes``        gauge      peak RSS since the last reset
@@ -99,9 +99,7 @@ class PromptMetrics:
             ["exception_type"],
             registry=self.registry,
         )
-        self.energy = Counter(
-            "leanvideo_prompt_energy_joules", "GPU energy used by prompts (NVML).", registry=self.registry
-        )
+        self.energy: Counter | None = None  # made at the first measured prompt: absent without NVML
         self.registry.register(_LiveCollector(telemetry))
         telemetry.listeners.append(self.observe)
 
@@ -112,6 +110,12 @@ class PromptMetrics:
         if record.status == "error":
             self.errors.labels(record.error_type or "unknown").inc()
         if record.energy_wh is not None:
+            if self.energy is None:
+                self.energy = Counter(
+                    "leanvideo_prompt_energy_joules",
+                    "GPU energy used by prompts (NVML).",
+                    registry=self.registry,
+                )
             self.energy.inc(max(record.energy_wh * 3600.0, 0.0))
 
     def render(self) -> tuple[bytes, str]:
