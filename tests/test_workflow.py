@@ -159,6 +159,27 @@ def test_validate_names_the_node_of_every_problem(workflow: dict[str, Any]) -> N
     assert validate_workflow(copy.deepcopy(WORKFLOW), OBJECT_INFO) == []
 
 
+def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
+    workflow: dict[str, Any],
+) -> None:
+    """Every ``.safetensors`` name shares 12 characters: alike only in that, a file is no close match."""
+    info = copy.deepcopy(OBJECT_INFO)
+    info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0] = [
+        "clip_l.safetensors",
+        "ltxv-tiny.safetensors",
+    ]
+    workflow["1"]["inputs"]["ckpt_name"] = "umt5_xxl_fp8_e4m3fn_scaled.safetensors"
+    workflow["4"]["class_type"] = "LeanVideoFixtureAttentionMask"
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert problems[("1", "ckpt_name")].endswith(
+        "does not exist on the server; the server has: clip_l.safetensors, ltxv-tiny.safetensors"
+    )
+    assert "leanvideo serve --fixture-nodes" in problems[("4", None)]
+    workflow["1"]["inputs"]["ckpt_name"] = "ltxv-tiny.sft"
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert problems[("1", "ckpt_name")].endswith("close matches: ltxv-tiny.safetensors")
+
+
 def test_load_workflow_rejects_editor_format_with_a_hint(tmp_path: Path) -> None:
     ui = tmp_path / "ui.json"
     ui.write_text(json.dumps({"nodes": [], "links": [], "version": 0.4}))

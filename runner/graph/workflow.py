@@ -29,6 +29,8 @@ ObjectInfo = dict[str, Any]
 
 SEED_INPUTS = ("seed", "noise_seed")
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+# the tiny models' helper nodes, loaded only by ``leanvideo serve --fixture-nodes``
+FIXTURE_HINT = ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ def resolve_node(workflow: Workflow, target: str) -> str:
             )
     names = set(workflow) | {str(n.get("class_type")) for n in workflow.values()}
     names |= {t for t in map(node_title, workflow.values()) if t}
-    raise WorkflowError(f"no node {target!r} in the workflow{_close(target, names)}")
+    hint = _close(target, names, known="the workflow has")
+    raise WorkflowError(f"no node {target!r} in the workflow{hint}")
 
 
 def input_spec(object_info: ObjectInfo, class_type: str, input_name: str) -> list[Any] | None:
@@ -184,10 +187,12 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
             spec_list = input_spec(object_info, class_type, name)
             if spec_list is None:
                 known = input_names(object_info, class_type)
-                raise WorkflowError(f"{where} has no input {name!r}{_close(name, known, 'inputs')}")
+                hint = _close(name, known, "inputs", "its inputs")
+                raise WorkflowError(f"{where} has no input {name!r}{hint}")
             value = coerce_value(spec_list, value, where=f"{where} input {name!r}")
         elif name not in inputs:
-            raise WorkflowError(f"{where} has no input {name!r}{_close(name, list(inputs), 'inputs')}")
+            hint = _close(name, list(inputs), "inputs", "its inputs")
+            raise WorkflowError(f"{where} has no input {name!r}{hint}")
         if is_link(inputs.get(name)):
             raise WorkflowError(
                 f"{where} input {name!r} is linked to node {inputs[name][0]}; cannot set a value"
@@ -269,10 +274,9 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
         if info is None:
-            known = list(object_info)
-            problems.append(
-                Problem(node_id, class_type, None, f"unknown node type{_close(class_type, known)}")
-            )
+            fixture = class_type.startswith("LeanVideoFixture")
+            hint = FIXTURE_HINT if fixture else _close(class_type, object_info)
+            problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
         required = ((info.get("input") or {}).get("required")) or {}
@@ -379,9 +383,17 @@ def is_link(value: Any) -> bool:
     )
 
 
-def _close(word: str, candidates: Any, label: str = "matches") -> str:
+def _close(word: str, candidates: Any, label: str = "matches", known: str = "the server has") -> str:
+    """``; close matches: …`` (the nearest names), else ``; the server has: …`` (the first dozen). File
+    names are compared without their extension: every ``.safetensors`` file is a little alike."""
     names = sorted({str(c) for c in candidates})
-    close = difflib.get_close_matches(word, names, n=5, cutoff=0.5)
+    stems = {name: _stem(name) for name in names}
+    near = set(difflib.get_close_matches(_stem(word), list(stems.values()), n=5, cutoff=0.6))
+    close = [name for name in names if stems[name] in near][:5]
     if close:
         return f"; close {label}: {', '.join(close)}"
-    return f"; known {label}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""
+    return f"; {known}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""
+
+
+def _stem(name: str) -> str:
+    return next((name.removesuffix(suffix) for suffix in MODEL_SUFFIXES if name.endswith(suffix)), name)
