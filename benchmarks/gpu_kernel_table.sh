@@ -23,6 +23,8 @@
 #    (comfy-kitchen rotating in its own kernel), then plain rows at ROWS2
 # 3. hand back int8_linear*.txt, int8_kernels*.json, int8_linear.json and log.txt into $OUT when it is
 #    set, else into RESULTS/handback (8 files at most)
+# Exit status: 0 when every table was made, 1 when one failed, 2 a bad option, 3 the kit does not
+# install, 4 no torch or no CUDA without --cpu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KERNELS_KIT="" CPU=0 RESULTS=""
@@ -48,11 +50,16 @@ HANDBACK="${OUT:-$RESULTS/handback}"
 mkdir -p "$RESULTS" "$HANDBACK"
 LOG="$RESULTS/log.txt"
 exec > >(tee -a "$LOG") 2>&1
+FAILED=()  # the tables that failed, said at the end and in the exit status
 finish() {
   echo "== 3. hand back: $HANDBACK (done in $(($(date +%s) - START)) s)"
   # each table's text and JSON went back as it ended (table below): the record and the log remain
   [ -f "$RESULTS/int8_linear.json" ] && cp "$RESULTS/int8_linear.json" "$HANDBACK/"
-  [ "$HANDBACK" = "$RESULTS/handback" ] || cp "$LOG" "$HANDBACK/log.txt"
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "FAILED: ${FAILED[*]}"
+  fi
+  cp "$LOG" "$HANDBACK/log.txt"
+  [ ${#FAILED[@]} -eq 0 ] || exit 1
 }
 trap finish EXIT
 
@@ -61,6 +68,10 @@ exports=$("$PY" -m benchmarks.kernel_kit install "$KERNELS_KIT" --into "$SITE") 
 eval "$exports"
 export PYTHONPATH
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' || exit 4
+if [ "$CPU" = 0 ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+  echo "no CUDA device here (torch.cuda.is_available() is False): --cpu runs the CPU rehearsal" >&2
+  exit 4
+fi
 "$PY" -c 'import comfy_kitchen, importlib.metadata as m
 print("comfy-kitchen", m.version("comfy-kitchen"), "from", comfy_kitchen.__file__)' ||
   echo "comfy-kitchen does not import here (above): the table runs without the kitchen kernel"
@@ -76,7 +87,7 @@ table() {  # table NAME [int8_bench options…]; its files are handed back as so
   # 150 s: the first table also compiles int_mm_fused (Triton, a cold cache); later ones reuse it
   timeout 150 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
     --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
-    >"$RESULTS/int8_linear$name.txt" 2>&1 || echo "int8_bench$name failed or timed out"
+    >"$RESULTS/int8_linear$name.txt" 2>&1 || { echo "int8_bench$name failed or timed out"; FAILED+=("table$name"); }
   grep -A50 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"
   for file in "$RESULTS/int8_linear$name.txt" "$RESULTS/int8_kernels$name.json"; do
     [ -f "$file" ] && cp "$file" "$HANDBACK/"

@@ -40,6 +40,8 @@
 # 3. Always, even when time ran out or a step failed: python -m benchmarks.proof_report hands back
 #    summary.json, report.md, log.txt, the CSVs and the plots (8 files at most) into $OUT when it is
 #    set, else into RESULTS/handback.
+# Exit status: 0 when every step ran, 1 when one failed (named at the end), 2 a bad option or family,
+# 3 the kit does not install, 4 no CUDA without --cpu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KIT="" CPU=0 RESULTS=""
@@ -60,6 +62,12 @@ if [ "$CPU" = 1 ]; then
 else
   FAMILIES="${FAMILIES:-ltxv-13b}" DEVICE=cuda RUN_RESERVE_S="${RUN_RESERVE_S:-150}"
 fi
+for family in $FAMILIES; do  # a typo is found now, not after the kit install and the GPU tests
+  case "$family" in
+    ltxv-13b | wan-14b | wan22-14b | tiny) ;;
+    *) echo "unknown family $family in FAMILIES (ltxv-13b, wan-14b, wan22-14b, tiny)" >&2; exit 2 ;;
+  esac
+done
 read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
 RESULTS="${RESULTS:-${TMPDIR:-/tmp}/leanvideo-proof-$(date -u +%Y%m%d-%H%M%S)}"
 HANDBACK="${OUT:-$RESULTS/handback}"
@@ -67,13 +75,19 @@ mkdir -p "$RESULTS"
 LOG="$RESULTS/log.txt"
 exec > >(tee -a "$LOG") 2>&1
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
+FAILED=()  # the steps that failed, said at the end and in the exit status
 
 PY=.venv/bin/python
 LEANVIDEO=(.venv/bin/leanvideo)
 finish() {
   echo "== 3. hand back ($(left) s left): $HANDBACK"
-  "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG"
+  "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG" ||
+    FAILED+=("proof_report")
   echo "done in $(($(date +%s) - START)) s; everything in $RESULTS"
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "FAILED: ${FAILED[*]}"
+    exit 1
+  fi
 }
 trap finish EXIT
 
@@ -96,6 +110,10 @@ fi
 from leanvideo.int8.linear import import_kitchen
 print("torch", torch.__version__, "cuda", torch.cuda.is_available())
 print("comfy-kitchen", m.version("comfy-kitchen") if import_kitchen() else "absent: the kitchen kernel is left out")'
+if [ "$CPU" = 0 ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+  echo "no CUDA device here (torch.cuda.is_available() is False): --cpu runs the CPU rehearsal" >&2
+  exit 4
+fi
 
 if [ "$CPU" = 1 ]; then
   printf 'name\nnone (--cpu)\n' >"$RESULTS/gpu.csv"
@@ -117,7 +135,7 @@ else
   # Each kernel (w8a16, int_mm, int_mm_fused, kitchen when comfy-kitchen imports) and auto vs bf16.
   timeout 120 "$PY" benchmarks/int8_bench.py --skip-files --device cuda --tokens 4096 \
     --out "$RESULTS/int8_linear.json" --json "$RESULTS/int8_kernels.json" \
-    >"$RESULTS/int8_linear.txt" 2>&1 || echo "int8_bench failed or timed out"
+    >"$RESULTS/int8_linear.txt" 2>&1 || { echo "int8_bench failed or timed out"; FAILED+=("int8_bench"); }
   grep -A16 "^linear on" "$RESULTS/int8_linear.txt" || tail -5 "$RESULTS/int8_linear.txt"
 fi
 
@@ -127,7 +145,6 @@ for family in $FAMILIES; do
     wan-14b) matrix=benchmarks/seed_table_wan.toml ;;
     wan22-14b) matrix=benchmarks/seed_table_wan22.toml ;;
     tiny) matrix=benchmarks/seed_table_tiny.toml ;;
-    *) echo "unknown family $family (ltxv-13b, wan-14b, wan22-14b, tiny)"; exit 2 ;;
   esac
   if [ "$(left)" -lt $((RUN_RESERVE_S + 30)) ]; then
     echo "== $family: skipped, $(left) s of the ${BUDGET_S} s budget left"
@@ -135,7 +152,13 @@ for family in $FAMILIES; do
   fi
   if [ "$family" != tiny ]; then
     echo "== 2. $family: synthetic full-size models on the GPU ($(left) s left)"
-    timeout "$(left)" "$PY" -m benchmarks.synth_models "$family" --device "$DEVICE" | tee "$RESULTS/synth-$family.txt"
+    if ! timeout "$(left)" "$PY" -m benchmarks.synth_models "$family" --device "$DEVICE" |
+      tee "$RESULTS/synth-$family.txt"; then
+      echo "== $family: writing its models failed (above); its matrix is not run"
+      FAILED+=("synth_models $family")
+      [ "$KEEP" = 1 ] || "$PY" -m benchmarks.synth_models "$family" --remove
+      continue
+    fi
   fi
   echo "== 2. $family: $matrix, $WARMUPS warmup + $REPEATS repeat(s) per variant ($(left) s left)"
   # --budget-s: no run starts after it (the report covers what ran); `timeout` is only the hard stop,
@@ -144,7 +167,10 @@ for family in $FAMILIES; do
   [ "$runs_until" -ge 10 ] || runs_until=10
   timeout "$(($(left) - 30))" "${LEANVIDEO[@]}" bench "$matrix" --out "$RESULTS/$family" \
     --repeats "$REPEATS" --warmups "$WARMUPS" --budget-s "$runs_until" "${BENCH_EXTRA[@]}" || status=$?
-  [ "$status" -eq 0 ] || echo "$family: bench exited $status (124: stopped at the budget)"
+  if [ "$status" -ne 0 ]; then
+    echo "$family: bench exited $status (6: a variant failed; 124: stopped at the budget)"
+    FAILED+=("bench $family (exit $status)")
+  fi
   if [ "$family" != tiny ] && [ "$KEEP" != 1 ]; then
     "$PY" -m benchmarks.synth_models "$family" --remove
   fi

@@ -159,16 +159,15 @@ def _run_group(
             return
         with ComfyClient(url) as client:
             measured.environment = measured.environment or collect_environment(client)
+            object_info = client.get_json("/object_info")
             if settings.overrides:  # a bad --set fails every variant: say so before any run
                 try:
-                    apply_overrides(
-                        copy.deepcopy(base), list(settings.overrides), client.get_json("/object_info")
-                    )
+                    apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
                 except WorkflowError as error:
                     raise WorkflowError(f"{error}; nothing was run") from error
         on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
         extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-        jobs = _prepare_jobs(extended, base, out, on_cpu, measured.skipped, say)
+        jobs = _prepare_jobs(extended, base, object_info, out, on_cpu, measured.skipped, say)
         if not jobs:
             return
         order = settings.order or matrix.order
@@ -272,6 +271,7 @@ def open_server(
 def _prepare_jobs(
     group: list[Variant],
     base: dict[str, Any],
+    object_info: dict[str, Any],
     out: Path,
     on_cpu: bool,
     skipped: dict[str, str],
@@ -284,15 +284,22 @@ def _prepare_jobs(
             skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
             say(f"{variant.name}: skipped ({skipped[variant.name]})")
             continue
-        path = _write_variant_workflow(variant, base, out)
+        path = _write_variant_workflow(variant, base, object_info, out)
         jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name)))
     return jobs
 
 
-def _write_variant_workflow(variant: Variant, base: dict[str, Any], out: Path) -> Path:
+def _write_variant_workflow(
+    variant: Variant, base: dict[str, Any], object_info: dict[str, Any], out: Path
+) -> Path:
+    """The workflow the variant runs, its nodes inserted and its overrides (``--set`` included) applied,
+    so ``leanvideo run`` or ``workflow diff`` of the file sees what ran (each run applies them again,
+    which changes nothing)."""
+    workflow = variant.build_workflow(base)
+    apply_overrides(workflow, list(variant.overrides), object_info)
     path = out / "workflows" / f"{variant_slug(variant.name)}.api.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(variant.build_workflow(base), indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
     return path
 
 

@@ -115,6 +115,14 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert "| 20-step baseline |" in text
     assert (out / "report.csv").read_text(encoding="utf-8").count("\n") == 6
     assert (out / "workflows" / "8-step-attention-acceleration.api.json").is_file()
+    # each variant's file is what it ran: its own overrides and --set applied, so a diff shows them
+    written = {
+        name: json.loads((out / "workflows" / f"{name}.api.json").read_text(encoding="utf-8"))
+        for name in ("20-step-baseline", "8-step-distill")
+    }
+    assert [written[n]["9"]["inputs"]["steps"] for n in written] == [20, 8]
+    assert [written[n]["11"]["inputs"]["cfg"] for n in written] == [3.0, 1.0]
+    assert {written[n]["14"]["inputs"]["filename_prefix"] for n in written} == {"leanvideo/bench_e2e"}
     for variant in variants.values():  # --set reached every variant's runs, after the variant's own
         for run in variant["runs"]:
             record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))

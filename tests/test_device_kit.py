@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from packaging.utils import canonicalize_name
 
 from benchmarks.device_image import ImageError, make_image_venv, read_device_image
@@ -209,3 +210,27 @@ def test_the_readme_gives_the_device_command_within_one_call() -> None:
     assert kernels and len(kernels[0].strip()) <= DEVICE_COMMAND_LIMIT
     assert any("benchmarks.kernel_kit build --out device-kernels" in b for b in blocks)
     assert "device-kit" in section and "$OUT" in section
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without CUDA")
+def test_the_proof_without_cuda_stops_at_once_and_a_bad_family_before_anything(tmp_path: Path) -> None:
+    """A GPU script run where there is no GPU (or a typo in FAMILIES) must say so and fail in seconds,
+    not spend the device budget on tracebacks and exit 0."""
+    env = {**os.environ, "OUT": str(tmp_path / "handback"), "TESTS": "0", "TMPDIR": str(tmp_path)}
+    script = ["bash", "benchmarks/gpu_seed_table.sh", str(tmp_path / "results")]
+    done = subprocess.run(
+        script, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "no CUDA device here (torch.cuda.is_available() is False): --cpu runs" in done.stdout
+    assert (tmp_path / "handback" / "log.txt").is_file()  # the hand-back still happens
+    typo = subprocess.run(
+        script,
+        cwd=REPO_ROOT,
+        env={**env, "FAMILIES": "ltxv-13b nosuch"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert typo.returncode == 2 and "unknown family nosuch in FAMILIES" in typo.stderr
