@@ -194,7 +194,7 @@ def _run_group(
         for job in jobs:
             if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
                 measured.modes.update(
-                    _run_modes(matrix, settings, job.variant, job.workflow_path, url, out, say)
+                    _run_modes(matrix, settings, job.variant, job.workflow_path, url, deadline, say)
                 )
 
 
@@ -309,16 +309,22 @@ def _run_modes(
     variant: Variant,
     path: Path,
     url: str,
-    out: Path,
+    deadline: float | None,
     say: Progress,
 ) -> dict[str, Any]:
-    """Soak and load run on the baseline variant's server, after the measured runs of its group."""
+    """Soak and load run on the baseline variant's server, after the measured runs of its group; no
+    round or job of theirs starts after ``deadline`` (``--budget-s``)."""
     found: dict[str, Any] = {}
+    out = settings.out_dir
     if settings.soak:
         say(f"soak: {settings.soak} rounds of {variant.name}")
-        rounds = run_variant(matrix, variant, path, url, out / "soak", warmups=1, repeats=settings.soak)
-        found["soak"] = {"variant": variant.name, **modes.soak_verdict(rounds)}
-    if settings.load:
+        rounds = run_variant(
+            matrix, variant, path, url, out / "soak", warmups=1, repeats=settings.soak, deadline=deadline
+        )
+        found["soak"] = {"variant": variant.name, **modes.soak_verdict(rounds, planned=settings.soak)}
+    if settings.load and deadline is not None and time.monotonic() >= deadline:
+        found["load"] = {"variant": variant.name, "verdict": f"not run: {_out_of_time(settings)}"}
+    elif settings.load:
         say(f"load: {settings.jobs} jobs, concurrency {settings.concurrency}")
         servers = settings.servers or (url,)
         found["load"] = {
@@ -331,6 +337,7 @@ def _run_modes(
                 concurrency=settings.concurrency,
                 jobs=settings.jobs,
                 timeout=matrix.timeout_s,
+                deadline=deadline,
             ),
         }
     return found

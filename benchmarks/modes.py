@@ -102,9 +102,18 @@ def check_consistency(runs: Sequence[RunMeasure]) -> dict[str, Any]:
     return {"verdict": verdict, "runs": len(paths), "min_psnr_db": worst, "digests": digests}
 
 
-def soak_verdict(runs: Sequence[RunMeasure], *, tolerance: float = 0.05) -> dict[str, Any]:
-    """Per-round series and a drift verdict for each (warmups excluded)."""
+def soak_verdict(
+    runs: Sequence[RunMeasure], *, tolerance: float = 0.05, planned: int | None = None
+) -> dict[str, Any]:
+    """Per-round series and a drift verdict for each (warmups excluded); fewer than two rounds (the
+    time budget ran out) give no verdict."""
     measured = [r for r in runs if not r.warmup]
+    if len(measured) < 2:
+        return {
+            "verdict": f"not enough rounds: {len(measured)} of {planned or '?'} ran within --budget-s",
+            "rounds": len(measured),
+            "series": {},
+        }
     series: dict[str, list[float]] = {
         "total_s": [r.total_s for r in measured],
         "memory_start_bytes": [float(r.memory_start_bytes or 0) for r in measured],
@@ -119,7 +128,8 @@ def soak_verdict(runs: Sequence[RunMeasure], *, tolerance: float = 0.05) -> dict
     # Time is noisy; memory growth is what a soak is for.
     memory = [v["verdict"] for k, v in verdicts.items() if k != "total_s"]
     overall = "drifting" if "drifting" in memory else "stable"
-    return {"verdict": overall, "rounds": len(measured), "series": verdicts}
+    cut = {"planned_rounds": planned} if planned is not None and planned != len(measured) else {}
+    return {"verdict": overall, "rounds": len(measured), **cut, "series": verdicts}
 
 
 class _LeastBusy:
@@ -162,8 +172,10 @@ def run_load(
     concurrency: int,
     jobs: int,
     timeout: float = 1800.0,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
-    """Submit ``jobs`` runs from ``concurrency`` threads, each to the least busy of ``servers``."""
+    """Submit ``jobs`` runs from ``concurrency`` threads, each to the least busy of ``servers``; a job
+    not started by ``deadline`` (``time.monotonic()``, ``--budget-s``) is not run."""
     if concurrency < 1 or jobs < 1:
         raise ValueError(f"concurrency and jobs must be ≥ 1, got {concurrency} and {jobs}")
 
@@ -173,7 +185,9 @@ def run_load(
     dispatcher = _LeastBusy(servers)
     started = time.perf_counter()
 
-    def one(index: int) -> dict[str, Any]:
+    def one(index: int) -> dict[str, Any] | None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
         reseed = tuple(f"{key}={int(value) + index + 1}" for key, value in seeds.items())
         with dispatcher.server() as server:
             sent = time.perf_counter() - started
@@ -186,17 +200,21 @@ def run_load(
         return {"job": index, "server": server, "sent_s": sent, "done_s": done, **figures}
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        rows = list(pool.map(one, range(jobs)))
+        rows = [row for row in pool.map(one, range(jobs)) if row is not None]
     elapsed = time.perf_counter() - started
+    if not rows:
+        return {"servers": list(servers), "concurrency": concurrency, "jobs": 0, "planned_jobs": jobs,
+                "verdict": "not run: --budget-s ran out before its first job", "runs": []}  # fmt: skip
     latency = [float(r["wall_s"]) for r in rows]
     queue_wait = summarize([float(r["queue_s"] or 0) for r in rows]).median
     execution = summarize([float(r["server_execution_s"] or 0) for r in rows]).median
     return {
         "servers": list(servers),
         "concurrency": concurrency,
-        "jobs": jobs,
+        "jobs": len(rows),
+        **({"planned_jobs": jobs} if len(rows) < jobs else {}),
         "elapsed_s": elapsed,
-        "throughput_jobs_per_min": jobs / elapsed * 60,
+        "throughput_jobs_per_min": len(rows) / elapsed * 60,
         "latency_s": {f"p{q}": percentile(latency, q) for q in (50, 95, 99)},
         "queue_wait_s": queue_wait,
         "execution_s": execution,

@@ -258,12 +258,15 @@ def run_variant(
     *,
     warmups: int | None = None,
     repeats: int | None = None,
+    deadline: float | None = None,
 ) -> list[RunMeasure]:
     """Run ``variant`` (its workflow already written to ``workflow_path``) on ``server``, its runs back
-    to back (soak rounds); see :func:`run_once` for the errors."""
+    to back (soak rounds), none started after ``deadline``; see :func:`run_once` for the errors."""
     job = VariantRun(variant, workflow_path, out_dir)
-    runs = run_variants(matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats)
-    return runs[variant.name]
+    runs = run_variants(
+        matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats, deadline=deadline
+    )
+    return runs.get(variant.name, [])
 
 
 def run_variants(

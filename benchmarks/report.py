@@ -133,20 +133,31 @@ def significance_notes(results: Sequence[VariantResult]) -> list[str]:
 
 def mode_headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
     """The few figures of a launch check (``--soak``, ``--load``, ``--consistency``) worth a line in the
-    report and on the terminal (the rest is in bench.json)."""
+    report and on the terminal (the rest is in bench.json), rounded to what a reader compares."""
     if mode == "soak":
-        return {k: verdict[k] for k in ("variant", "verdict", "rounds")}
-    if mode == "load":
+        keys: tuple[str, ...] = ("variant", "verdict", "rounds", "planned_rounds")
+    elif mode == "load":
         keys = (
             "verdict",
+            "jobs",
+            "planned_jobs",
             "throughput_jobs_per_min",
             "latency_s",
             "queue_wait_s",
             "execution_s",
             "jobs_per_server",
         )
-        return {k: verdict[k] for k in keys}
-    return {name: item.get("verdict") for name, item in verdict.items()}
+    else:
+        return {name: item.get("verdict") for name, item in verdict.items()}
+    return {k: _rounded(verdict[k]) for k in keys if k in verdict}
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
 
 
 def render_markdown(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,11 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.modes import soak_verdict, ssim
+from benchmarks.modes import run_load, soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
-from benchmarks.report import render_csv, render_markdown, write_plots
+from benchmarks.report import mode_headline, render_csv, render_markdown, write_plots
 from benchmarks.results import build_variant_result, failed_result, skipped_result
 from runner.jobs.frames import psnr_db
+from runner.local.workspace import REPO_ROOT
 
 MB = 1024 * 1024
 
@@ -171,6 +173,37 @@ def test_soak_verdict_sees_memory_growth() -> None:
     verdict = soak_verdict(leaking)
     assert verdict["verdict"] == "drifting"
     assert verdict["series"]["memory_start_bytes"]["verdict"] == "drifting"
+
+
+def test_a_soak_or_load_cut_by_the_budget_says_so(tmp_path: Path) -> None:
+    """--budget-s stops soak rounds and load jobs too: what ran is reported, and the headline says how
+    much of the plan that was."""
+    cut = soak_verdict([_run("v", 0, 1.0, memory=500 * MB)], planned=10)
+    assert cut["verdict"] == "not enough rounds: 1 of 10 ran within --budget-s" and cut["rounds"] == 1
+    part = soak_verdict([_run("v", i, 1.0, memory=500 * MB) for i in range(4)], planned=10)
+    assert mode_headline("soak", {"variant": "v", **part}) == {
+        "variant": "v",
+        "verdict": "stable",
+        "rounds": 4,
+        "planned_rounds": 10,
+    }
+    load = run_load(
+        REPO_ROOT / "workflows" / "ltxv_tiny_t2v.api.json",
+        (),
+        ["http://127.0.0.1:9"],  # never contacted: the deadline has passed
+        tmp_path,
+        concurrency=2,
+        jobs=4,
+        deadline=time.monotonic() - 1,
+    )
+    assert (load["jobs"], load["planned_jobs"], load["runs"]) == (0, 4, [])
+    assert mode_headline("load", load)["verdict"].startswith("not run: --budget-s")
+    assert (
+        mode_headline("load", {"verdict": "ok", "throughput_jobs_per_min": 337.07230159864})[
+            "throughput_jobs_per_min"
+        ]
+        == 337.072
+    )
 
 
 def test_psnr_and_ssim_on_known_images() -> None:
