@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
-from benchmarks.protocol import RunMeasure, VariantRun, run_variant, run_variants
+from benchmarks.protocol import RunMeasure, VariantRun, run_variants
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
@@ -83,6 +83,8 @@ class BenchSettings:
             raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
+        if (self.warmups is not None and self.warmups < 0) or (self.repeats is not None and self.repeats < 1):
+            raise ValueError(f"--warmups must be ≥ 0 and --repeats ≥ 1, got {self.warmups}, {self.repeats}")
         if self.server_warmups < 0:
             raise ValueError(f"--server-warmups must be ≥ 0, got {self.server_warmups}")
         if self.concurrency < 1 or self.jobs < 1:
@@ -194,7 +196,20 @@ def _run_group(
         for job in jobs:
             if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
                 measured.modes.update(
-                    _run_modes(matrix, settings, job.variant, job.workflow_path, url, deadline, say)
+                    modes.run_launch_checks(
+                        matrix,
+                        job.variant,
+                        job.workflow_path,
+                        url,
+                        out,
+                        soak=settings.soak,
+                        load=settings.load,
+                        servers=settings.servers or (url,),
+                        concurrency=settings.concurrency,
+                        jobs=settings.jobs,
+                        deadline=deadline,
+                        say=say,
+                    )
                 )
 
 
@@ -301,46 +316,6 @@ def _write_variant_workflow(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def _run_modes(
-    matrix: Matrix,
-    settings: BenchSettings,
-    variant: Variant,
-    path: Path,
-    url: str,
-    deadline: float | None,
-    say: Progress,
-) -> dict[str, Any]:
-    """Soak and load run on the baseline variant's server, after the measured runs of its group; no
-    round or job of theirs starts after ``deadline`` (``--budget-s``)."""
-    found: dict[str, Any] = {}
-    out = settings.out_dir
-    if settings.soak:
-        say(f"soak: {settings.soak} rounds of {variant.name}")
-        rounds = run_variant(
-            matrix, variant, path, url, out / "soak", warmups=1, repeats=settings.soak, deadline=deadline
-        )
-        found["soak"] = {"variant": variant.name, **modes.soak_verdict(rounds, planned=settings.soak)}
-    if settings.load and deadline is not None and time.monotonic() >= deadline:
-        found["load"] = {"variant": variant.name, "verdict": f"not run: {_out_of_time(settings)}"}
-    elif settings.load:
-        say(f"load: {settings.jobs} jobs, concurrency {settings.concurrency}")
-        servers = settings.servers or (url,)
-        found["load"] = {
-            "variant": variant.name,
-            **modes.run_load(
-                path,
-                variant.overrides,
-                servers,
-                out / "load",
-                concurrency=settings.concurrency,
-                jobs=settings.jobs,
-                timeout=matrix.timeout_s,
-                deadline=deadline,
-            ),
-        }
-    return found
 
 
 def _fold(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.protocol import RunMeasure
+from benchmarks.matrix import Matrix, Variant
+from benchmarks.protocol import RunMeasure, run_variant
 from benchmarks.stats import drift_verdict, percentile, summarize
 from runner.graph.workflow import find_seeds, load_workflow
 from runner.jobs.frames import psnr_db
@@ -222,3 +223,45 @@ def run_load(
         "verdict": load_verdict(queue_wait, execution),
         "runs": rows,
     }
+
+
+def run_launch_checks(
+    matrix: Matrix,
+    variant: Variant,
+    path: Path,
+    url: str,
+    out: Path,
+    *,
+    soak: int,
+    load: bool,
+    servers: Sequence[str],
+    concurrency: int,
+    jobs: int,
+    deadline: float | None,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """``--soak`` and ``--load`` on the baseline variant's server ``url``, after the measured runs of its
+    group; no round or job of theirs starts after ``deadline`` (``--budget-s``)."""
+    found: dict[str, Any] = {}
+    if soak:
+        say(f"soak: {soak} rounds of {variant.name}")
+        rounds = run_variant(
+            matrix, variant, path, url, out / "soak", warmups=1, repeats=soak, deadline=deadline
+        )
+        found["soak"] = {"variant": variant.name, **soak_verdict(rounds, planned=soak)}
+    if load:
+        say(f"load: {jobs} jobs, concurrency {concurrency}")
+        found["load"] = {
+            "variant": variant.name,
+            **run_load(
+                path,
+                variant.overrides,
+                servers,
+                out / "load",
+                concurrency=concurrency,
+                jobs=jobs,
+                timeout=matrix.timeout_s,
+                deadline=deadline,
+            ),
+        }
+    return found

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import LeanVideoError, PromptFailedError, WorkflowError, WorkspaceError
+from runner.errors import LeanVideoError, PromptFailedError, UsageError, WorkflowError, WorkspaceError
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -130,11 +131,16 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             server_warmups=args.server_warmups,
         )
     except (ValueError, WorkflowError) as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}")
-        return 2
+        raise UsageError(str(exc)) from exc
     if (out / "bench.json").exists():
-        console.print(f"[bold red]error:[/] {out} already holds a result (results are immutable)")
-        return 2
+        raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--out {out}: cannot make the folder ({reason})") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: the folder is not writable")
     err = Console(stderr=True, soft_wrap=True)
     outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
     if args.json:
