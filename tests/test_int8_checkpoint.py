@@ -209,6 +209,7 @@ def test_a_file_given_to_the_wrong_loader_is_named_for_what_it_is(
     cases = (
         (loading.load_diffusion_model_int8, tiny_models.lora, "a LoRA (key "),
         (loading.load_diffusion_model_int8, tiny_models.text_encoder, "a text encoder; load it with"),
+        (loading.load_diffusion_model_int8, tiny_models.int8_text_encoder, "a text encoder; load it with"),
     )
     for load, path, message in cases:
         with pytest.raises(Int8FormatError, match=re.escape(f"{path}: {message}")):

@@ -176,7 +176,8 @@ def build_diffusion_model(
         tensors, model_options=model_options, metadata=loaded.metadata
     )
     if patcher is None:
-        raise Int8FormatError(f"{path}: ComfyUI could not detect the diffusion model type")
+        found = describe_misplaced(tensors, source=str(path), wanted="diffusion model")
+        raise Int8FormatError(found or f"{path}: ComfyUI could not detect the diffusion model type")
     kind = (
         f"{loaded.format}, quantized on load"
         if loaded.format in QUANTIZED_ON_LOAD
