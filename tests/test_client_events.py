@@ -104,6 +104,22 @@ def test_history_fills_what_the_socket_missed() -> None:
     tracker.apply_history(entry)
     assert tracker.done and tracker.status == "interrupted" and tracker.server_seconds == 2.0
     assert [(t.node_id, t.cached) for t in tracker.timings] == [("1", True)]
+    assert tracker.error == {  # the node the interrupt stopped, for the run record
+        "node_id": "11",
+        "class_type": "SamplerCustom",  # from the workflow: the history message has no node_type
+        "exception_type": None,
+        "message": "interrupted on the server while node 11 (SamplerCustom) was running",
+    }
+
+
+def test_an_interrupt_names_the_node_it_stopped() -> None:
+    tracker = PromptTracker(PID, WORKFLOW)
+    tracker.handle({"type": "executing", "data": {"prompt_id": PID, "node": "11"}}, 1.0)
+    data = {"prompt_id": PID, "node_id": "11", "node_type": "SamplerCustom", "timestamp": 3000}
+    tracker.handle({"type": "execution_interrupted", "data": data}, 2.0)
+    assert tracker.status == "interrupted" and tracker.error is not None
+    assert (tracker.error["node_id"], tracker.error["class_type"]) == ("11", "SamplerCustom")
+    assert tracker.error["message"] == "interrupted on the server while node 11 (SamplerCustom) was running"
 
 
 def test_node_ids_of_expansions_and_subgraphs_resolve_to_their_class() -> None:

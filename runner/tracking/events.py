@@ -193,12 +193,17 @@ class PromptTracker:
             if kind == "execution_error":
                 self.status, self.error = "error", error_summary(data)
             else:
-                self.status = "interrupted"
+                self.status, self.error = "interrupted", self._interruption(data)
             return [ClientEvent(kind.removeprefix("execution_"), data.get("node_id"), data.get("node_type"))]
         return []
 
     def class_type(self, node_id: str) -> str:
         return class_type_of(self.workflow, node_id)
+
+    def _interruption(self, data: dict[str, Any]) -> dict[str, Any]:
+        node_id = data.get("node_id")
+        known = data.get("node_type") or (self.class_type(str(node_id)) if node_id is not None else None)
+        return interruption_summary({**data, "node_type": known})
 
     def _close_current(self, now: float) -> None:
         if self._current is not None:
@@ -229,7 +234,7 @@ class PromptTracker:
                 if kind == "execution_error":
                     self.status, self.error = "error", self.error or error_summary(data)
                 elif kind == "execution_interrupted":
-                    self.status = "interrupted"
+                    self.status, self.error = "interrupted", self.error or self._interruption(data)
         if self.status == "running":
             self.status = "success" if status.get("status_str", "success") == "success" else "error"
         self._current = None  # a node still open here lost its end event with the socket
@@ -258,6 +263,18 @@ def error_summary(data: dict[str, Any]) -> dict[str, Any]:
         "class_type": data.get("node_type"),
         "exception_type": exception_name(data.get("exception_type")),
         "message": str(data.get("exception_message", "")).strip(),
+    }
+
+
+def interruption_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """The run-record error of an ``execution_interrupted`` message (someone interrupted the server)."""
+    node_id, node_type = data.get("node_id"), data.get("node_type")
+    where = "before any node ran" if node_id is None else f"while node {node_id} ({node_type}) was running"
+    return {
+        "node_id": node_id,
+        "class_type": node_type,
+        "exception_type": None,
+        "message": f"interrupted on the server {where}",
     }
 
 
