@@ -17,19 +17,38 @@ TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
 
 def test_bad_soak_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(TINY), "--out", str(tmp_path), "--soak", "3"]) == 2
-    assert "at least 10 rounds" in capsys.readouterr().out
+    assert "at least 10 rounds" in capsys.readouterr().err
 
 
 def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(TINY), "--out", str(tmp_path), "--set", "9.steps=8", "--set", "width=64"]) == 2
-    assert "--set 'width=64': expected NODE.input=VALUE" in capsys.readouterr().out
+    assert "--set 'width=64': expected NODE.input=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "bench.json").exists()
 
 
 def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bench.json").write_text("{}", encoding="utf-8")
     assert main([str(TINY), "--out", str(tmp_path)]) == 2
-    assert "results are immutable" in capsys.readouterr().out
+    assert "results are immutable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--repeats", "0"], "--repeats ≥ 1"),
+        (["--warmups", "-1"], "--warmups must be ≥ 0"),
+        (["--out", "README.md"], "cannot make the folder"),
+    ],
+)
+def test_unusable_options_are_refused_before_any_server_starts(
+    options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = [str(TINY), "--out", str(tmp_path / "out"), *options]
+    if "README.md" in options:
+        arguments = [str(TINY), "--out", str(REPO_ROOT / "README.md")]
+    assert main(arguments) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_bad_matrix_exits_with_the_workflow_error_code(

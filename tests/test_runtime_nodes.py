@@ -215,3 +215,5 @@ def test_free_vram_with_nothing_connected_says_so(comfy: Any) -> None:
     assert report.notes == ("nothing is connected, so no model is kept: released all",)
     report = release_models(FreeMode.ALL_BUT_CONNECTED, keep="a string")
     assert report.notes == ("the connected value (str) holds no model: released all",)
+    report = release_models(FreeMode.ALL_BUT_CONNECTED, keep={"samples": torch.zeros(1, 4, 2, 2)})
+    assert report.notes == ("the connected value (LATENT) holds no model: released all",)

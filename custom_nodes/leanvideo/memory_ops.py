@@ -210,6 +210,18 @@ def _unload_selected(mode: FreeMode, keep_patcher: Any | None) -> tuple[list[str
     return unloaded, kept
 
 
+def value_kind(value: Any) -> str:
+    """What a value passed between nodes is, in ComfyUI's words where its shape says (LATENT, IMAGE,
+    CONDITIONING), else its Python type."""
+    if isinstance(value, dict) and "samples" in value:
+        return "LATENT"
+    if isinstance(value, torch.Tensor):
+        return "IMAGE" if value.ndim == 4 and value.shape[-1] in (1, 3, 4) else "tensor"
+    if isinstance(value, list) and value and isinstance(value[0], (list, tuple)) and len(value[0]) == 2:
+        return "CONDITIONING"
+    return type(value).__name__
+
+
 def release_models(
     mode: FreeMode,
     *,
@@ -235,7 +247,7 @@ def release_models(
     if mode is FreeMode.ALL_BUT_CONNECTED and keep is None:
         notes.append("nothing is connected, so no model is kept: released all")
     elif mode is FreeMode.ALL_BUT_CONNECTED and keep_patcher is None:
-        notes.append(f"the connected value ({type(keep).__name__}) holds no model: released all")
+        notes.append(f"the connected value ({value_kind(keep)}) holds no model: released all")
 
     if torch.cuda.is_available():
         torch.cuda.synchronize()
