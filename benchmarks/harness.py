@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
-from benchmarks.protocol import RunMeasure, VariantRun, run_variants
+from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, run_variants
 from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
@@ -105,6 +105,7 @@ class BenchOutcome:
     plot_error: str | None = None
     modes: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    server_lost: list[str] = field(default_factory=list)  # a server stopped answering: runs are missing
 
 
 @dataclass
@@ -117,6 +118,7 @@ class _Measured:
     environment: dict[str, Any] = field(default_factory=dict)
     modes: dict[str, Any] = field(default_factory=dict)
     sequence: int = 0  # the next run's place in the whole matrix's run order
+    server_lost: list[str] = field(default_factory=list)  # servers that stopped answering mid-matrix
 
 
 def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
@@ -174,6 +176,7 @@ def _run_group(
             return
         order = settings.order or matrix.order
         say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
+        lost: list[str] = []
         group_runs = run_variants(
             matrix,
             jobs,
@@ -185,14 +188,19 @@ def _run_group(
             failures=measured.failed,
             deadline=deadline,
             server_warmups=settings.server_warmups,
+            on_server_lost=lost.append,
         )
         measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
+        if lost and not settings.servers:  # say where the server's log is
+            lost[-1] += f"; its log: {server_state_dir(out, server_args) / 'comfyui.log'}"
+        measured.server_lost += lost
         for name, variant_runs in group_runs.items():
-            if all(run.warmup for run in variant_runs):
-                measured.skipped[name] = _out_of_time(settings)
-            else:
+            if not all(run.warmup for run in variant_runs):
                 measured.runs[name] = variant_runs
-        in_time = deadline is None or time.monotonic() < deadline
+            else:
+                measured.skipped[name] = f"{SERVER_LOST} before its runs" if lost else _out_of_time(settings)
+        # no launch check on a server that is gone
+        in_time = not lost and (deadline is None or time.monotonic() < deadline)
         for job in jobs:
             if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
                 measured.modes.update(
@@ -230,14 +238,16 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
         repeats=settings.repeats,
     )
     document["matrix"]["order"] = settings.order or matrix.order
+    document["server_lost"] = measured.server_lost
     document_path = write_document(document, out / "bench.json")
-    context = _context(matrix, settings, measured.environment)
+    context = _context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
     markdown_path.write_text(markdown, "utf-8")
     csv_path = out / "report.csv"
     csv_path.write_text(render_csv(results), encoding="utf-8")
     outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=measured.modes)
+    outcome.server_lost = measured.server_lost
     if settings.plots:
         try:
             outcome.plot_paths = write_plots(results, out)
@@ -252,6 +262,11 @@ def _group_by_server_args(variants: tuple[Variant, ...]) -> Iterator[tuple[tuple
     for variant in variants:
         groups.setdefault(variant.server_args, []).append(variant)
     yield from groups.items()
+
+
+def server_state_dir(out: Path, server_args: tuple[str, ...]) -> Path:
+    """Where the bench's server for ``server_args`` keeps its files (``comfyui.log`` among them)."""
+    return out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default")
 
 
 @contextlib.contextmanager
@@ -271,7 +286,7 @@ def open_server(
         write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
     config = ServerConfig(
         comfyui_dir=workspace.comfyui_dir,
-        state_dir=out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default"),
+        state_dir=server_state_dir(out, server_args),
         models_dir=workspace.models_dir,
         python=workspace.python,
         port=pick_free_port(),

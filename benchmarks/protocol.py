@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.matrix import ORDERS, Matrix, Variant
-from runner.errors import PromptFailedError, WorkflowError
+from runner.errors import PromptFailedError, ServerError, WorkflowError
 from runner.jobs.run import RunOptions, run_workflow
 from runner.transport.client import ComfyClient
 
@@ -57,6 +57,7 @@ FREE_APPLY_TIMEOUT_S = 600.0  # a prompt already running (another client's) dela
 # 1000 s with the flags pending. Posting /free again (the flags are idempotent) wakes it.
 FREE_REPOST_S = 2.0
 MB = 1024 * 1024
+SERVER_LOST = "the server stopped answering"  # how a failure because the server went away begins
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,7 @@ def run_variants(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     server_warmups: int = 0,
+    on_server_lost: Callable[[str], None] | None = None,
 ) -> dict[str, list[RunMeasure]]:
     """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
 
@@ -289,9 +291,11 @@ def run_variants(
     ``failures`` a failing run raises (see :func:`run_once`). With it, a variant whose prompt fails or
     is rejected (an optimisation that does not work on this machine: a compile error, out of memory)
     gets its error in ``failures``, its runs dropped and its remaining runs cancelled, and the other
-    variants go on; a server that stops answering still raises. No run starts after ``deadline``
-    (read from ``clock``): the runs made so far are returned. ``server_warmups`` discarded runs of the
-    first job's variant come before everything else.
+    variants go on. When the server stops answering, a run raises without ``on_server_lost``; with
+    it, it is told (a message beginning with :data:`SERVER_LOST`), no other run is made, and the runs
+    made so far are returned.
+    No run starts after ``deadline`` (read from ``clock``): the runs made so far are returned.
+    ``server_warmups`` discarded runs of the first job's variant come before everything else.
     """
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
@@ -329,5 +333,13 @@ def run_variants(
             logger.warning("%s failed: %s", planned.variant, failures[planned.variant])
             del runs[planned.variant]
             continue
+        except ServerError as error:
+            if on_server_lost is None:
+                raise
+            message = " ".join(str(error).split())[:300]
+            left = len(schedule) - position
+            where = f"run {planned.index} of {planned.variant}"
+            on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left} planned run(s) not made")
+            break  # no run can follow on a server that is gone; the runs made are kept
         runs[planned.variant].append(run)
     return {name: flag_memory_not_returned(r, matrix.memory_tolerance_mb) for name, r in runs.items()}

@@ -14,7 +14,7 @@ from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
-from runner.errors import PromptFailedError
+from runner.errors import PromptFailedError, ServerUnreachableError
 from runner.graph.workflow import apply_overrides, load_workflow
 from runner.jobs.run import RunOptions
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
@@ -243,6 +243,43 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
 
     ran.clear()
     with pytest.raises(PromptFailedError, match="out of memory"):
+        run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
+
+
+def test_a_server_that_goes_away_ends_its_runs_and_the_made_ones_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed server (OOM killer, a crash): no run follows on it, and the runs made are kept, so the
+    report can still be written; without ``on_server_lost`` the error propagates."""
+    matrix, jobs = _two_jobs(tmp_path)
+    ran: list[str] = []
+
+    def fake_run(path: Path, options: RunOptions) -> Any:
+        ran.append(path.stem)
+        if len(ran) == 5:
+            raise ServerUnreachableError("cannot reach ComfyUI at http://127.0.0.1:1: connection refused")
+        return _fake_record(options)
+
+    monkeypatch.setattr(protocol, "defeat_cache", lambda client, mode, **_: None)
+    monkeypatch.setattr(protocol, "run_workflow", fake_run)
+    lost: list[str] = []
+    runs = run_variants(
+        matrix,
+        jobs,
+        "http://127.0.0.1:1",
+        order="interleaved",
+        warmups=1,
+        repeats=3,
+        on_server_lost=lost.append,
+    )
+    assert ran == ["a", "b", "a", "b", "a"]  # nothing after the server went
+    assert {name: len(r) for name, r in runs.items()} == {"20-step baseline": 2, "8-step distill": 2}
+    assert lost == [
+        f"{protocol.SERVER_LOST} in run 2 of 20-step baseline: cannot reach ComfyUI at "
+        "http://127.0.0.1:1: connection refused; 4 planned run(s) not made"
+    ]
+    with pytest.raises(ServerUnreachableError):
+        ran.clear()
         run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
 
 

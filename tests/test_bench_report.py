@@ -238,8 +238,11 @@ def test_bench_exits_6_when_a_variant_failed() -> None:
 
     err = Console(file=io.StringIO(), width=200)
     base, fast, _ = _results()
-    outcome = SimpleNamespace(results=[base, fast])
+    outcome = SimpleNamespace(results=[base, fast], server_lost=[])
     assert bench_exit_code(outcome, err) == 0
+    outcome.server_lost.append("the server stopped answering in run 3 of base: …")
+    assert bench_exit_code(outcome, err) == 4  # the runs made are reported; the matrix is not complete
+    assert "the server stopped answering in run 3" in err.file.getvalue()
     outcome.results.append(failed_result("sage", "PromptFailedError in run 1: node 11"))
     assert bench_exit_code(outcome, err) == 6
     assert "1 variant(s) failed: sage" in err.file.getvalue()

@@ -23,7 +23,14 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.errors import LeanVideoError, PromptFailedError, UsageError, WorkflowError, WorkspaceError
+from runner.errors import (
+    LeanVideoError,
+    PromptFailedError,
+    ServerError,
+    UsageError,
+    WorkflowError,
+    WorkspaceError,
+)
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -154,12 +161,15 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
 
 
 def bench_exit_code(outcome: Any, err: Console) -> int:
-    """6 when a variant failed (its prompt failed; the report says which and why), else 0."""
+    """6 when a variant failed (its prompt failed; the report says which and why), 4 when a server
+    stopped answering (the report has the runs made before), else 0."""
     failed = [result.name for result in outcome.results if result.failed is not None]
     if failed:
         err.print(f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}")
         return PromptFailedError.exit_code
-    return 0
+    for message in outcome.server_lost:
+        err.print(f"[bold red]error:[/] {escape(message)}")
+    return ServerError.exit_code if outcome.server_lost else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
