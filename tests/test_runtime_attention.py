@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,28 @@ def test_unsupported_calls_go_to_the_original_attention_and_log_once(
     assert reason_part in reason and override.calls[reason] == 3
     fallback_lines = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
     assert len(fallback_lines) == 1 and reason_part in fallback_lines[0]
+
+
+def test_every_call_is_told_to_telemetry_by_what_ran_it() -> None:
+    """A node report is written before the model runs, so which calls fell back (and why) is counted
+    per prompt: the override tells ``on_call``, and the telemetry keeps one counted event per reason."""
+    from leanvideo.telemetry import Telemetry
+
+    telemetry = Telemetry()
+    told = partial(telemetry.count_event, "attention")
+    override = AttentionOverride(fake_backend(supports_mask=False), on_call=told)
+    q, k, v = qkv()
+    told("before any prompt")  # no prompt running: dropped
+    telemetry.prompt_started("p")
+    for mask in (None, None, torch.zeros(N, M), None):
+        override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True, mask=mask)
+    telemetry.prompt_finished("p", "success")
+    record = telemetry.record("p")
+    assert record is not None
+    assert {e["key"]: e["calls"] for e in record["events"] if e["kind"] == "attention"} == {
+        "backend": 3,
+        "attention mask present (fake would ignore it)": 1,
+    }
 
 
 def test_supported_call_uses_the_backend() -> None:
@@ -176,6 +199,9 @@ def test_mode_resolution() -> None:
     backend, plan = resolve_backend("auto", cuda_available=True, sage=FakeSage)
     assert (
         backend is not None and backend.name == "sageattn" and backend.writes_k and not backend.supports_mask
+    )
+    assert plan.summary().endswith(
+        "; a call it cannot take runs the original attention (counted per prompt in telemetry)"
     )
     with pytest.raises(ValueError, match="'flash'"):
         resolve_backend("flash")

@@ -168,6 +168,9 @@ def test_patched_attention_output_equals_unpatched_on_cpu(
 
     assert patched.outputs[PATCH]["text"] == ["attention: auto → sdpa (no CUDA device: PyTorch SDPA)"]
     assert "attention left unchanged" in sage.outputs[PATCH]["text"][0]
+    record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{patched.prompt_id}").json()
+    counted = {e["key"]: e["calls"] for e in record["events"] if e["kind"] == "attention"}
+    assert counted["backend"] > 0 and set(counted) == {"backend"}  # SDPA takes every call
     reference = _saved_latent(plain.outputs, output_dir)
     for result in (patched, sage):
         latent = _saved_latent(result.outputs, output_dir)

@@ -149,7 +149,10 @@ class AttentionPlan:
     reason: str
 
     def summary(self) -> str:
-        return f"attention: {self.requested} → {self.backend} ({self.reason})"
+        line = f"attention: {self.requested} → {self.backend} ({self.reason})"
+        if self.backend not in ("original", "sdpa"):  # SageAttention takes some calls: say where that is told
+            line += "; a call it cannot take runs the original attention (counted per prompt in telemetry)"
+        return line
 
 
 def resolve_backend(
@@ -189,10 +192,16 @@ class AttentionOverride:
     patch, not once per clone.
     """
 
-    def __init__(self, backend: AttentionBackend, previous: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        backend: AttentionBackend,
+        previous: Callable[..., Any] | None = None,
+        on_call: Callable[[str], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.previous = previous
         self.calls: Counter[str] = Counter()  # "backend" or a fallback reason → number of calls
+        self.on_call = on_call  # told of every call: "backend" or the reason it fell back (telemetry)
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AttentionOverride:
@@ -245,6 +254,11 @@ class AttentionOverride:
             first = self.calls[key] == 1
         if first and key != "backend":
             logger.info("Patch Attention: falling back to the original attention: %s", key)
+        if self.on_call is not None:
+            try:
+                self.on_call(key)
+            except Exception:  # reporting must never break a forward pass
+                logger.exception("Reporting an attention call failed")
 
 
 def _bind(previous: Callable[..., Any], func: Callable[..., Any]) -> Callable[..., Any]:
@@ -255,17 +269,20 @@ def _bind(previous: Callable[..., Any], func: Callable[..., Any]) -> Callable[..
 
 
 def build_override(
-    mode: str, previous: Callable[..., Any] | None = None
+    mode: str, previous: Callable[..., Any] | None = None, on_call: Callable[[str], None] | None = None
 ) -> tuple[AttentionOverride | None, AttentionPlan]:
     """The override for ``mode`` (None when the attention stays as it is) and the plan that explains it."""
     backend, plan = resolve_backend(mode)
-    return (AttentionOverride(backend, previous) if backend is not None else None), plan
+    return (AttentionOverride(backend, previous, on_call) if backend is not None else None), plan
 
 
-def patch_attention(model: Any, mode: str) -> tuple[Any, AttentionPlan]:
-    """Clone ``model`` (a ComfyUI ModelPatcher) and set the attention override on the clone."""
+def patch_attention(
+    model: Any, mode: str, on_call: Callable[[str], None] | None = None
+) -> tuple[Any, AttentionPlan]:
+    """Clone ``model`` (a ComfyUI ModelPatcher) and set the attention override on the clone; ``on_call``
+    hears of every attention call (``"backend"`` or the reason it fell back)."""
     options = model.model_options.get("transformer_options", {})
-    override, plan = build_override(mode, previous=options.get("optimized_attention_override"))
+    override, plan = build_override(mode, options.get("optimized_attention_override"), on_call)
     patched = model.clone()
     if override is not None:
         patched.model_options.setdefault("transformer_options", {})["optimized_attention_override"] = override

@@ -5,6 +5,7 @@ The work happens in ``memory_ops`` (releasing models) and ``attention_ops`` (the
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from comfy_api.latest import io
@@ -111,7 +112,9 @@ class LeanVideoPatchAttention(io.ComfyNode):
 
     @classmethod
     def execute(cls, model: Any, mode: str) -> io.NodeOutput:
-        patched, plan = patch_attention(model, mode)
+        telemetry = getattr(_server(), "leanvideo_telemetry", None)
+        on_call = None if telemetry is None else partial(telemetry.count_event, "attention")
+        patched, plan = patch_attention(model, mode, on_call)
         return io.NodeOutput(patched, ui={"text": [plan.summary()]})
 
 

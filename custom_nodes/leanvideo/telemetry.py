@@ -274,6 +274,19 @@ class Telemetry:
             if record is not None:
                 record.events.append({"kind": kind, "time": time.time(), **data})
 
+    def count_event(self, kind: str, key: str, **data: Any) -> None:
+        """Count one occurrence of ``key`` (e.g. an attention fallback reason) in the running prompt's
+        record: one event per kind and key, ``{"kind", "key", "calls", **data}``, its ``calls`` counted."""
+        with self._lock:
+            record = self._records.get(self._running) if self._running else None
+            if record is None:
+                return
+            for event in record.events:
+                if event["kind"] == kind and event.get("key") == key:
+                    event["calls"] += 1
+                    return
+            record.events.append({"kind": kind, "time": time.time(), "key": key, "calls": 1, **data})
+
     def record(self, prompt_id: str) -> dict[str, Any] | None:
         with self._lock:
             record = self._records.get(prompt_id)
