@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli.main import main
-from runner.graph.models import ModelSource, model_sources, required_models
+from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
 from runner.jobs.models import check_models, template_documents, template_sources
 from runner.local.workspace import WORKFLOWS_DIR
 from tests.ui_export import RELEASE_SOURCES
@@ -153,3 +153,17 @@ def test_every_file_of_a_shipped_workflow_comes_with_a_citable_url(name: str, tm
         assert file.url in citable[file.name], f"{name}: {file.name} has the uncited URL {file.url}"
         assert file.cited_in == name.replace(".api.json", ".ui.json")
         assert file.folder and file.target == str(tmp_path / file.folder)
+
+
+@pytest.mark.parametrize("twin", sorted(p.name for p in WORKFLOWS_DIR.glob("*.ui.json")))
+def test_an_editor_file_lists_the_models_its_api_twin_does(twin: str, tmp_path: Path) -> None:
+    """``models check`` takes the editor (UI) file too, without a server: the same files, folders,
+    nodes and inputs as its API twin, and the same report."""
+    ui = json.loads((WORKFLOWS_DIR / twin).read_text(encoding="utf-8"))
+    api = json.loads((WORKFLOWS_DIR / twin.replace(".ui.json", ".api.json")).read_text(encoding="utf-8"))
+    assert required_models_ui(ui) == required_models(api)
+    from_ui = check_models(WORKFLOWS_DIR / twin, tmp_path, templates={})
+    from_api = check_models(WORKFLOWS_DIR / twin.replace(".ui.json", ".api.json"), tmp_path, templates={})
+    assert [(f.name, f.status, f.url, f.target) for f in from_ui.files] == [
+        (f.name, f.status, f.url, f.target) for f in from_api.files
+    ]

@@ -18,7 +18,14 @@ from typing import Any
 
 from runner.graph.workflow import Workflow
 
-__all__ = ["MODEL_INPUTS", "ModelRef", "ModelSource", "model_sources", "required_models"]
+__all__ = [
+    "MODEL_INPUTS",
+    "ModelRef",
+    "ModelSource",
+    "model_sources",
+    "required_models",
+    "required_models_ui",
+]
 
 # (class_type, input) -> the models folder ComfyUI looks the file up in
 MODEL_INPUTS: dict[tuple[str, str], str] = {
@@ -75,14 +82,43 @@ def required_models(workflow: Workflow) -> list[ModelRef]:
     return found
 
 
+def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
+    """:func:`required_models` of an editor (UI) workflow, read without a server: each node's file-like
+    widget values (subgraphs included), named after the loader's file inputs in order where the class
+    is known (``widgets_values`` holds the widgets in their declared order), else ``widget N``."""
+    found: list[ModelRef] = []
+    for node in _ui_nodes(ui_workflow):
+        class_type = str(node.get("type", ""))
+        values = node.get("widgets_values")
+        named = list(values.items()) if isinstance(values, dict) else list(enumerate(values or []))
+        inputs = [name for (kind, name) in MODEL_INPUTS if kind == class_type]
+        for key, value in named:
+            if not isinstance(value, str) or not (inputs or value.lower().endswith(MODEL_SUFFIXES)):
+                continue
+            if isinstance(key, str):  # widgets saved by name
+                input_name, folder = key, MODEL_INPUTS.get((class_type, key))
+            elif inputs:  # a known loader: its file widgets come first, in declared order
+                input_name = inputs.pop(0)
+                folder = MODEL_INPUTS[(class_type, input_name)]
+            else:
+                input_name, folder = f"widget {key}", None
+            if folder is not None or value.lower().endswith(MODEL_SUFFIXES):
+                found.append(ModelRef(str(node.get("id")), class_type, input_name, value, folder))
+    return found
+
+
+def _ui_nodes(ui_workflow: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [n for n in ui_workflow.get("nodes") or [] if isinstance(n, dict)]
+    for subgraph in (ui_workflow.get("definitions") or {}).get("subgraphs") or []:
+        nodes += [n for n in subgraph.get("nodes") or [] if isinstance(n, dict)]
+    return nodes
+
+
 def model_sources(ui_workflow: dict[str, Any], cited_in: str) -> dict[str, ModelSource]:
     """``{file name: source}`` from the ``properties.models`` of an editor workflow's nodes (subgraphs
     included); entries without a name or URL are skipped."""
     sources: dict[str, ModelSource] = {}
-    nodes = list(ui_workflow.get("nodes") or [])
-    for subgraph in (ui_workflow.get("definitions") or {}).get("subgraphs") or []:
-        nodes += subgraph.get("nodes") or []
-    for node in nodes:
+    for node in _ui_nodes(ui_workflow):
         for entry in (node.get("properties") or {}).get("models") or []:
             name, url = entry.get("name"), entry.get("url")
             if isinstance(name, str) and isinstance(url, str) and name not in sources:

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.graph.models import ModelSource, model_sources, required_models
-from runner.graph.workflow import load_workflow
+from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
+from runner.graph.workflow import is_ui_workflow, load_workflow, read_json_file
 from runner.install.pin import sha256_file
 from runner.local.server import MODEL_FOLDERS
 
@@ -103,12 +103,16 @@ def check_models(
     hashes: bool = False,
     templates: Mapping[str, ModelSource] | None = None,
 ) -> ModelsReport:
-    """The report for ``workflow_path`` (API format) against ``models_dir``; see the module docstring.
+    """The report for ``workflow_path`` (API or editor format) against ``models_dir``; see the module
+    docstring.
 
     ``templates`` replaces the installed templates' sources (``None``: read them when a file lacks one).
     """
-    refs = required_models(load_workflow(workflow_path))
-    sources = _twin_sources(workflow_path)
+    document = read_json_file(workflow_path)
+    if is_ui_workflow(document):  # the editor file says itself where its models come from
+        refs, sources = required_models_ui(document), model_sources(document, workflow_path.name)
+    else:
+        refs, sources = required_models(load_workflow(workflow_path)), _twin_sources(workflow_path)
     if templates is None and any(ref.name not in sources for ref in refs):
         templates = template_sources()
     sources = {**(templates or {}), **sources}
