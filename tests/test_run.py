@@ -176,6 +176,9 @@ def test_cli_workflow_validate(
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["workflow", "validate", str(DEMO_WORKFLOW), "--server", comfy_server.url]) == 0
     assert "valid (0 error(s)" in capsys.readouterr().out
+    editor_file = DEMO_WORKFLOW.with_name(DEMO_WORKFLOW.name.replace(".api.json", ".ui.json"))
+    assert main(["workflow", "validate", str(editor_file), "--server", comfy_server.url]) == 0  # converted
+    assert "valid (0 error(s)" in capsys.readouterr().out
     tiny_workflow["2"]["inputs"]["clip_name"] = "t5xxl.safetensors"
     tiny_workflow["9"]["inputs"]["steps"] = 0
     tiny_workflow["13"]["class_type"] = "CreateVide"

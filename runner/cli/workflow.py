@@ -34,7 +34,9 @@ def add_workflow_parser(sub: Any) -> None:
         help="check a workflow against /object_info: unknown nodes, bad or missing inputs, missing models",
         epilog="exit codes: 0 valid (warnings allowed), 4 server unreachable, 5 invalid",
     )
-    validate.add_argument("file", type=Path, help="API-format workflow JSON")
+    validate.add_argument(
+        "file", type=Path, help="workflow JSON (API format, or an editor file: converted first)"
+    )
     add_server_arguments(validate)
     validate.add_argument(
         "--set",
@@ -78,10 +80,14 @@ def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
     options = run_options(args)
-    workflow = load_workflow(args.file)
+    document = read_json_file(args.file)
     with options.make_client() as client:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
+    # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
+    workflow = (
+        convert_ui_workflow(document, object_info) if is_ui_workflow(document) else load_workflow(args.file)
+    )
     apply_overrides(workflow, list(args.overrides), object_info)
     problems = validate_workflow(workflow, object_info)
     errors = [p for p in problems if p.kind == "error"]

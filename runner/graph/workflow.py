@@ -356,7 +356,14 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
         ]
     if choices is not None and not choices and options.get("image_upload"):
         return [
-            Problem(node_id, class_type, name, f"file {value!r} does not exist in the server's input folder")
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"file {value!r} does not exist in the server's input folder: put it there (ComfyUI's "
+                "input/, or upload it in the editor's Load Image node); the shipped workflows' images are "
+                "in workflows/input/",
+            )
         ]
     try:
         coerce_value(spec, value, where="value")
