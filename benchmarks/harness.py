@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
 from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, run_variants
-from benchmarks.report import PlotError, render_csv, render_markdown, write_plots
+from benchmarks.report import PlotError, comparison_caveats, render_csv, render_markdown, write_plots
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
 from runner.errors import WorkflowError
@@ -241,6 +241,7 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     document["server_lost"] = measured.server_lost
     document_path = write_document(document, out / "bench.json")
     context = _context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]
+    context += comparison_caveats(matrix, results)
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
     markdown_path.write_text(markdown, "utf-8")

@@ -85,8 +85,10 @@ def format_row(result: VariantResult) -> list[str]:
     total = result.total
     time_cell = f"{_seconds(total.median)} [{_seconds(total.p10)}–{_seconds(total.p90)}]"
     speed = result.speedup
-    speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" if speed else "–"
     test = result.significance
+    speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" if speed else "–"
+    if speed and test is None:  # the baseline: its interval against itself would only show resampling
+        speed_cell = "1.00× (baseline)"
     if speed and test and not test.significant:
         speed_cell += " n.s."
     energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
@@ -107,6 +109,26 @@ def format_row(result: VariantResult) -> list[str]:
         _p_value(test.p_value) if test else "–",
         "; ".join(notes),
     ]
+
+
+def comparison_caveats(matrix: Any, results: Sequence[VariantResult]) -> list[str]:
+    """Report lines a reader of the speed-ups must see: a baseline that was not measured (no speed-up
+    can be given), and variants timed on a server of their own, after the others (another time window,
+    so machine drift is not spread over them)."""
+    lines = []
+    base = next((r for r in results if r.name == matrix.baseline), None)
+    if base is not None and base.total is None:
+        why = base.skipped or base.failed or "no measured run"
+        lines.append(f"**no speed-up: the baseline “{base.name}” was not measured ({why})**")
+    measured = {r.name for r in results if r.total is not None}
+    own = [v.name for v in matrix.variants if v.server_args and v.name in measured]
+    if own and any(not v.server_args and v.name in measured for v in matrix.variants):
+        lines.append(
+            f"{', '.join(own)}: timed on a server of its own, after the others (its launch flags need "
+            "one), so its speed-up compares two time windows; re-run it with `--variant` beside the "
+            "baseline when the difference is small"
+        )
+    return lines
 
 
 def significance_notes(results: Sequence[VariantResult]) -> list[str]:
@@ -232,11 +254,14 @@ def render_csv(results: Sequence[VariantResult]) -> str:
 
 
 def write_plots(results: Sequence[VariantResult], out_dir: Path) -> list[Path]:
-    """``total_time.png`` (median bars, p10–p90 error bars) and ``phases.png`` (stacked per phase).
+    """``total_time.png`` (median bars, p10–p90 error bars) and ``phases.png`` (stacked per phase);
+    none when no variant was measured.
 
     Raises:
         PlotError: matplotlib is not installed.
     """
+    if all(r.total is None for r in results):
+        return []
     try:
         import matplotlib
 

@@ -68,7 +68,7 @@ def test_markdown_has_the_seed_columns_spread_and_skip_reason() -> None:
     text = render_markdown(_results(), title="t", context=["cpu"])
     print(text)
     assert "| Config | Total time | Speed-up | Energy | Peak VRAM |" in text
-    assert "| base | 10.00 s [9.84 s–10.16 s] | 1.00× [" in text
+    assert "| base | 10.00 s [9.84 s–10.16 s] | 1.00× (baseline) |" in text
     fast = next(line for line in text.splitlines() if line.startswith("| fast |"))
     assert "2.00×" in fast and "⚠" in fast  # stdev 1.53 over mean 5.33: flagged
     assert "n/a" in fast  # no energy on CPU, said so rather than 0
@@ -246,3 +246,38 @@ def test_bench_exits_6_when_a_variant_failed() -> None:
     outcome.results.append(failed_result("sage", "PromptFailedError in run 1: node 11"))
     assert bench_exit_code(outcome, err) == 6
     assert "1 variant(s) failed: sage" in err.file.getvalue()
+
+
+def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
+    from benchmarks.report import comparison_caveats
+
+    variants = (
+        SimpleNamespace(name="base", server_args=()),
+        SimpleNamespace(name="fast", server_args=("--x",)),
+    )
+    matrix = SimpleNamespace(baseline="base", variants=variants)
+    base, fast, _ = _results()
+    assert comparison_caveats(matrix, [base, fast]) == [
+        "fast: timed on a server of its own, after the others (its launch flags need one), so its "
+        "speed-up compares two time windows; re-run it with `--variant` beside the baseline when the "
+        "difference is small"
+    ]
+    unmeasured = skipped_result("base", "on CPU: needs CUDA")
+    assert comparison_caveats(matrix, [unmeasured, fast]) == [
+        "**no speed-up: the baseline “base” was not measured (on CPU: needs CUDA)**"
+    ]
+
+
+def test_nothing_measured_is_not_a_success(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from runner.cli.bench import bench_exit_code
+
+    err = Console(file=io.StringIO(), width=300)
+    cut = "the time budget (--budget-s 1) ran out before its measured runs"
+    outcome = SimpleNamespace(results=[skipped_result("a", cut), skipped_result("b", cut)], server_lost=[])
+    assert bench_exit_code(outcome, err) == 7
+    assert "nothing was measured (a: the time budget" in err.file.getvalue()
+    outcome.results = [skipped_result("a", "on CPU: needs CUDA")]
+    assert bench_exit_code(outcome, err) == 1
+    assert write_plots(outcome.results, tmp_path) == [] and not list(tmp_path.iterdir())

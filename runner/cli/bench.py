@@ -26,6 +26,7 @@ from rich.markup import escape
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
+    PromptTimeoutError,
     ServerError,
     UsageError,
     WorkflowError,
@@ -162,14 +163,22 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
 
 def bench_exit_code(outcome: Any, err: Console) -> int:
     """6 when a variant failed (its prompt failed; the report says which and why), 4 when a server
-    stopped answering (the report has the runs made before), else 0."""
+    stopped answering (the report has the runs made before), 7 when --budget-s left nothing measured
+    (1 when every variant was skipped for another reason), else 0."""
     failed = [result.name for result in outcome.results if result.failed is not None]
     if failed:
         err.print(f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}")
         return PromptFailedError.exit_code
     for message in outcome.server_lost:
         err.print(f"[bold red]error:[/] {escape(message)}")
-    return ServerError.exit_code if outcome.server_lost else 0
+    if outcome.server_lost:
+        return ServerError.exit_code
+    if outcome.results and all(result.total is None for result in outcome.results):
+        reasons = "; ".join(f"{r.name}: {r.skipped}" for r in outcome.results)
+        err.print(f"[bold red]error:[/] nothing was measured ({escape(reasons)})")
+        budget = any("--budget-s" in (r.skipped or "") for r in outcome.results)
+        return PromptTimeoutError.exit_code if budget else 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
