@@ -58,7 +58,9 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     if not tables:
         where = ", ".join(str(place) for place in places)
         console.print(
-            f"no INT8 kernel table under {escape(where)}: path=auto measures at first use", highlight=False
+            f"no INT8 kernel table under {escape(where)}: path=auto measures at first use"
+            + ("" if args.paths else " (a bench's servers keep theirs in its --out: leanvideo kernels OUT)"),
+            highlight=False,
         )
     for table in tables:
         for view in _tables(table):
