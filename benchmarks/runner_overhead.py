@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--port", type=int, help="port of the server this script starts (default: a free one)"
     )
-    parser.add_argument("--jobs", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=50, help="measured jobs (default 50)")
+    parser.add_argument("--warmup", type=int, default=3, help="jobs run first and left out (default 3)")
     parser.add_argument("--json", type=Path, help="write the result record here")
     args = parser.parse_args(argv)
     if args.server:

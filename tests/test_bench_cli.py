@@ -38,6 +38,7 @@ def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.Captur
         (["--repeats", "0"], "--repeats ≥ 1"),
         (["--warmups", "-1"], "--warmups must be ≥ 0"),
         (["--out", "README.md"], "cannot make the folder"),
+        (["--jobs", "4"], "--concurrency and --jobs set up --load"),
     ],
 )
 def test_unusable_options_are_refused_before_any_server_starts(

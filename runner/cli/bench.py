@@ -103,8 +103,10 @@ def add_bench_parser(subparsers: Any) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (matplotlib)")
     parser.add_argument("--soak", type=int, default=0, metavar="N", help="soak the baseline N (≥ 10) rounds")
     parser.add_argument("--load", action="store_true", help="load-test the baseline variant")
-    parser.add_argument("--concurrency", type=int, default=2, help="concurrent clients for --load")
-    parser.add_argument("--jobs", type=int, default=8, help="jobs submitted by --load")
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="concurrent clients for --load (default 2)"
+    )
+    parser.add_argument("--jobs", type=int, default=None, help="jobs submitted by --load (default 8)")
     parser.add_argument(
         "--consistency", action="store_true", help="check that the same seed gives the same frames"
     )
@@ -119,6 +121,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
 
+    if not args.load and (args.concurrency is not None or args.jobs is not None):
+        raise UsageError("--concurrency and --jobs set up --load: add --load, or leave them out")
     matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
     out = (args.out or Path("bench-out") / args.matrix.stem).resolve()
     try:
@@ -132,8 +136,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             consistency=args.consistency,
             soak=args.soak,
             load=args.load,
-            concurrency=args.concurrency,
-            jobs=args.jobs,
+            concurrency=2 if args.concurrency is None else args.concurrency,
+            jobs=8 if args.jobs is None else args.jobs,
             overrides=tuple(args.overrides),
             budget_s=args.budget_s,
             server_warmups=args.server_warmups,
