@@ -146,26 +146,32 @@ def _read_text(path: Path) -> str:
 
 
 def collect(results: Path, into: Path, families: list[str], log: Path | None = None) -> list[Path]:
-    """Write the summary, report, log, CSVs and plots into ``into``; returns the files written."""
+    """Write the summary, report, log, CSVs and plots into ``into``; returns the files written. What
+    does not fit in :data:`MAX_FILES` is named at the end of ``report.md`` (it stays in ``results``)."""
     into.mkdir(parents=True, exist_ok=True)
     summary = build_summary(results, families)
-    written = [into / "summary.json", into / "report.md"]
-    written[0].write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    written[1].write_text(render_report(results, summary, families), encoding="utf-8")
     candidates: list[tuple[Path, str]] = []
-    if log is not None and log.is_file():
+    if log is not None:
         candidates.append((log, "log.txt"))
     for family in families:
         candidates.append((results / family / "report.csv", f"{family}.csv"))
     for family in families:
         candidates += [(results / family / plot, f"{family}-{plot}") for plot in PLOTS]
-    for source, name in candidates:
-        if len(written) >= MAX_FILES or not source.is_file():
-            continue
-        data = source.read_bytes()
+    existing = [(source, name) for source, name in candidates if source.is_file()]
+    kept, left = existing[: MAX_FILES - 2], existing[MAX_FILES - 2 :]
+    report = render_report(results, summary, families)
+    if left:
+        names = ", ".join(str(source) for source, _ in left)
+        report += f"\nLeft on the machine ({MAX_FILES} files come back at most): {names}\n"
+    written = [into / "summary.json", into / "report.md"]
+    written[0].write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    written[1].write_text(report, encoding="utf-8")
+    for source, name in kept:
         target = into / name
-        target.write_bytes(data[-MAX_FILE_BYTES:])
+        target.write_bytes(source.read_bytes()[-MAX_FILE_BYTES:])
         written.append(target)
+    for source, _ in left:
+        print(f"left out ({MAX_FILES} files at most): {source}")
     return written
 
 

@@ -54,6 +54,8 @@ def test_finished_families_hand_back_their_figures_and_files_up_to_the_limit(tmp
     assert fast["name"] == "fast" and fast["run_totals_s"] == [11.0] and fast["speedup"] == {"ratio": 0.5}
     report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "GPU: name NVIDIA H200" in report and "linear on cuda" in report and "## wan-14b" in report
+    left = results / "wan-14b" / "phases.png"
+    assert report.endswith(f"Left on the machine ({MAX_FILES} files come back at most): {left}\n")
 
 
 def test_a_bench_cut_off_at_the_budget_still_reports_its_runs(tmp_path: Path) -> None:
