@@ -216,3 +216,26 @@ def test_a_file_given_to_the_wrong_loader_is_named_for_what_it_is(
             load(path)
     with pytest.raises(Int8FormatError, match=re.escape(f"{tiny_models.diffusion_model}: a ltxv diffusion")):
         loading.load_text_encoder_int8([tiny_models.diffusion_model], "ltxv")
+
+
+def test_the_text_encoder_can_be_kept_on_the_cpu_as_load_clip_does(
+    comfy: SimpleNamespace, tiny_models: FixtureSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``device: cpu`` gives ComfyUI the CPU as load and offload device, as Load CLIP does."""
+    from comfy import sd as comfy_sd
+
+    seen: list[dict[str, Any]] = []
+    real = comfy_sd.load_text_encoder_state_dicts
+
+    def spy(*args: Any, model_options: dict[str, Any], **kwargs: Any) -> Any:
+        seen.append(dict(model_options))
+        return real(*args, model_options=model_options, **kwargs)
+
+    monkeypatch.setattr(comfy_sd, "load_text_encoder_state_dicts", spy)
+    clip = comfy.loading.load_text_encoder_int8(
+        [tiny_models.int8_text_encoder], "stable_diffusion", on_cpu=True
+    )
+    comfy.loading.load_text_encoder_int8([tiny_models.int8_text_encoder], "stable_diffusion")
+    assert seen[0]["load_device"] == seen[0]["offload_device"] == torch.device("cpu")
+    assert "load_device" not in seen[1]
+    assert clip.patcher.load_device == torch.device("cpu")

@@ -193,8 +193,10 @@ def load_text_encoder_int8(
     options: Int8LoadOptions | None = None,
     *,
     embedding_directory: Any = None,
+    on_cpu: bool = False,
 ) -> Any:
-    """A ComfyUI ``CLIP`` from INT8 (or float, quantized on load) text encoder files.
+    """A ComfyUI ``CLIP`` from INT8 (or float, quantized on load) text encoder files; ``on_cpu`` loads
+    and runs it on the CPU (Load CLIP's ``device: cpu``).
 
     Auxiliary byte blobs stay in the state dicts handed to ComfyUI: it builds some tokenizers from
     them (``spiece_model`` for Wan's UMT5-XXL, ACE's T5, Gemma; ``tekken_model`` for Mistral).
@@ -215,6 +217,8 @@ def load_text_encoder_int8(
     }
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
+    if on_cpu:
+        model_options["load_device"] = model_options["offload_device"] = torch.device("cpu")
     clip = comfy.sd.load_text_encoder_state_dicts(
         state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
     )

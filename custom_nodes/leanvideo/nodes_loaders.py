@@ -156,10 +156,18 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                     "type",
                     options=TEXT_ENCODER_TYPES,
                     default="stable_diffusion",
-                    tooltip="Which model the text encoder feeds, as in Load CLIP "
-                    "(stable_diffusion: CLIP-L, ltxv: T5-XXL, wan: UMT5-XXL).",
+                    tooltip="Which model the text encoder feeds (stable_diffusion: CLIP-L, ltxv: T5-XXL, "
+                    "wan: UMT5-XXL); the names are Load CLIP's, for the encoders this loader quantizes.",
                 ),
                 *_shared_inputs(),
+                io.Combo.Input(
+                    "device",
+                    options=["default", "cpu"],
+                    default="default",
+                    optional=True,
+                    tooltip="cpu keeps the text encoder on the CPU (it encodes there), as in Load CLIP: "
+                    "the GPU's memory stays for the diffusion model.",
+                ),
             ],
             outputs=[io.Clip.Output()],
         )
@@ -170,12 +178,23 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
 
     @classmethod
     def execute(
-        cls, clip_name: str, type: str, compute_dtype: str, path: str, quantize_on_load: bool, convrot: bool
+        cls,
+        clip_name: str,
+        type: str,
+        compute_dtype: str,
+        path: str,
+        quantize_on_load: bool,
+        convrot: bool,
+        device: str = "default",
     ) -> io.NodeOutput:
         file = Path(folder_paths.get_full_path_or_raise("text_encoders", clip_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot)
         clip = load_text_encoder_int8(
-            [file], type, options, embedding_directory=folder_paths.get_folder_paths("embeddings")
+            [file],
+            type,
+            options,
+            embedding_directory=folder_paths.get_folder_paths("embeddings"),
+            on_cpu=device == "cpu",
         )
         return io.NodeOutput(clip, ui={"text": [report_kernels(options.dispatcher, clip.cond_stage_model)]})
 
