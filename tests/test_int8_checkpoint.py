@@ -239,3 +239,22 @@ def test_the_text_encoder_can_be_kept_on_the_cpu_as_load_clip_does(
     assert seen[0]["load_device"] == seen[0]["offload_device"] == torch.device("cpu")
     assert "load_device" not in seen[1]
     assert clip.patcher.load_device == torch.device("cpu")
+
+
+def test_the_report_says_when_comfyui_computes_in_another_dtype(
+    comfy: SimpleNamespace, tiny_models: FixtureSet
+) -> None:
+    """compute_dtype bf16 on a CPU: ComfyUI casts to fp32 there, and the loader's report says so."""
+    from leanvideo.int8_kernels import compute_dtype_note
+
+    options = comfy.loading.Int8LoadOptions(compute_dtype="bf16")
+    model = comfy.loading.load_diffusion_model_int8(tiny_models.diffusion_model, options).model
+    note = compute_dtype_note(torch.bfloat16, model)
+    if torch.cuda.is_available():
+        assert note is None
+    else:
+        assert note == (
+            "compute dtype: bfloat16 asked; ComfyUI computes in float32 on this device "
+            "(weights held in bfloat16)"
+        )
+    assert compute_dtype_note(None, model) is None

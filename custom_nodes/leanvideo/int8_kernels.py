@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import folder_paths
+import torch
 
 from .int8.dispatch import KernelDispatcher, forced_kernel
 from .int8.kernel_table import Choice
@@ -67,3 +68,19 @@ def report_kernels(dispatcher: KernelDispatcher, model: Any) -> str:
         choices = {key: choice.as_dict() for key, choice in dispatcher.choices().items()}
         telemetry.note_event("int8_kernels", {"mode": dispatcher.mode(), "report": text, "choices": choices})
     return text
+
+
+def compute_dtype_note(requested: torch.dtype | None, model: Any) -> str | None:
+    """A line for the loader's report when ComfyUI computes ``model`` (a ``BaseModel``) in another dtype
+    than ``requested`` (on a CPU it casts bf16/fp16 to fp32), else ``None``."""
+    if requested is None:
+        return None
+    weights = model.get_dtype()
+    computes = getattr(model, "manual_cast_dtype", None) or weights
+    if computes == requested:
+        return None
+    name = str(requested).removeprefix("torch.")
+    return (
+        f"compute dtype: {name} asked; ComfyUI computes in {str(computes).removeprefix('torch.')} on this "
+        f"device (weights held in {str(weights).removeprefix('torch.')})"
+    )

@@ -12,7 +12,7 @@ from comfy_api.latest import io
 from .int8.linear import MATMUL_ROUTES
 from .int8.spec import Int8WeightConfig
 from .int8_checkpoint import load_checkpoint_int8
-from .int8_kernels import make_dispatcher, report_kernels
+from .int8_kernels import compute_dtype_note, make_dispatcher, report_kernels
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
 
@@ -67,6 +67,12 @@ def _shared_inputs() -> list[Any]:
             "rotated where that cuts their error by 1 dB or more.",
         ),
     ]
+
+
+def _report(options: Int8LoadOptions, model: Any) -> str:
+    """The diffusion model loaders' UI text: the kernels, and a compute dtype ComfyUI did not honour."""
+    note = compute_dtype_note(COMPUTE_DTYPES[options.compute_dtype], model)
+    return report_kernels(options.dispatcher, model) + (f"\n{note}" if note else "")
 
 
 def file_listed(folder: str, name: str | None) -> bool | str:
@@ -133,7 +139,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
-        return io.NodeOutput(model, ui={"text": [report_kernels(options.dispatcher, model.model)]})
+        return io.NodeOutput(model, ui={"text": [_report(options, model.model)]})
 
 
 class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
@@ -241,7 +247,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model, vae = load_checkpoint_int8(file, options)
-        return io.NodeOutput(model, vae, ui={"text": [report_kernels(options.dispatcher, model.model)]})
+        return io.NodeOutput(model, vae, ui={"text": [_report(options, model.model)]})
 
 
 NODES: list[type[io.ComfyNode]] = [
