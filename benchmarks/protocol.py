@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -250,6 +251,16 @@ def run_once(
     return run
 
 
+def one_line(error: BaseException, width: int = 300) -> str:
+    """An error's message for a report cell: its lines joined (with "; " where a line does not end a
+    sentence: a list of problems stays apart), cut at a word within ``width``."""
+    text = ""
+    for line in (" ".join(line.split()) for line in str(error).splitlines()):
+        if line:
+            text += ("" if not text else " " if text[-1] in ".:;!?" else "; ") + line
+    return textwrap.shorten(text, width, placeholder=" …")
+
+
 def run_variant(
     matrix: Matrix,
     variant: Variant,
@@ -328,15 +339,15 @@ def run_variants(
         except (PromptFailedError, WorkflowError) as error:
             if failures is None:
                 raise
-            message = " ".join(str(error).split())
-            failures[planned.variant] = f"{type(error).__name__} in run {planned.index}: {message[:300]}"
+            message = one_line(error)
+            failures[planned.variant] = f"{type(error).__name__} in run {planned.index}: {message}"
             logger.warning("%s failed: %s", planned.variant, failures[planned.variant])
             del runs[planned.variant]
             continue
         except ServerError as error:
             if on_server_lost is None:
                 raise
-            message = " ".join(str(error).split())[:300]
+            message = one_line(error)
             left = len(schedule) - position
             where = f"run {planned.index} of {planned.variant}"
             on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left} planned run(s) not made")

@@ -14,7 +14,7 @@ from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
-from runner.errors import PromptFailedError, ServerUnreachableError
+from runner.errors import PromptFailedError, ServerUnreachableError, WorkflowError
 from runner.graph.workflow import apply_overrides, load_workflow
 from runner.jobs.run import RunOptions
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR
@@ -365,3 +365,12 @@ def test_select_variants_names_an_unknown_variant_and_the_choices() -> None:
         select_variants(matrix, ["compile"])
     with pytest.raises(MatrixError, match="no variant 'fast'"):
         select_variants(matrix, baseline="fast")
+
+
+def test_a_failure_cell_keeps_a_list_of_problems_apart_and_cuts_at_a_word() -> None:
+    message = protocol.one_line(
+        WorkflowError("node 2 (Load): 'clip.safetensors' missing\nnode 5 (Save): bad")
+    )
+    assert message == "node 2 (Load): 'clip.safetensors' missing; node 5 (Save): bad"
+    cut = protocol.one_line(PromptFailedError("allocation " * 60), width=40)
+    assert cut == "allocation allocation allocation …" and len(cut) <= 40
