@@ -35,7 +35,14 @@ from typing import Any
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
 from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, run_variants
-from benchmarks.report import PlotError, comparison_caveats, render_csv, render_markdown, write_plots
+from benchmarks.report import (
+    PlotError,
+    comparison_caveats,
+    render_csv,
+    render_markdown,
+    run_context,
+    write_plots,
+)
 from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
 from benchmarks.store import build_document, write_document
 from runner.errors import WorkflowError
@@ -50,11 +57,6 @@ from runner.transport.client import ComfyClient
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-ORDER_NOTES = {
-    "interleaved": "after their warmups, the measured runs went round-robin over the variants sharing a "
-    "server, so machine drift spreads over all of them",
-    "sequential": "each variant's runs back to back, in file order: machine drift can bias one variant",
-}
 
 
 @dataclass(frozen=True)
@@ -157,68 +159,77 @@ def _run_group(
         measured.skipped.update({variant.name: _out_of_time(settings) for variant in group})
         return
     out = settings.out_dir
-    with open_server(matrix, settings, server_args, out, say) as (url, why_not):
-        if url is None:
-            measured.skipped.update({variant.name: why_not for variant in group})
-            return
-        with ComfyClient(url) as client:
-            measured.environment = measured.environment or collect_environment(client)
-            object_info = client.get_json("/object_info")
-            if settings.overrides:  # a bad --set fails every variant: say so before any run
-                try:
-                    apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
-                except WorkflowError as error:
-                    raise WorkflowError(f"{error}; nothing was run") from error
-        on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
-        extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-        jobs = _prepare_jobs(extended, base, object_info, out, on_cpu, measured.skipped, say)
-        if not jobs:
-            return
-        order = settings.order or matrix.order
-        say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
-        lost: list[str] = []
-        group_runs = run_variants(
-            matrix,
-            jobs,
-            url,
-            order=order,
-            warmups=settings.warmups,
-            repeats=settings.repeats,
-            first_sequence=measured.sequence,
-            failures=measured.failed,
-            deadline=deadline,
-            server_warmups=settings.server_warmups,
-            on_server_lost=lost.append,
-        )
-        measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
-        if lost and not settings.servers:  # say where the server's log is
-            lost[-1] += f"; its log: {server_state_dir(out, server_args) / 'comfyui.log'}"
-        measured.server_lost += lost
-        for name, variant_runs in group_runs.items():
-            if not all(run.warmup for run in variant_runs):
-                measured.runs[name] = variant_runs
-            else:
-                measured.skipped[name] = f"{SERVER_LOST} before its runs" if lost else _out_of_time(settings)
-        # no launch check on a server that is gone
-        in_time = not lost and (deadline is None or time.monotonic() < deadline)
-        for job in jobs:
-            if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
-                measured.modes.update(
-                    modes.run_launch_checks(
-                        matrix,
-                        job.variant,
-                        job.workflow_path,
-                        url,
-                        out,
-                        soak=settings.soak,
-                        load=settings.load,
-                        servers=settings.servers or (url,),
-                        concurrency=settings.concurrency,
-                        jobs=settings.jobs,
-                        deadline=deadline,
-                        say=say,
+    try:
+        with open_server(matrix, settings, server_args, out, say) as (url, why_not):
+            if url is None:
+                measured.skipped.update({variant.name: why_not for variant in group})
+                return
+            with ComfyClient(url) as client:
+                measured.environment = measured.environment or collect_environment(client)
+                object_info = client.get_json("/object_info")
+                if settings.overrides:  # a bad --set fails every variant: say so before any run
+                    try:
+                        apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
+                    except WorkflowError as error:
+                        raise WorkflowError(f"{error}; nothing was run") from error
+            on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
+            extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
+            jobs = _prepare_jobs(extended, base, object_info, out, on_cpu, measured.skipped, say)
+            if not jobs:
+                return
+            order = settings.order or matrix.order
+            say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
+            lost: list[str] = []
+            group_runs = run_variants(
+                matrix,
+                jobs,
+                url,
+                order=order,
+                warmups=settings.warmups,
+                repeats=settings.repeats,
+                first_sequence=measured.sequence,
+                failures=measured.failed,
+                deadline=deadline,
+                server_warmups=settings.server_warmups,
+                on_server_lost=lost.append,
+            )
+            measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
+            if lost and not settings.servers:  # say where the server's log is
+                lost[-1] += f"; its log: {server_state_dir(out, server_args) / 'comfyui.log'}"
+            measured.server_lost += lost
+            for name, variant_runs in group_runs.items():
+                if not all(run.warmup for run in variant_runs):
+                    measured.runs[name] = variant_runs
+                else:
+                    measured.skipped[name] = (
+                        f"{SERVER_LOST} before its runs" if lost else _out_of_time(settings)
                     )
-                )
+            # no launch check on a server that is gone
+            in_time = not lost and (deadline is None or time.monotonic() < deadline)
+            for job in jobs:
+                if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
+                    measured.modes.update(
+                        modes.run_launch_checks(
+                            matrix,
+                            job.variant,
+                            job.workflow_path,
+                            url,
+                            out,
+                            soak=settings.soak,
+                            load=settings.load,
+                            servers=settings.servers or (url,),
+                            concurrency=settings.concurrency,
+                            jobs=settings.jobs,
+                            deadline=deadline,
+                            say=say,
+                        )
+                    )
+    finally:  # the log is complete once the server has stopped
+        log = server_state_dir(out, server_args) / "comfyui.log"
+        if not settings.servers and log.is_file():
+            measured.modes.setdefault("logs", {})[" ".join(server_args) or "default"] = modes.scan_server_log(
+                log
+            )
 
 
 def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured) -> BenchOutcome:
@@ -240,7 +251,7 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     document["matrix"]["order"] = settings.order or matrix.order
     document["server_lost"] = measured.server_lost
     document_path = write_document(document, out / "bench.json")
-    context = _context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]
+    context = run_context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]
     context += comparison_caveats(matrix, results)
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
@@ -363,35 +374,3 @@ def _first_output(runs: list[RunMeasure]) -> Path | None:
         if not run.warmup and run.output_path:
             return Path(run.output_path)
     return None
-
-
-def _context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any]) -> list[str]:
-    device = environment.get("device") or {}
-    warmups = matrix.warmups if settings.warmups is None else settings.warmups
-    repeats = matrix.repeats if settings.repeats is None else settings.repeats
-    order = settings.order or matrix.order
-    how = ORDER_NOTES[order]
-    return [
-        f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
-        f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
-        f"run order: {order} ({how})",
-        *(
-            [
-                f"{settings.server_warmups} discarded run(s) of each server's first variant right after "
-                "the server started (CUDA and library initialisation, page cache)"
-            ]
-            if settings.server_warmups
-            else []
-        ),
-        *([f"for every variant: `{'`, `'.join(settings.overrides)}` (--set)"] if settings.overrides else []),
-        *(
-            [
-                f"time budget {settings.budget_s:g} s: no run started after it, so a variant may have fewer "
-                "measured runs than asked (see n in report.csv)"
-            ]
-            if settings.budget_s is not None
-            else []
-        ),
-        f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
-        f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
-    ]

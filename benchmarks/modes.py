@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -265,3 +266,34 @@ def run_launch_checks(
             ),
         }
     return found
+
+
+# What a launch check reads in a server's log (the seed's "logs clean": no operator fallback, no precision
+# warning, no offload anomaly), by finding; ComfyUI logs without levels, so these are the messages' words.
+LOG_FINDINGS: dict[str, re.Pattern[str]] = {
+    "fallback": re.compile(r"\bfall(?:ing|s)? back\b|\bfallback\b", re.IGNORECASE),
+    "precision": re.compile(r"manual cast: (?!None)|\bNaN\b|precision", re.IGNORECASE),
+    "offload": re.compile(r"loaded partially|unloaded partially|lowvram|out of memory", re.IGNORECASE),
+    "error": re.compile(r"Traceback \(most recent call last\)|!!! Exception|\b\w+Error:|\bWARNING\b"),
+}
+LOG_EXAMPLES = 8
+
+
+def scan_server_log(path: Path) -> dict[str, Any]:
+    """The log launch check of one server: ``verdict`` ``clean`` or ``N finding(s)``, the count per
+    finding (:data:`LOG_FINDINGS`) and the first distinct lines that matched."""
+    counts = dict.fromkeys(LOG_FINDINGS, 0)
+    examples: list[str] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        kinds = [kind for kind, pattern in LOG_FINDINGS.items() if pattern.search(line)]
+        for kind in kinds:
+            counts[kind] += 1
+        if kinds and len(examples) < LOG_EXAMPLES and line.strip() not in examples:
+            examples.append(line.strip())
+    total = sum(counts.values())
+    verdict = (
+        "clean"
+        if total == 0
+        else f"{total} finding(s): " + ", ".join(f"{kind} {n}" for kind, n in counts.items() if n)
+    )
+    return {"verdict": verdict, "log": str(path), "counts": counts, "examples": examples}

@@ -22,10 +22,13 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.results import VariantResult
 from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
+
+if TYPE_CHECKING:  # the harness imports this module
+    from benchmarks.harness import BenchSettings
 
 IDENTICAL_PSNR_DB = 100.0  # compare_videos caps identical frames here
 GB = 1e9
@@ -303,3 +306,43 @@ def write_plots(results: Sequence[VariantResult], out_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
     return paths
+
+
+ORDER_NOTES = {
+    "interleaved": "after their warmups, the measured runs went round-robin over the variants sharing a "
+    "server, so machine drift spreads over all of them",
+    "sequential": "each variant's runs back to back, in file order: machine drift can bias one variant",
+}
+
+
+def run_context(matrix: Any, settings: BenchSettings, environment: dict[str, Any]) -> list[str]:
+    """The report's context lines: what ran, in which order, with which settings, on what."""
+    device = environment.get("device") or {}
+    warmups = matrix.warmups if settings.warmups is None else settings.warmups
+    repeats = matrix.repeats if settings.repeats is None else settings.repeats
+    order = settings.order or matrix.order
+    how = ORDER_NOTES[order]
+    return [
+        f"workflow `{matrix.workflow.name}`, mode {matrix.mode}, {warmups} warmup + {repeats} measured "
+        f"runs per variant, baseline “{matrix.baseline}”, quality reference “{matrix.reference}”",
+        f"run order: {order} ({how})",
+        *(
+            [
+                f"{settings.server_warmups} discarded run(s) of each server's first variant right after "
+                "the server started (CUDA and library initialisation, page cache)"
+            ]
+            if settings.server_warmups
+            else []
+        ),
+        *([f"for every variant: `{'`, `'.join(settings.overrides)}` (--set)"] if settings.overrides else []),
+        *(
+            [
+                f"time budget {settings.budget_s:g} s: no run started after it, so a variant may have fewer "
+                "measured runs than asked (see n in report.csv)"
+            ]
+            if settings.budget_s is not None
+            else []
+        ),
+        f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
+        f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
+    ]

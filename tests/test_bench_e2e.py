@@ -132,6 +132,11 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     pytest.importorskip("matplotlib")
     assert (out / "total_time.png").is_file() and (out / "phases.png").is_file()
 
+    # the seed's "logs clean" launch check, on each server the bench started
+    logs = document["modes"]["logs"]
+    assert set(logs) == {"default", "--async-offload"}
+    assert all(check["log"].endswith("comfyui.log") and "verdict" in check for check in logs.values())
+    assert "- logs: " in markdown
     soak = document["modes"]["soak"]
     # Cold mode frees the models and memory before every round: memory must not drift.
     assert soak["rounds"] == 10 and soak["verdict"] == "stable", soak

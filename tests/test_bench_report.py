@@ -281,3 +281,30 @@ def test_nothing_measured_is_not_a_success(tmp_path: Path) -> None:
     outcome.results = [skipped_result("a", "on CPU: needs CUDA")]
     assert bench_exit_code(outcome, err) == 1
     assert write_plots(outcome.results, tmp_path) == [] and not list(tmp_path.iterdir())
+
+
+def test_the_log_check_finds_fallbacks_casts_offloads_and_errors(tmp_path: Path) -> None:
+    """The seed's launch check "logs clean": no operator fallback, no precision warning, no offload
+    anomaly; ComfyUI's routine lines are not findings."""
+    from benchmarks.modes import scan_server_log
+
+    clean = tmp_path / "clean.log"
+    clean.write_text(
+        "model weight dtype torch.float32, manual cast: None\n"
+        "VAE load device: cpu, offload device: cpu, dtype: torch.float32\n"
+        "Prompt executed in 0.41 seconds\n",
+        encoding="utf-8",
+    )
+    assert scan_server_log(clean)["verdict"] == "clean"
+    dirty = tmp_path / "dirty.log"
+    dirty.write_text(
+        "Patch Attention: falling back to the original attention: head dim 80 not in [64, 96, 128]\n"
+        "model weight dtype torch.bfloat16, manual cast: torch.float32\n"
+        "loaded partially 9000.0 8999.9 0\n"
+        "!!! Exception during processing !!! CUDA out of memory\n",
+        encoding="utf-8",
+    )
+    found = scan_server_log(dirty)
+    assert found["counts"] == {"fallback": 1, "precision": 1, "offload": 2, "error": 1}
+    assert found["verdict"] == "5 finding(s): fallback 1, precision 1, offload 2, error 1"
+    assert found["examples"][0].startswith("Patch Attention: falling back")
