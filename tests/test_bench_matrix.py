@@ -263,24 +263,16 @@ def test_a_server_that_goes_away_ends_its_runs_and_the_made_ones_are_kept(
     monkeypatch.setattr(protocol, "defeat_cache", lambda client, mode, **_: None)
     monkeypatch.setattr(protocol, "run_workflow", fake_run)
     lost: list[str] = []
-    runs = run_variants(
-        matrix,
-        jobs,
-        "http://127.0.0.1:1",
-        order="interleaved",
-        warmups=1,
-        repeats=3,
-        on_server_lost=lost.append,
-    )
+    runs = run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", on_server_lost=lost.append)
     assert ran == ["a", "b", "a", "b", "a"]  # nothing after the server went
     assert {name: len(r) for name, r in runs.items()} == {"20-step baseline": 2, "8-step distill": 2}
     assert lost == [
         f"{protocol.SERVER_LOST} in run 2 of 20-step baseline: cannot reach ComfyUI at "
-        "http://127.0.0.1:1: connection refused; 4 planned run(s) not made"
+        "http://127.0.0.1:1: connection refused; 8 planned run(s) not made"
     ]
     with pytest.raises(ServerUnreachableError):
         ran.clear()
-        run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved", warmups=1, repeats=3)
+        run_variants(matrix, jobs, "http://127.0.0.1:1", order="interleaved")
 
 
 def _record_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:

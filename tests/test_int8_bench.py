@@ -19,11 +19,10 @@ from benchmarks.timing import measure_interleaved
 from runner.local.workspace import REPO_ROOT
 
 
-def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_path: Path) -> None:
-    table, record = tmp_path / "table.json", tmp_path / "record.json"
-    options = ["--skip-files", "--linear-models", "ltxv-mid", "--tokens", "32", "--runs", "2"]
+def _int8_bench(*options: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/int8_bench.py OPTIONS`` as a user runs it; it must succeed."""
     done = subprocess.run(
-        [sys.executable, "benchmarks/int8_bench.py", *options, "--json", str(table), "--out", str(record)],
+        [sys.executable, "benchmarks/int8_bench.py", *options],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -31,6 +30,13 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_path: Path) -> None:
+    table, record = tmp_path / "table.json", tmp_path / "record.json"
+    options = ["--skip-files", "--linear-models", "ltxv-mid", "--tokens", "32", "--runs", "2"]
+    done = _int8_bench(*options, "--json", str(table), "--out", str(record))
     assert "linear on cpu, ltxv-mid" in done.stdout and "chose" in done.stdout
     rows = json.loads(table.read_text(encoding="utf-8"))
     shapes = {row["shape"] for row in rows}
@@ -56,15 +62,7 @@ def test_without_onednn_the_table_still_times_every_kernel_and_auto_keeps_w8a16(
     are still timed (forced), auto measures w8a16 alone and says why."""
     record = tmp_path / "record.json"
     options = ["--skip-files", "--linear-models", "ltxv-mid", "--tokens", "32", "--runs", "1"]
-    done = subprocess.run(
-        [sys.executable, "benchmarks/int8_bench.py", *options, "--no-onednn", "--out", str(record)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    _int8_bench(*options, "--no-onednn", "--out", str(record))
     saved = json.loads(record.read_text(encoding="utf-8"))
     assert saved["environment"]["onednn"] is False and "onednn-off" in saved["environment"]["cpu_isa"]
     rows = saved["linear"]["ltxv-mid"]
