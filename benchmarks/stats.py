@@ -159,18 +159,26 @@ def bootstrap_speedup(
 def drift_verdict(values: Sequence[float], *, tolerance: float = 0.05) -> tuple[str, float]:
     """``("stable" | "drifting", relative change)`` of a per-round series (soak mode).
 
-    The relative change is the Theil–Sen slope (the median of the slopes between every two rounds)
-    times the number of rounds, over the first-half median: how much the series moved across the soak.
-    More than ``tolerance`` (5 %) is a drift. The median slope follows a steady climb (a leak) and
-    ignores a single step, such as memory that settles after the first round (a least-squares fit called
-    that a 6 % drift).
+    Two views, the larger change wins, over the median of the first half's rounds after the first
+    (the first round often settles what later rounds keep, so it is no reference):
+
+    - a climb: the Theil–Sen slope (the median of the slopes between every two rounds) times the
+      ``n − 1`` steps of the soak; it follows a steady leak, and ignores one odd round;
+    - a level shift: the median of the last third against that reference; it sees memory that jumped
+      and stayed up for the last rounds, which the median slope can miss.
+
+    More than ``tolerance`` (5 %) is a drift. Memory that settles after round 0, or one late outlier,
+    is not.
     """
     if len(values) < 2:
         raise ValueError("a drift verdict needs at least two rounds")
     n = len(values)
     slope = statistics.median((values[j] - values[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
-    reference = statistics.median(values[: max(1, n // 2)]) or 1.0
-    change = slope * (n - 1) / reference
+    settled = values[1:] if n > 2 else values
+    reference = statistics.median(settled[: max(1, len(settled) // 2)]) or 1.0
+    climb = slope * (n - 1) / reference
+    shift = (statistics.median(values[-max(1, n // 3) :]) - reference) / reference
+    change = max(climb, shift, key=abs)
     return ("drifting" if abs(change) > tolerance else "stable"), change
 
 

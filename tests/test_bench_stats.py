@@ -79,9 +79,13 @@ def test_drift_verdict_on_flat_and_growing_series() -> None:
     # memory that settles after the first round is no leak (a least-squares fit made this 6.4 %)
     assert drift_verdict([1093.0] + [1255.0] * 9) == ("stable", 0.0)
     assert drift_verdict([1255.0] * 9 + [1400.0])[0] == "stable"  # one late outlier neither
-    verdict, change = drift_verdict([100.0 + 2 * i for i in range(10)])  # +18 over ~104
+    # memory that jumped and stayed up for the last rounds is a drift, though the median slope is 0
+    verdict, change = drift_verdict([100.0] * 14 + [200.0] * 6)
+    assert verdict == "drifting" and change == pytest.approx(1.0)
+    assert drift_verdict([100.0] * 10 + [200.0] * 4)[0] == "drifting"
+    verdict, change = drift_verdict([100.0 + 2 * i for i in range(10)])  # +18 over 105 (rounds 1-4)
     assert verdict == "drifting"
-    assert change == pytest.approx(18 / 104)
+    assert change == pytest.approx(18 / 105)
     with pytest.raises(ValueError, match="two rounds"):
         drift_verdict([1.0])
 
