@@ -81,13 +81,12 @@ PY=.venv/bin/python
 LEANVIDEO=(.venv/bin/leanvideo)
 finish() {
   echo "== 3. hand back ($(left) s left): $HANDBACK"
+  # said before the hand-back, so that the log handed back names the failed steps too
+  [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
   "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG" ||
     FAILED+=("proof_report")
   echo "done in $(($(date +%s) - START)) s; everything in $RESULTS"
-  if [ ${#FAILED[@]} -gt 0 ]; then
-    echo "FAILED: ${FAILED[*]}"
-    exit 1
-  fi
+  [ ${#FAILED[@]} -eq 0 ] || exit 1
 }
 trap finish EXIT
 
@@ -150,6 +149,7 @@ for family in $FAMILIES; do
   esac
   if [ "$(left)" -lt $((RUN_RESERVE_S + 30)) ]; then
     echo "== $family: skipped, $(left) s of the ${BUDGET_S} s budget left"
+    FAILED+=("$family (no time left)")
     continue
   fi
   if [ "$family" != tiny ]; then
@@ -170,7 +170,7 @@ for family in $FAMILIES; do
   timeout "$(($(left) - 30))" "${LEANVIDEO[@]}" bench "$matrix" --out "$RESULTS/$family" \
     --repeats "$REPEATS" --warmups "$WARMUPS" --budget-s "$runs_until" "${BENCH_EXTRA[@]}" || status=$?
   if [ "$status" -ne 0 ]; then
-    echo "$family: bench exited $status (6: a variant failed; 124: stopped at the budget)"
+    echo "$family: bench exited $status (4: a server stopped answering; 6: a variant failed; 7: nothing measured in the budget; 124: stopped at the hard limit)"
     FAILED+=("bench $family (exit $status)")
   fi
   if [ "$family" != tiny ] && [ "$KEEP" != 1 ]; then

@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
-from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, run_variants
+from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, one_line, run_variants
 from benchmarks.report import (
     PlotError,
     comparison_caveats,
@@ -43,9 +43,9 @@ from benchmarks.report import (
     run_context,
     write_plots,
 )
-from benchmarks.results import VariantResult, build_variant_result, failed_result, skipped_result
+from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, write_document
-from runner.errors import WorkflowError
+from runner.errors import ServerError, WorkflowError
 from runner.fixtures import write_fixtures
 from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
@@ -154,88 +154,113 @@ def _run_group(
     deadline: float | None,
     say: Progress,
 ) -> None:
-    """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``."""
+    """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``.
+    A server that does not start or stops answering ends this group only (``measured.server_lost``)."""
     if deadline is not None and time.monotonic() >= deadline:
         measured.skipped.update({variant.name: _out_of_time(settings) for variant in group})
         return
-    out = settings.out_dir
+    out, started = settings.out_dir, False
+    log = server_state_dir(out, server_args) / "comfyui.log"
+    where = "" if settings.servers else f"; its log: {log}"
     try:
         with open_server(matrix, settings, server_args, out, say) as (url, why_not):
             if url is None:
                 measured.skipped.update({variant.name: why_not for variant in group})
                 return
-            with ComfyClient(url) as client:
-                measured.environment = measured.environment or collect_environment(client)
-                object_info = client.get_json("/object_info")
-                if settings.overrides:  # a bad --set fails every variant: say so before any run
-                    try:
-                        apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
-                    except WorkflowError as error:
-                        raise WorkflowError(f"{error}; nothing was run") from error
-            on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
-            extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-            jobs = _prepare_jobs(extended, base, object_info, out, on_cpu, measured.skipped, say)
-            if not jobs:
-                return
-            order = settings.order or matrix.order
-            say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
-            lost: list[str] = []
-            group_runs = run_variants(
-                matrix,
-                jobs,
-                url,
-                order=order,
-                warmups=settings.warmups,
-                repeats=settings.repeats,
-                first_sequence=measured.sequence,
-                failures=measured.failed,
-                deadline=deadline,
-                server_warmups=settings.server_warmups,
-                on_server_lost=lost.append,
-            )
-            measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
-            if lost and not settings.servers:  # say where the server's log is
-                lost[-1] += f"; its log: {server_state_dir(out, server_args) / 'comfyui.log'}"
-            measured.server_lost += lost
-            for name, variant_runs in group_runs.items():
-                if not all(run.warmup for run in variant_runs):
-                    measured.runs[name] = variant_runs
-                else:
-                    measured.skipped[name] = (
-                        f"{SERVER_LOST} before its runs" if lost else _out_of_time(settings)
-                    )
-            # no launch check on a server that is gone
-            in_time = not lost and (deadline is None or time.monotonic() < deadline)
-            for job in jobs:
-                if job.variant.name == matrix.baseline and job.variant.name in measured.runs and in_time:
-                    measured.modes.update(
-                        modes.run_launch_checks(
-                            matrix,
-                            job.variant,
-                            job.workflow_path,
-                            url,
-                            out,
-                            soak=settings.soak,
-                            load=settings.load,
-                            servers=settings.servers or (url,),
-                            concurrency=settings.concurrency,
-                            jobs=settings.jobs,
-                            deadline=deadline,
-                            say=say,
-                        )
-                    )
+            started = True
+            _run_on_server(matrix, settings, base, group, measured, deadline, say, url, where)
+    except ServerError as error:  # it did not start, or went away outside a measured run
+        measured.server_lost.append(
+            f"{SERVER_LOST} ({' '.join(server_args) or 'default'}): {one_line(error)}{where}"
+        )
+        for variant in group:
+            if variant.name not in measured.runs and variant.name not in measured.failed:
+                measured.skipped.setdefault(variant.name, f"{SERVER_LOST} before its runs")
     finally:  # the log is complete once the server has stopped
-        log = server_state_dir(out, server_args) / "comfyui.log"
-        if not settings.servers and log.is_file():
-            measured.modes.setdefault("logs", {})[" ".join(server_args) or "default"] = modes.scan_server_log(
-                log
-            )
+        if started and not settings.servers and log.is_file():
+            try:
+                measured.modes.setdefault("logs", {})[" ".join(server_args) or "default"] = (
+                    modes.scan_server_log(log)
+                )
+            except OSError as exc:  # reading a log must not hide what happened to the runs
+                logger.warning("could not read %s: %s", log, exc)
+
+
+def _run_on_server(
+    matrix: Matrix,
+    settings: BenchSettings,
+    base: dict[str, Any],
+    group: list[Variant],
+    measured: _Measured,
+    deadline: float | None,
+    say: Progress,
+    url: str,
+    where: str,
+) -> None:
+    """The measured runs of ``group`` on ``url``, then the launch checks on the baseline's server."""
+    with ComfyClient(url) as client:
+        measured.environment = measured.environment or collect_environment(client)
+        object_info = client.get_json("/object_info")
+    if settings.overrides:  # a bad --set fails every variant: say so before any run
+        try:
+            apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
+        except WorkflowError as error:
+            raise WorkflowError(f"{error}; nothing was run") from error
+    on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
+    extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
+    jobs = _prepare_jobs(extended, base, object_info, settings.out_dir, on_cpu, measured, say)
+    if not jobs:
+        return
+    order = settings.order or matrix.order
+    say(f"{', '.join(job.variant.name for job in jobs)}: running ({order}) on {url}")
+    lost: list[str] = []
+    group_runs = run_variants(
+        matrix,
+        jobs,
+        url,
+        order=order,
+        warmups=settings.warmups,
+        repeats=settings.repeats,
+        first_sequence=measured.sequence,
+        failures=measured.failed,
+        deadline=deadline,
+        server_warmups=settings.server_warmups,
+        on_server_lost=lambda message: lost.append(message + where),
+    )
+    measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
+    measured.server_lost += lost
+    for name, variant_runs in group_runs.items():
+        if not all(run.warmup for run in variant_runs):
+            measured.runs[name] = variant_runs
+        else:
+            measured.skipped[name] = f"{SERVER_LOST} before its runs" if lost else _out_of_time(settings)
+    baseline = next((job for job in jobs if job.variant.name == matrix.baseline), None)
+    in_time = deadline is None or time.monotonic() < deadline
+    if baseline is None or baseline.variant.name not in measured.runs or lost or not in_time:
+        return  # no launch check on a server that is gone, or past the budget
+    measured.modes.update(
+        modes.run_launch_checks(
+            matrix,
+            baseline.variant,
+            baseline.workflow_path,
+            url,
+            settings.out_dir,
+            soak=settings.soak,
+            load=settings.load,
+            servers=settings.servers or (url,),
+            concurrency=settings.concurrency,
+            jobs=settings.jobs,
+            deadline=deadline,
+            say=say,
+            on_server_lost=lambda message: measured.server_lost.append(message + where),
+        )
+    )
 
 
 def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured) -> BenchOutcome:
     """bench.json, report.md, report.csv and the plots of what was measured."""
     out = settings.out_dir
-    results = _fold(matrix, measured.runs, measured.skipped, measured.failed)
+    results = fold_results(matrix, measured.runs, measured.skipped, measured.failed)
     if settings.consistency:
         measured.modes["consistency"] = {
             name: modes.check_consistency(r) for name, r in measured.runs.items()
@@ -258,8 +283,14 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     markdown_path.write_text(markdown, "utf-8")
     csv_path = out / "report.csv"
     csv_path.write_text(render_csv(results), encoding="utf-8")
-    outcome = BenchOutcome(results, document_path, markdown_path, csv_path, modes=measured.modes)
-    outcome.server_lost = measured.server_lost
+    outcome = BenchOutcome(
+        results,
+        document_path,
+        markdown_path,
+        csv_path,
+        modes=measured.modes,
+        server_lost=measured.server_lost,
+    )
     if settings.plots:
         try:
             outcome.plot_paths = write_plots(results, out)
@@ -316,17 +347,22 @@ def _prepare_jobs(
     object_info: dict[str, Any],
     out: Path,
     on_cpu: bool,
-    skipped: dict[str, str],
+    measured: _Measured,
     say: Progress,
 ) -> list[VariantRun]:
-    """The variants of ``group`` to run, workflows written; CPU-skipped ones go to ``skipped``."""
+    """The variants of ``group`` to run, workflows written; CPU-skipped ones go to ``measured.skipped``,
+    one whose own ``set`` the server's /object_info refuses to ``measured.failed``."""
     jobs: list[VariantRun] = []
     for variant in group:
         if on_cpu and variant.skip_on_cpu:
-            skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
-            say(f"{variant.name}: skipped ({skipped[variant.name]})")
+            measured.skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
+            say(f"{variant.name}: skipped ({measured.skipped[variant.name]})")
             continue
-        path = _write_variant_workflow(variant, base, object_info, out)
+        try:
+            path = _write_variant_workflow(variant, base, object_info, out)
+        except WorkflowError as error:
+            measured.failed[variant.name] = f"WorkflowError before its runs: {one_line(error)}"
+            continue
         jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name)))
     return jobs
 
@@ -343,34 +379,3 @@ def _write_variant_workflow(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def _fold(
-    matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, str], failed: dict[str, str]
-) -> list[VariantResult]:
-    baseline_runs = runs.get(matrix.baseline)
-    baseline = [r.total_s for r in baseline_runs if not r.warmup] if baseline_runs else None
-    reference = _first_output(runs.get(matrix.reference, []))
-    results = []
-    for variant in matrix.variants:
-        if variant.name in skipped:
-            results.append(skipped_result(variant.name, skipped[variant.name]))
-            continue
-        if variant.name in failed:
-            results.append(failed_result(variant.name, failed[variant.name]))
-            continue
-        is_baseline = variant.name == matrix.baseline
-        result = build_variant_result(variant.name, runs[variant.name], baseline, is_baseline=is_baseline)
-        output = _first_output(runs[variant.name])
-        if reference and output:
-            quality = modes.compare_videos(output, reference)
-            result = replace(result, quality=quality)
-        results.append(result)
-    return results
-
-
-def _first_output(runs: list[RunMeasure]) -> Path | None:
-    for run in runs:
-        if not run.warmup and run.output_path:
-            return Path(run.output_path)
-    return None

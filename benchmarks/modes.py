@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.matrix import Matrix, Variant
-from benchmarks.protocol import RunMeasure, run_variant
+from benchmarks.protocol import SERVER_LOST, RunMeasure, one_line, run_variant
 from benchmarks.stats import drift_verdict, percentile, summarize
+from runner.errors import LeanVideoError
 from runner.graph.workflow import find_seeds, load_workflow
 from runner.jobs.frames import psnr_db
 from runner.jobs.run import RunOptions, run_workflow
@@ -196,17 +197,24 @@ def run_load(
             options = RunOptions(
                 server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout
             )
-            timing = run_workflow(workflow_path, options).record["timing"]
+            try:
+                timing = run_workflow(workflow_path, options).record["timing"]
+            except LeanVideoError as error:  # one failed job must not lose the others' figures
+                return {"job": index, "server": server, "error": one_line(error)}
             done = time.perf_counter() - started
         figures = {k: timing[k] for k in ("wall_s", "queue_s", "server_execution_s")}
         return {"job": index, "server": server, "sent_s": sent, "done_s": done, **figures}
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        rows = [row for row in pool.map(one, range(jobs)) if row is not None]
+        made = [row for row in pool.map(one, range(jobs)) if row is not None]
     elapsed = time.perf_counter() - started
+    rows = [row for row in made if "error" not in row]
+    failed = {"failed_jobs": [row for row in made if "error" in row]} if len(rows) < len(made) else {}
     if not rows:
+        why = f"every job failed: {made[0]['error']}" if made else "--budget-s ran out before its first job"
+        verdict = f"not run: {why}" if not made else f"not finished: {why}"
         return {"servers": list(servers), "concurrency": concurrency, "jobs": 0, "planned_jobs": jobs,
-                "verdict": "not run: --budget-s ran out before its first job", "runs": []}  # fmt: skip
+                **failed, "verdict": verdict, "runs": []}  # fmt: skip
     latency = [float(r["wall_s"]) for r in rows]
     queue_wait = summarize([float(r["queue_s"] or 0) for r in rows]).median
     execution = summarize([float(r["server_execution_s"] or 0) for r in rows]).median
@@ -221,7 +229,9 @@ def run_load(
         "queue_wait_s": queue_wait,
         "execution_s": execution,
         "jobs_per_server": {server: sum(r["server"] == server for r in rows) for server in servers},
-        "verdict": load_verdict(queue_wait, execution),
+        "verdict": load_verdict(queue_wait, execution)
+        + (f"; {len(made) - len(rows)} job(s) failed" if failed else ""),
+        **failed,
         "runs": rows,
     }
 
@@ -240,16 +250,29 @@ def run_launch_checks(
     jobs: int,
     deadline: float | None,
     say: Callable[[str], None],
+    on_server_lost: Callable[[str], None],
 ) -> dict[str, Any]:
     """``--soak`` and ``--load`` on the baseline variant's server ``url``, after the measured runs of its
-    group; no round or job of theirs starts after ``deadline`` (``--budget-s``)."""
+    group; no round or job of theirs starts after ``deadline`` (``--budget-s``). A check that cannot
+    finish says so in its verdict; a server that stops answering in the soak is told to
+    ``on_server_lost`` and the load test is not started on it."""
     found: dict[str, Any] = {}
     if soak:
         say(f"soak: {soak} rounds of {variant.name}")
+        failures: dict[str, str] = {}
+        lost: list[str] = []
         rounds = run_variant(
-            matrix, variant, path, url, out / "soak", warmups=1, repeats=soak, deadline=deadline
-        )
+            matrix, variant, path, url, out / "soak", warmups=1, repeats=soak, deadline=deadline,
+            failures=failures, on_server_lost=lost.append,
+        )  # fmt: skip
         found["soak"] = {"variant": variant.name, **soak_verdict(rounds, planned=soak)}
+        if problems := [*failures.values(), *lost]:
+            found["soak"]["verdict"] = f"not finished: {problems[0]}"
+        for message in lost:
+            on_server_lost(f"{message} (soak)")
+        if lost and load:
+            found["load"] = {"variant": variant.name, "verdict": f"not run: {SERVER_LOST} in the soak"}
+            load = False
     if load:
         say(f"load: {jobs} jobs, concurrency {concurrency}")
         found["load"] = {
@@ -269,12 +292,20 @@ def run_launch_checks(
 
 
 # What a launch check reads in a server's log (the seed's "logs clean": no operator fallback, no precision
-# warning, no offload anomaly), by finding; ComfyUI logs without levels, so these are the messages' words.
+# warning, no offload anomaly), by finding, in this order: a line counts once, for the first that matches.
+# ComfyUI logs without levels, so these are its messages' words; its routine lines (a manual cast of fp8 or
+# bf16 weights, "mixed precision" operations, the load and offload devices) are no findings.
 LOG_FINDINGS: dict[str, re.Pattern[str]] = {
+    "error": re.compile(r"^Traceback \(most recent call last\)"),  # one per exception
+    "memory": re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE),
     "fallback": re.compile(r"\bfall(?:ing|s)? back\b|\bfallback\b", re.IGNORECASE),
-    "precision": re.compile(r"manual cast: (?!None)|\bNaN\b|precision", re.IGNORECASE),
-    "offload": re.compile(r"loaded partially|unloaded partially|lowvram|out of memory", re.IGNORECASE),
-    "error": re.compile(r"Traceback \(most recent call last\)|!!! Exception|\b\w+Error:|\bWARNING\b"),
+    "offload": re.compile(
+        r"loaded partially|unloaded partially|vram state to: (?:LOW|NO)_VRAM", re.IGNORECASE
+    ),
+    "precision": re.compile(
+        r"\bNaN\b|\binf(?:inite)? values\b|overflow|precision (?:loss|warning)", re.IGNORECASE
+    ),
+    "warning": re.compile(r"\bWARNING\b|\bWarning:"),
 }
 LOG_EXAMPLES = 8
 
@@ -285,10 +316,11 @@ def scan_server_log(path: Path) -> dict[str, Any]:
     counts = dict.fromkeys(LOG_FINDINGS, 0)
     examples: list[str] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        kinds = [kind for kind, pattern in LOG_FINDINGS.items() if pattern.search(line)]
-        for kind in kinds:
-            counts[kind] += 1
-        if kinds and len(examples) < LOG_EXAMPLES and line.strip() not in examples:
+        kind = next((kind for kind, pattern in LOG_FINDINGS.items() if pattern.search(line)), None)
+        if kind is None:
+            continue
+        counts[kind] += 1
+        if len(examples) < LOG_EXAMPLES and line.strip() not in examples:
             examples.append(line.strip())
     total = sum(counts.values())
     verdict = (

@@ -258,7 +258,10 @@ def one_line(error: BaseException, width: int = 300) -> str:
     for line in (" ".join(line.split()) for line in str(error).splitlines()):
         if line:
             text += ("" if not text else " " if text[-1] in ".:;!?" else "; ") + line
-    return textwrap.shorten(text, width, placeholder=" …")
+    short = textwrap.shorten(text, width, placeholder=" …")
+    if len(text) > width and len(short) < width // 2:  # a long word (a path) would be dropped whole
+        short = text[: width - 2] + " …"
+    return short
 
 
 def run_variant(
@@ -271,13 +274,17 @@ def run_variant(
     warmups: int | None = None,
     repeats: int | None = None,
     deadline: float | None = None,
+    failures: dict[str, str] | None = None,
+    on_server_lost: Callable[[str], None] | None = None,
 ) -> list[RunMeasure]:
     """Run ``variant`` (its workflow already written to ``workflow_path``) on ``server``, its runs back
-    to back (soak rounds), none started after ``deadline``; see :func:`run_once` for the errors."""
+    to back (soak rounds), none started after ``deadline``; ``failures`` and ``on_server_lost`` as in
+    :func:`run_variants` (without them a failing run raises, see :func:`run_once`)."""
     job = VariantRun(variant, workflow_path, out_dir)
     runs = run_variants(
-        matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats, deadline=deadline
-    )
+        matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats, deadline=deadline,
+        failures=failures, on_server_lost=on_server_lost,
+    )  # fmt: skip
     return runs.get(variant.name, [])
 
 
@@ -348,7 +355,7 @@ def run_variants(
             if on_server_lost is None:
                 raise
             message = one_line(error)
-            left = len(schedule) - position
+            left = sum(1 for later in schedule[position:] if later.variant in runs)
             where = f"run {planned.index} of {planned.variant}"
             on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left} planned run(s) not made")
             break  # no run can follow on a server that is gone; the runs made are kept

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.matrix import Matrix
 from benchmarks.results import VariantResult
 from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
 
@@ -114,22 +115,24 @@ def format_row(result: VariantResult) -> list[str]:
     ]
 
 
-def comparison_caveats(matrix: Any, results: Sequence[VariantResult]) -> list[str]:
+def comparison_caveats(matrix: Matrix, results: Sequence[VariantResult]) -> list[str]:
     """Report lines a reader of the speed-ups must see: a baseline that was not measured (no speed-up
-    can be given), and variants timed on a server of their own, after the others (another time window,
-    so machine drift is not spread over them)."""
+    can be given), and variants timed on another server than the baseline's (launch flags need their
+    own), so in another time window, where machine drift is not spread over both."""
     lines = []
     base = next((r for r in results if r.name == matrix.baseline), None)
     if base is not None and base.total is None:
         why = base.skipped or base.failed or "no measured run"
         lines.append(f"**no speed-up: the baseline “{base.name}” was not measured ({why})**")
+        return lines
     measured = {r.name for r in results if r.total is not None}
-    own = [v.name for v in matrix.variants if v.server_args and v.name in measured]
-    if own and any(not v.server_args and v.name in measured for v in matrix.variants):
+    base_args = next((v.server_args for v in matrix.variants if v.name == matrix.baseline), ())
+    other = [v.name for v in matrix.variants if v.server_args != base_args and v.name in measured]
+    if other:
         lines.append(
-            f"{', '.join(own)}: timed on a server of its own, after the others (its launch flags need "
-            "one), so its speed-up compares two time windows; re-run it with `--variant` beside the "
-            "baseline when the difference is small"
+            f"{', '.join(other)}: timed on another server than the baseline (launch flags need one), so "
+            "the speed-up compares two time windows; re-run it with `--variant` and `--baseline` on one "
+            "server when the difference is small"
         )
     return lines
 
@@ -315,7 +318,7 @@ ORDER_NOTES = {
 }
 
 
-def run_context(matrix: Any, settings: BenchSettings, environment: dict[str, Any]) -> list[str]:
+def run_context(matrix: Matrix, settings: BenchSettings, environment: dict[str, Any]) -> list[str]:
     """The report's context lines: what ran, in which order, with which settings, on what."""
     device = environment.get("device") or {}
     warmups = matrix.warmups if settings.warmups is None else settings.warmups

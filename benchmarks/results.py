@@ -10,9 +10,12 @@ Example::
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from benchmarks.matrix import Matrix
+from benchmarks.modes import compare_videos
 from benchmarks.protocol import RunMeasure
 from benchmarks.stats import RankTest, Speedup, Summary, bootstrap_speedup, mann_whitney_u, summarize
 
@@ -104,3 +107,39 @@ def build_variant_result(
 def _maybe_summary(values: list[float | int | None]) -> Summary | None:
     present = [float(v) for v in values if v is not None]
     return summarize(present) if present else None
+
+
+def fold_results(
+    matrix: Matrix, runs: dict[str, list[RunMeasure]], skipped: dict[str, str], failed: dict[str, str]
+) -> list[VariantResult]:
+    """One result per variant of ``matrix``, in its order: skipped, failed, or measured (speed-up against
+    the baseline's measured runs, frame quality against the reference's first output)."""
+    baseline_runs = runs.get(matrix.baseline)
+    baseline = [r.total_s for r in baseline_runs if not r.warmup] if baseline_runs else None
+    reference = _first_output(runs.get(matrix.reference, []))
+    results = []
+    for variant in matrix.variants:
+        if variant.name in skipped:
+            results.append(skipped_result(variant.name, skipped[variant.name]))
+            continue
+        if variant.name in failed:
+            results.append(failed_result(variant.name, failed[variant.name]))
+            continue
+        if variant.name not in runs:
+            results.append(skipped_result(variant.name, "not run"))
+            continue
+        is_baseline = variant.name == matrix.baseline
+        result = build_variant_result(variant.name, runs[variant.name], baseline, is_baseline=is_baseline)
+        output = _first_output(runs[variant.name])
+        if reference and output:
+            quality = compare_videos(output, reference)
+            result = replace(result, quality=quality)
+        results.append(result)
+    return results
+
+
+def _first_output(runs: list[RunMeasure]) -> Path | None:
+    for run in runs:
+        if not run.warmup and run.output_path:
+            return Path(run.output_path)
+    return None

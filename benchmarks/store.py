@@ -1,11 +1,15 @@
 """The versioned benchmark result document (``bench.json``), written once and never overwritten.
 
-Schema ``leanvideo.bench`` version 1: ``schema``, ``version``, ``created`` (ISO, UTC), ``matrix``
+Schema ``leanvideo.bench`` version 2: ``schema``, ``version``, ``created`` (ISO, UTC), ``matrix``
 (``path``, ``sha256`` of the file, ``workflow``, ``mode``, ``warmups``, ``repeats``, ``baseline``,
-``reference``), ``environment`` (the first run record's: ComfyUI version/commit/argv, torch, device,
-pack and runner versions, host), ``modes`` (soak/load/consistency verdicts when run) and ``variants``
-(each :meth:`VariantResult.to_json`: runs, summaries, flags; each run points at its own immutable
-``run.json``, schema ``leanvideo.run`` v2).
+``reference``, ``order``), ``environment`` (the first run record's: ComfyUI version/commit/argv, torch,
+device, pack and runner versions, host), ``modes`` (the launch checks: ``logs`` per server the bench
+started, and soak/load/consistency when asked), ``server_lost`` (what ended a server's runs early, when
+one stopped answering) and ``variants`` (each :meth:`VariantResult.to_json`: runs, summaries, flags;
+each run points at its own immutable ``run.json``, schema ``leanvideo.run`` v2).
+
+Versions: 2 added ``modes.logs``, ``server_lost``, a soak's ``planned_rounds`` and a load test's
+``planned_jobs`` and ``failed_jobs`` (a load test's ``jobs`` counts the jobs that ran).
 
 Example::
 
@@ -24,7 +28,7 @@ from benchmarks.results import VariantResult
 from runner.tracking.record import write_run_record
 
 BENCH_SCHEMA = "leanvideo.bench"
-BENCH_VERSION = 1
+BENCH_VERSION = 2
 
 
 def build_document(

@@ -36,7 +36,7 @@ def _bench(*argv: str) -> tuple[int, str]:
 
 def _document(out: Path) -> dict[str, Any]:
     document: dict[str, Any] = json.loads((out / "bench.json").read_text(encoding="utf-8"))
-    assert (document["schema"], document["version"]) == ("leanvideo.bench", 1)
+    assert (document["schema"], document["version"]) == ("leanvideo.bench", 2)
     return document
 
 

@@ -366,3 +366,5 @@ def test_a_failure_cell_keeps_a_list_of_problems_apart_and_cuts_at_a_word() -> N
     assert message == "node 2 (Load): 'clip.safetensors' missing; node 5 (Save): bad"
     cut = protocol.one_line(PromptFailedError("allocation " * 60), width=40)
     assert cut == "allocation allocation allocation …" and len(cut) <= 40
+    path = protocol.one_line(FileNotFoundError("/srv/" + "x" * 400), width=40)
+    assert path == "/srv/" + "x" * 33 + " …"  # a long word is cut, not dropped

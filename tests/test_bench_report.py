@@ -257,11 +257,23 @@ def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
     )
     matrix = SimpleNamespace(baseline="base", variants=variants)
     base, fast, _ = _results()
-    assert comparison_caveats(matrix, [base, fast]) == [
-        "fast: timed on a server of its own, after the others (its launch flags need one), so its "
-        "speed-up compares two time windows; re-run it with `--variant` beside the baseline when the "
+    caveat = (
+        "fast: timed on another server than the baseline (launch flags need one), so the speed-up "
+        "compares two time windows; re-run it with `--variant` and `--baseline` on one server when the "
         "difference is small"
-    ]
+    )
+    assert comparison_caveats(matrix, [base, fast]) == [caveat]
+    # the baseline with flags, the other variant without: still two servers
+    flipped = (
+        SimpleNamespace(name="base", server_args=("--x",)),
+        SimpleNamespace(name="fast", server_args=()),
+    )
+    assert comparison_caveats(SimpleNamespace(baseline="base", variants=flipped), [base, fast]) == [caveat]
+    same = (
+        SimpleNamespace(name="base", server_args=("--x",)),
+        SimpleNamespace(name="fast", server_args=("--x",)),
+    )
+    assert comparison_caveats(SimpleNamespace(baseline="base", variants=same), [base, fast]) == []
     unmeasured = skipped_result("base", "on CPU: needs CUDA")
     assert comparison_caveats(matrix, [unmeasured, fast]) == [
         "**no speed-up: the baseline “base” was not measured (on CPU: needs CUDA)**"
@@ -283,14 +295,19 @@ def test_nothing_measured_is_not_a_success(tmp_path: Path) -> None:
     assert write_plots(outcome.results, tmp_path) == [] and not list(tmp_path.iterdir())
 
 
-def test_the_log_check_finds_fallbacks_casts_offloads_and_errors(tmp_path: Path) -> None:
+def test_the_log_check_finds_fallbacks_offloads_errors_and_passes_routine_lines(tmp_path: Path) -> None:
     """The seed's launch check "logs clean": no operator fallback, no precision warning, no offload
-    anomaly; ComfyUI's routine lines are not findings."""
+    anomaly; ComfyUI's routine lines (manual casts, mixed precision, devices) are not findings, and a line
+    or an exception counts once."""
     from benchmarks.modes import scan_server_log
 
     clean = tmp_path / "clean.log"
     clean.write_text(
         "model weight dtype torch.float32, manual cast: None\n"
+        "model weight dtype torch.float8_e4m3fn, manual cast: torch.bfloat16\n"
+        "model weight dtype torch.bfloat16, manual cast: torch.float32\n"
+        "Using mixed precision operations: 120 quantized layers\n"
+        "Set vram state to: NORMAL_VRAM\n"
         "VAE load device: cpu, offload device: cpu, dtype: torch.float32\n"
         "Prompt executed in 0.41 seconds\n",
         encoding="utf-8",
@@ -298,13 +315,19 @@ def test_the_log_check_finds_fallbacks_casts_offloads_and_errors(tmp_path: Path)
     assert scan_server_log(clean)["verdict"] == "clean"
     dirty = tmp_path / "dirty.log"
     dirty.write_text(
+        "Set vram state to: LOW_VRAM\n"
         "Patch Attention: falling back to the original attention: head dim 80 not in [64, 96, 128]\n"
-        "model weight dtype torch.bfloat16, manual cast: torch.float32\n"
         "loaded partially 9000.0 8999.9 0\n"
-        "!!! Exception during processing !!! CUDA out of memory\n",
+        "!!! Exception during processing !!! CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "Traceback (most recent call last):\n"
+        '  File "execution.py", line 1, in execute\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "WARNING: NaN values in the latent\n",
         encoding="utf-8",
     )
     found = scan_server_log(dirty)
-    assert found["counts"] == {"fallback": 1, "precision": 1, "offload": 2, "error": 1}
-    assert found["verdict"] == "5 finding(s): fallback 1, precision 1, offload 2, error 1"
-    assert found["examples"][0].startswith("Patch Attention: falling back")
+    assert found["counts"] == {
+        "error": 1, "memory": 2, "fallback": 1, "offload": 2, "precision": 1, "warning": 0
+    }  # fmt: skip
+    assert found["verdict"] == "7 finding(s): error 1, memory 2, fallback 1, offload 2, precision 1"
+    assert found["examples"][0] == "Set vram state to: LOW_VRAM"

@@ -183,3 +183,19 @@ def test_every_loader_is_model_loading_even_a_text_encoder_loader() -> None:
     )
     assert {phase_of(c) for c in loaders} == {"model_load"}
     assert phase_of("CLIPTextEncodeFlux") == "text_encode"
+
+
+def test_the_failure_message_of_an_interrupted_prompt_names_the_node() -> None:
+    from runner.tracking.result import PromptResult, describe_failure
+
+    error = {
+        "node_id": "11",
+        "message": "interrupted on the server while node 11 (SamplerCustom) was running",
+    }
+    result = PromptResult(PID, "interrupted", 0.0, 0.0, 1.0, error=error)
+    assert describe_failure(result) == (
+        f"prompt {PID} was interrupted on the server while node 11 (SamplerCustom) was running"
+    )
+    assert (
+        describe_failure(PromptResult(PID, "interrupted", 0.0, 0.0, 1.0)) == f"prompt {PID} was interrupted"
+    )

@@ -167,3 +167,17 @@ def test_an_editor_file_lists_the_models_its_api_twin_does(twin: str, tmp_path: 
     assert [(f.name, f.status, f.url, f.target) for f in from_ui.files] == [
         (f.name, f.status, f.url, f.target) for f in from_api.files
     ]
+
+
+def test_muted_bypassed_and_editor_only_nodes_load_nothing() -> None:
+    """What the API conversion leaves out (muted, bypassed, the editor's own nodes) loads no model."""
+    ui = json.loads((WORKFLOWS_DIR / "wan21_t2v_int8.ui.json").read_text(encoding="utf-8"))
+    names = {ref.name for ref in required_models_ui(ui)}
+    lora = next(node for node in ui["nodes"] if node["type"] == "LoraLoaderModelOnly")
+    lora["mode"] = 4  # bypassed
+    vae = next(node for node in ui["nodes"] if node["type"] == "VAELoader")
+    vae["mode"] = 2  # muted
+    primitive = {"id": 99, "type": "PrimitiveNode", "widgets_values": ["wan_2.1_vae.safetensors"]}
+    ui["nodes"].append(primitive)
+    left = {ref.name for ref in required_models_ui(ui)}
+    assert left == names - {lora["widgets_values"][0], vae["widgets_values"][0]}

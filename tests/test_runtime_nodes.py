@@ -83,16 +83,20 @@ def test_freevram_workflow_frees_models_and_reloads_what_decode_needs(
 
 
 def test_nodes_after_free_vram_stay_cached_when_only_a_later_input_changes(client: ComfyClient) -> None:
-    """Free VRAM is cached like any node: changing the frame rate must not sample and decode again."""
+    """Connected, Free VRAM is cached like any node: changing the frame rate must not sample and decode
+    again. With nothing connected (a sink, nothing after it) it runs on every prompt."""
     workflow = _fresh(json.loads(FREEVRAM_WORKFLOW.read_text()))
+    workflow["31"] = {"class_type": "LeanVideoFreeVRAM", "inputs": {"mode": "unload all", "free_ram": False}}
     first = run_prompt(client, workflow, timeout=300)
     workflow["13"]["inputs"]["fps"] = 12.0
     second = run_prompt(client, workflow, timeout=300)
+    third = run_prompt(client, workflow, timeout=300)  # nothing changed
     ran = {t.node_id: t.cached for t in first.nodes}
     cached = {t.node_id: t.cached for t in second.nodes}
     assert not ran[SAMPLER] and not ran[FREE]
     assert cached[SAMPLER] and cached[FREE] and cached[DECODE], cached
     assert not cached["13"]  # the changed node ran
+    assert not cached["31"] and "31" in third.outputs  # the sink ran again, each time
 
 
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:

@@ -64,6 +64,13 @@ class LeanVideoFreeVRAM(io.ComfyNode):
         )
 
     @classmethod
+    def fingerprint_inputs(cls, **inputs: Any) -> Any:
+        # With nothing on value it is a sink, nothing runs after it: it runs on every prompt and frees
+        # what that prompt loaded. Connected, it is cached like any node, and so are the nodes after it
+        # (a NaN here would make every one of them run again on every prompt).
+        return float("nan") if "value" not in inputs else None
+
+    @classmethod
     def execute(cls, mode: str, free_ram: bool, value: Any = None) -> io.NodeOutput:
         server = _server()
         report = release_models(

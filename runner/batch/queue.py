@@ -46,6 +46,7 @@ QUEUE = "leanvideo-batch"
 JOB_WORKFLOW = "leanvideo.batch.job"
 DB_ENV = "LEANVIDEO_DB"
 DEFAULT_DB_NAME = "batch.sqlite"
+ID_QUERY_SLICE = 500  # workflow ids per query (SQLite allows 32766 variables, older builds 999)
 BATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 # DBOS workflow status → the job's state (a SUCCESS workflow is a job whose record says success|failed)
@@ -235,7 +236,14 @@ def _finished_after_cancel(client: DBOSClient, workflow_ids: list[str]) -> dict[
     """Cancelled jobs whose prompt finished before the cancel reached it: their folder is in place with
     their result, so that is their state (a job is checked for a cancel at most once a second)."""
     finished: dict[str, JobState] = {}
-    for status in client.list_workflows(workflow_ids=workflow_ids, load_output=False):
+    statuses = [  # in slices: a database bounds how many ids one query may name
+        status
+        for start in range(0, len(workflow_ids), ID_QUERY_SLICE)
+        for status in client.list_workflows(
+            workflow_ids=workflow_ids[start : start + ID_QUERY_SLICE], load_output=False
+        )
+    ]
+    for status in statuses:
         spec = status.input["args"][0] if status.input and status.input.get("args") else None
         if not isinstance(spec, dict) or "out_dir" not in spec:
             continue

@@ -136,8 +136,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             consistency=args.consistency,
             soak=args.soak,
             load=args.load,
-            concurrency=2 if args.concurrency is None else args.concurrency,
-            jobs=8 if args.jobs is None else args.jobs,
+            **({"concurrency": args.concurrency} if args.concurrency is not None else {}),
+            **({"jobs": args.jobs} if args.jobs is not None else {}),
             overrides=tuple(args.overrides),
             budget_s=args.budget_s,
             server_warmups=args.server_warmups,
@@ -169,12 +169,12 @@ def bench_exit_code(outcome: Any, err: Console) -> int:
     """6 when a variant failed (its prompt failed; the report says which and why), 4 when a server
     stopped answering (the report has the runs made before), 7 when --budget-s left nothing measured
     (1 when every variant was skipped for another reason), else 0."""
+    for message in outcome.server_lost:
+        err.print(f"[bold red]error:[/] {escape(message)}")
     failed = [result.name for result in outcome.results if result.failed is not None]
     if failed:
         err.print(f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}")
         return PromptFailedError.exit_code
-    for message in outcome.server_lost:
-        err.print(f"[bold red]error:[/] {escape(message)}")
     if outcome.server_lost:
         return ServerError.exit_code
     if outcome.results and all(result.total is None for result in outcome.results):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import Workflow
 
 __all__ = [
@@ -44,7 +45,8 @@ MODEL_INPUTS: dict[tuple[str, str], str] = {
     ("LeanVideoCheckpointLoaderINT8", "ckpt_name"): "checkpoints",
     ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
 }
-MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft")
+UI_INACTIVE_MODES = (2, 4)  # an editor node's mode: 2 muted ("never"), 4 bypassed
+UI_FRONTEND_NODES = ("PrimitiveNode", "Note", "MarkdownNote", "Reroute")  # the editor's own, not run
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
     found: list[ModelRef] = []
     for node in _ui_nodes(ui_workflow):
         class_type = str(node.get("type", ""))
+        if node.get("mode") in UI_INACTIVE_MODES or class_type in UI_FRONTEND_NODES:
+            continue  # not in the API workflow (muted, bypassed), or a value the loader's widget holds too
         values = node.get("widgets_values")
         named = list(values.items()) if isinstance(values, dict) else list(enumerate(values or []))
         inputs = [name for (kind, name) in MODEL_INPUTS if kind == class_type]

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from dataclasses import dataclass
@@ -23,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
+from runner.graph.suggest import MODEL_SUFFIXES, close_hint
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
 
 SEED_INPUTS = ("seed", "noise_seed")
-MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
 # the tiny models' helper nodes, loaded only by ``leanvideo serve --fixture-nodes``
 FIXTURE_HINT = ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
 
@@ -135,7 +134,7 @@ def resolve_node(workflow: Workflow, target: str) -> str:
             )
     names = set(workflow) | {str(n.get("class_type")) for n in workflow.values()}
     names |= {t for t in map(node_title, workflow.values()) if t}
-    hint = _close(target, names, known="the workflow has")
+    hint = close_hint(target, names, known="the workflow has")
     raise WorkflowError(f"no node {target!r} in the workflow{hint}")
 
 
@@ -187,11 +186,11 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
             spec_list = input_spec(object_info, class_type, name)
             if spec_list is None:
                 known = input_names(object_info, class_type)
-                hint = _close(name, known, "inputs", "its inputs")
+                hint = close_hint(name, known, "inputs", "its inputs")
                 raise WorkflowError(f"{where} has no input {name!r}{hint}")
             value = coerce_value(spec_list, value, where=f"{where} input {name!r}")
         elif name not in inputs:
-            hint = _close(name, list(inputs), "inputs", "its inputs")
+            hint = close_hint(name, list(inputs), "inputs", "its inputs")
             raise WorkflowError(f"{where} has no input {name!r}{hint}")
         if is_link(inputs.get(name)):
             raise WorkflowError(
@@ -210,7 +209,9 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
         if value not in choices and str(value) in choices:
             value = str(value)
         if value not in choices:
-            raise WorkflowError(f"{where}: {value!r} is not one of the choices{_close(str(value), choices)}")
+            raise WorkflowError(
+                f"{where}: {value!r} is not one of the choices{close_hint(str(value), choices)}"
+            )
         return value
     given = value
     if kind == "INT":
@@ -275,7 +276,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         info = object_info.get(class_type)
         if info is None:
             fixture = class_type.startswith("LeanVideoFixture")
-            hint = FIXTURE_HINT if fixture else _close(class_type, object_info)
+            hint = FIXTURE_HINT if fixture else close_hint(class_type, object_info)
             problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
@@ -351,7 +352,7 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
                 node_id,
                 class_type,
                 name,
-                f"model file {value!r} does not exist on the server{_close(value, choices)}",
+                f"model file {value!r} does not exist on the server{close_hint(value, choices)}",
             )
         ]
     if choices is not None and not choices and options.get("image_upload"):
@@ -388,19 +389,3 @@ def is_link(value: Any) -> bool:
         and isinstance(value[0], str)
         and isinstance(value[1], int)
     )
-
-
-def _close(word: str, candidates: Any, label: str = "matches", known: str = "the server has") -> str:
-    """``; close matches: …`` (the nearest names), else ``; the server has: …`` (the first dozen). File
-    names are compared without their extension: every ``.safetensors`` file is a little alike."""
-    names = sorted({str(c) for c in candidates})
-    stems = {name: _stem(name) for name in names}
-    near = set(difflib.get_close_matches(_stem(word), list(stems.values()), n=5, cutoff=0.6))
-    close = [name for name in names if stems[name] in near][:5]
-    if close:
-        return f"; close {label}: {', '.join(close)}"
-    return f"; {known}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""
-
-
-def _stem(name: str) -> str:
-    return next((name.removesuffix(suffix) for suffix in MODEL_SUFFIXES if name.endswith(suffix)), name)

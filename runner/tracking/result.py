@@ -84,7 +84,8 @@ def output_files(outputs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def describe_failure(result: PromptResult) -> str:
     """One readable message for a failed or interrupted prompt."""
     if result.status == "interrupted":
-        return f"prompt {result.prompt_id} was interrupted"
+        where = (result.error or {}).get("message", "").removeprefix("interrupted")
+        return f"prompt {result.prompt_id} was interrupted{where}"
     error = result.error or {}
     kind = exception_name(error.get("exception_type")) or ""
     return (

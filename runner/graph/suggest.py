@@ -1,0 +1,32 @@
+"""Name suggestions for an unknown name: the nearest known names, else what is known.
+
+Example::
+
+    close_hint("KSamplr", ["KSampler", "VAEDecode"])  # '; close matches: KSampler'
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+
+
+def close_hint(
+    word: str, candidates: Iterable[object], label: str = "matches", known: str = "the server has"
+) -> str:
+    """``; close matches: …`` (up to five, nearest first), else ``; the server has: …`` (the first
+    dozen, sorted). File names are compared without their extension: every ``.safetensors`` name is a
+    little alike."""
+    names = sorted({str(c) for c in candidates})
+    stems = {name: _stem(name) for name in names}
+    ranked = difflib.get_close_matches(_stem(word), list(dict.fromkeys(stems.values())), n=5, cutoff=0.6)
+    close = [name for stem in ranked for name in names if stems[name] == stem][:5]
+    if close:
+        return f"; close {label}: {', '.join(close)}"
+    return f"; {known}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""
+
+
+def _stem(name: str) -> str:
+    return next((name.removesuffix(suffix) for suffix in MODEL_SUFFIXES if name.endswith(suffix)), name)
