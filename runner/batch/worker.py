@@ -16,9 +16,9 @@ so what DBOS records is the outcome of each attempt:
 
 When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
 with the same ``worker_id`` starts (by default this machine's name and its server list, so
-restarting the same command recovers them); any worker then takes them. An attempt that had
-finished but was not recorded yet finds its folder in place and runs nothing
-(:func:`runner.batch.attempt.finished_record`).
+restarting the same command recovers them; two live workers never share an id:
+:mod:`runner.batch.worker_ids`); any worker then takes them. An attempt that had finished but was not
+recorded yet finds its folder in place and runs nothing (:func:`runner.batch.attempt.finished_record`).
 
 Example::
 
@@ -29,9 +29,8 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -42,18 +41,13 @@ from dbos import DBOS
 from runner.batch.attempt import inspect_folder, output_fault, run_attempt
 from runner.batch.pool import ServerPool
 from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
+from runner.batch.worker_ids import default_worker_id, hold_worker_id
 
 logger = logging.getLogger(__name__)
 
 POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
-
-
-def default_worker_id(servers: list[str]) -> str:
-    """This machine's name and a digest of its servers: stable across restarts of one command."""
-    digest = hashlib.sha256("\n".join(sorted(servers)).encode()).hexdigest()[:8]
-    return f"{socket.gethostname()}-{digest}"
 
 
 class JobRunner:
@@ -165,8 +159,10 @@ class BatchWorker:
         self.log_level = log_level
         self.runner = JobRunner(pool, self.worker_id)
         self._quiet = _CancelledJobNoise()
+        self._held = contextlib.ExitStack()
 
     def __enter__(self) -> BatchWorker:
+        self._held.enter_context(hold_worker_id(self.worker_id))  # refused when a live worker has it
         register_job_workflow(self.runner)
         logging.getLogger("dbos").addFilter(self._quiet)
         DBOS(
@@ -189,6 +185,7 @@ class BatchWorker:
         except BaseException:
             DBOS.destroy()
             logging.getLogger("dbos").removeFilter(self._quiet)
+            self._held.close()
             raise
         logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
         return self
@@ -207,6 +204,7 @@ class BatchWorker:
         try:
             DBOS.destroy(workflow_completion_timeout_sec=self.grace)
         finally:
+            self._held.close()  # another worker may take this id (and what it left unfinished) now
             # Jobs still running log their failure to record later, from their own threads: the filter
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):

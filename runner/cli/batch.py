@@ -34,6 +34,7 @@ from runner.batch.queue import (
 )
 from runner.batch.results import job_row, summarize, write_manifest
 from runner.batch.worker import BatchWorker
+from runner.batch.worker_ids import default_worker_id
 from runner.errors import LeanVideoError, PromptTimeoutError, UsageError
 from runner.local.workspace import default_workspace_root
 
@@ -98,7 +99,12 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
         began, first_done = time.monotonic(), None
         try:
             with (
-                BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace),
+                BatchWorker(
+                    db_url,
+                    pool,
+                    worker_id=args.worker_id or default_worker_id(args.servers, batch=name),
+                    grace=args.grace,
+                ),
                 Live(console=err, refresh_per_second=4, transient=False) as live,
             ):
                 while True:

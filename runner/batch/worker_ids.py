@@ -1,0 +1,72 @@
+"""Worker ids: stable across restarts of one command, never shared by two live workers on one machine.
+
+DBOS hands a worker that starts the unfinished jobs recorded under its id: a worker that died is
+recovered by starting the same command again. Two workers alive at once under one id would take over
+each other's running jobs, and each job would run twice. So a worker holds its id while it runs: an
+exclusive lock on a file named after the id, in the machine's temporary folder, which the operating
+system releases when the process ends, however it ends. A second worker asking for a held id is refused.
+
+The default id is this machine's name and a digest of the ``--server`` list; ``batch submit --wait``
+adds the batch's name, so two batches submitted at once on the same servers run side by side.
+
+Example::
+
+    with hold_worker_id(default_worker_id(["http://127.0.0.1:8188"], batch="nightly")) as worker_id:
+        ...  # launch DBOS with executor_id=worker_id
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from runner.errors import UsageError
+
+LOCK_FOLDER = "leanvideo-batch-workers"
+
+
+def default_worker_id(servers: list[str], batch: str | None = None) -> str:
+    """This machine's name and a digest of its servers (and the batch a ``submit --wait`` runs)."""
+    digest = hashlib.sha256("\n".join(sorted(servers)).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()}-{digest}" + (f"-{batch}" if batch else "")
+
+
+@contextlib.contextmanager
+def hold_worker_id(worker_id: str, lock_dir: Path | None = None) -> Iterator[str]:
+    """Hold ``worker_id`` on this machine for the ``with`` block.
+
+    Raises:
+        UsageError: another live process on this machine holds it (its pid is named).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: nothing to hold the id with
+        yield worker_id
+        return
+    folder = lock_dir or Path(tempfile.gettempdir()) / LOCK_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(worker_id.encode()).hexdigest()[:16]}.lock"
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UsageError(
+                f"worker id {worker_id!r} is in use by a live worker on this machine ({holder}): each "
+                "running worker needs its own --worker-id (one that starts under a dead worker's id takes "
+                "over that worker's unfinished jobs, which is how a stopped command is resumed)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield worker_id
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,55 @@
+"""Worker ids: two live workers on one machine never share one (each would take over the other's running
+jobs, and those jobs would run twice); a stopped command that starts again gets its id back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.batch.worker_ids import default_worker_id, hold_worker_id
+from runner.errors import UsageError
+
+
+def test_a_held_id_is_refused_to_a_second_worker_and_free_again_after(tmp_path: Path) -> None:
+    with hold_worker_id("host-abc", lock_dir=tmp_path) as held:
+        assert held == "host-abc"
+        with (
+            pytest.raises(
+                UsageError,
+                match=rf"'host-abc' is in use by a live worker on this machine \(pid {os.getpid()}\)",
+            ),
+            hold_worker_id("host-abc", lock_dir=tmp_path),
+        ):
+            pass
+        with hold_worker_id("host-other", lock_dir=tmp_path):  # another id is free
+            pass
+    with hold_worker_id("host-abc", lock_dir=tmp_path):  # released with the first holder
+        pass
+
+
+def test_a_dead_holder_leaves_the_id_free(tmp_path: Path) -> None:
+    """The lock goes with the process that held it, however it ended (here: killed)."""
+    code = (
+        "import os, sys, pathlib\n"
+        "from runner.batch.worker_ids import hold_worker_id\n"
+        f"with hold_worker_id('host-abc', lock_dir=pathlib.Path({str(tmp_path)!r})):\n"
+        "    print('held', flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "held" and done.returncode == -9
+    with hold_worker_id("host-abc", lock_dir=tmp_path):
+        pass
+
+
+def test_submit_wait_ids_differ_by_batch_and_stay_the_same_across_restarts() -> None:
+    servers = ["http://127.0.0.1:8188", "http://127.0.0.1:8189"]
+    assert default_worker_id(servers, batch="mon") == default_worker_id(list(reversed(servers)), batch="mon")
+    assert default_worker_id(servers, batch="mon") != default_worker_id(servers, batch="tue")
+    assert default_worker_id(servers, batch="mon").startswith(default_worker_id(servers) + "-")
