@@ -298,7 +298,7 @@ def run_launch_checks(
 LOG_FINDINGS: dict[str, re.Pattern[str]] = {
     "error": re.compile(r"^Traceback \(most recent call last\)"),  # one per exception
     "memory": re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE),
-    "fallback": re.compile(r"\bfall(?:ing|s)? back\b|\bfallback\b", re.IGNORECASE),
+    "fallback": re.compile(r"\bfall(?:ing|s)? back\b|\bfallback\b|attention left unchanged", re.IGNORECASE),
     "offload": re.compile(
         r"loaded partially|unloaded partially|vram state to: (?:LOW|NO)_VRAM", re.IGNORECASE
     ),

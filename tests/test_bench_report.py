@@ -317,6 +317,8 @@ def test_the_log_check_finds_fallbacks_offloads_errors_and_passes_routine_lines(
     dirty.write_text(
         "Set vram state to: LOW_VRAM\n"
         "Patch Attention: falling back to the original attention: head dim 80 not in [64, 96, 128]\n"
+        "Patch Attention on LTXV: attention: sage → original (sageattention is not installed: attention "
+        "left unchanged)\n"
         "loaded partially 9000.0 8999.9 0\n"
         "!!! Exception during processing !!! CUDA out of memory. Tried to allocate 2.00 GiB\n"
         "Traceback (most recent call last):\n"
@@ -327,7 +329,7 @@ def test_the_log_check_finds_fallbacks_offloads_errors_and_passes_routine_lines(
     )
     found = scan_server_log(dirty)
     assert found["counts"] == {
-        "error": 1, "memory": 2, "fallback": 1, "offload": 2, "precision": 1, "warning": 0
+        "error": 1, "memory": 2, "fallback": 2, "offload": 2, "precision": 1, "warning": 0
     }  # fmt: skip
-    assert found["verdict"] == "7 finding(s): error 1, memory 2, fallback 1, offload 2, precision 1"
+    assert found["verdict"] == "8 finding(s): error 1, memory 2, fallback 2, offload 2, precision 1"
     assert found["examples"][0] == "Set vram state to: LOW_VRAM"

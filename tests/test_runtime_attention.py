@@ -103,7 +103,7 @@ def test_every_call_is_told_to_telemetry_by_what_ran_it() -> None:
     record = telemetry.record("p")
     assert record is not None
     assert {e["key"]: e["calls"] for e in record["events"] if e["kind"] == "attention"} == {
-        "backend": 3,
+        "fake": 3,  # the backend's name
         "attention mask present (fake would ignore it)": 1,
     }
 

@@ -174,7 +174,10 @@ def test_patched_attention_output_equals_unpatched_on_cpu(
     assert "attention left unchanged" in sage.outputs[PATCH]["text"][0]
     record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{patched.prompt_id}").json()
     counted = {e["key"]: e["calls"] for e in record["events"] if e["kind"] == "attention"}
-    assert counted["backend"] > 0 and set(counted) == {"backend"}  # SDPA takes every call
+    assert counted["sdpa"] > 0 and set(counted) == {"sdpa"}  # SDPA takes every call
+    record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{sage.prompt_id}").json()
+    [event] = [e for e in record["events"] if e["kind"] == "attention"]
+    assert event["key"].startswith("not patched: ") and "attention left unchanged" in event["key"]
     reference = _saved_latent(plain.outputs, output_dir)
     for result in (patched, sage):
         latent = _saved_latent(result.outputs, output_dir)

@@ -201,7 +201,7 @@ class AttentionOverride:
         self.backend = backend
         self.previous = previous
         self.calls: Counter[str] = Counter()  # "backend" or a fallback reason → number of calls
-        self.on_call = on_call  # told of every call: "backend" or the reason it fell back (telemetry)
+        self.on_call = on_call  # told of every call: the backend's name, or why it fell back (telemetry)
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AttentionOverride:
@@ -256,7 +256,7 @@ class AttentionOverride:
             logger.info("Patch Attention: falling back to the original attention: %s", key)
         if self.on_call is not None:
             try:
-                self.on_call(key)
+                self.on_call(self.backend.name if key == "backend" else key)
             except Exception:  # reporting must never break a forward pass
                 logger.exception("Reporting an attention call failed")
 
@@ -280,7 +280,7 @@ def patch_attention(
     model: Any, mode: str, on_call: Callable[[str], None] | None = None
 ) -> tuple[Any, AttentionPlan]:
     """Clone ``model`` (a ComfyUI ModelPatcher) and set the attention override on the clone; ``on_call``
-    hears of every attention call (``"backend"`` or the reason it fell back)."""
+    hears of every attention call (the backend's name, or the reason it fell back)."""
     options = model.model_options.get("transformer_options", {})
     override, plan = build_override(mode, options.get("optimized_attention_override"), on_call)
     patched = model.clone()

@@ -122,6 +122,8 @@ class LeanVideoPatchAttention(io.ComfyNode):
         telemetry = getattr(_server(), "leanvideo_telemetry", None)
         on_call = None if telemetry is None else partial(telemetry.count_event, "attention")
         patched, plan = patch_attention(model, mode, on_call)
+        if on_call is not None and plan.backend == "original":  # no override: nothing else tells of it
+            on_call(f"not patched: {plan.reason}")
         return io.NodeOutput(patched, ui={"text": [plan.summary()]})
 
 
