@@ -91,7 +91,10 @@ def build_variant_result(
         name=name,
         runs=tuple(runs),
         total=summarize(times),
-        speedup=bootstrap_speedup(baseline_times, times) if baseline_times else None,
+        # the baseline against itself is 1 by definition: its bootstrap interval would only be noise
+        speedup=(Speedup(1.0, 1.0, 1.0) if is_baseline else bootstrap_speedup(baseline_times, times))
+        if baseline_times
+        else None,
         significance=mann_whitney_u(baseline_times, times) if baseline_times and not is_baseline else None,
         energy_wh=_maybe_summary([run.energy_wh for run in measured]),
         peak_vram_bytes=_maybe_summary([run.peak_vram_bytes for run in measured]),
