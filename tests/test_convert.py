@@ -164,6 +164,10 @@ def test_conversion_follows_reroutes_primitives_bypass_and_mute() -> None:
 def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
     with pytest.raises(WorkflowError, match="node 1: unknown node type 'Nope'"):
         convert_ui_workflow({"nodes": [node(1, "Nope")], "links": []}, OBJECT_INFO)
+    with pytest.raises(
+        WorkflowError, match="'LeanVideoFixtureAttentionMask': .*leanvideo serve --fixture-nodes"
+    ):
+        convert_ui_workflow({"nodes": [node(1, "LeanVideoFixtureAttentionMask")], "links": []}, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="node 2 is a group node"):
         convert_ui_workflow({"nodes": [node(2, "workflow>My group")], "links": []}, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="no 'nodes' list"):

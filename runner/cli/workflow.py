@@ -86,7 +86,7 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
     workflow = (
-        convert_ui_workflow(document, object_info) if is_ui_workflow(document) else load_workflow(args.file)
+        _converted(args.file, document, object_info) if is_ui_workflow(document) else load_workflow(args.file)
     )
     apply_overrides(workflow, list(args.overrides), object_info)
     problems = validate_workflow(workflow, object_info)
@@ -135,7 +135,7 @@ def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     if not is_ui_workflow(data):
         return load_workflow(path)
     with run_options(args).make_client() as client:
-        return convert_ui_workflow(data, client.get_json("/object_info"))
+        return _converted(path, data, client.get_json("/object_info"))
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
@@ -147,7 +147,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     options = run_options(args)
     with options.make_client() as client:
-        api = convert_ui_workflow(ui, client.get_json("/object_info"))
+        api = _converted(args.file, ui, client.get_json("/object_info"))
     text = json.dumps(api, indent=2) + "\n"
     if args.out is None:
         sys.stdout.write(text)
@@ -161,3 +161,11 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from exc
     console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
     return 0
+
+
+def _converted(path: Path, ui: dict[str, Any], object_info: dict[str, Any]) -> dict[str, Any]:
+    """The API form of the editor file ``path``; a conversion error names the file."""
+    try:
+        return convert_ui_workflow(ui, object_info)
+    except WorkflowError as error:
+        raise WorkflowError(f"{path}: {error}") from error

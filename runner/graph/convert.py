@@ -34,6 +34,7 @@ from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs
+from runner.graph.suggest import FIXTURE_HINT
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -74,9 +75,10 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
         if kind.startswith("workflow>") or kind.startswith("workflow/"):
             raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")
         if kind not in object_info:
-            raise WorkflowError(
-                f"node {node_id}: unknown node type {kind!r} (not in the server's /object_info)"
+            hint = (
+                FIXTURE_HINT if kind.startswith("LeanVideoFixture") else " (not in the server's /object_info)"
             )
+            raise WorkflowError(f"node {node_id}: unknown node type {kind!r}{hint}")
         inputs = widget_inputs(node, object_info[kind])
         if kind in FRONTEND_WIDGETS:
             inputs[FRONTEND_WIDGETS[kind]] = ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED
 from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import Workflow
 
@@ -45,7 +46,7 @@ MODEL_INPUTS: dict[tuple[str, str], str] = {
     ("LeanVideoCheckpointLoaderINT8", "ckpt_name"): "checkpoints",
     ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
 }
-UI_INACTIVE_MODES = (2, 4)  # an editor node's mode: 2 muted ("never"), 4 bypassed
+UI_INACTIVE_MODES = (MODE_MUTED, MODE_BYPASSED)
 UI_FRONTEND_NODES = ("PrimitiveNode", "Note", "MarkdownNote", "Reroute")  # the editor's own, not run
 
 

@@ -11,6 +11,8 @@ import difflib
 from collections.abc import Iterable
 
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
+# the tiny models' helper nodes, loaded only by ``leanvideo serve --fixture-nodes``
+FIXTURE_HINT = ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
 
 
 def close_hint(

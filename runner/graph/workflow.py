@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.suggest import MODEL_SUFFIXES, close_hint
+from runner.graph.suggest import FIXTURE_HINT, MODEL_SUFFIXES, close_hint
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
 
 SEED_INPUTS = ("seed", "noise_seed")
-# the tiny models' helper nodes, loaded only by ``leanvideo serve --fixture-nodes``
-FIXTURE_HINT = ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
 
 
 @dataclass(frozen=True)
