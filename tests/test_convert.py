@@ -165,7 +165,7 @@ def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
     with pytest.raises(WorkflowError, match="node 1: unknown node type 'Nope'"):
         convert_ui_workflow({"nodes": [node(1, "Nope")], "links": []}, OBJECT_INFO)
     with pytest.raises(
-        WorkflowError, match="'LeanVideoFixtureAttentionMask': .*leanvideo serve --fixture-nodes"
+        WorkflowError, match=r"'LeanVideoFixtureAttentionMask': .*leanvideo serve --fixture-nodes"
     ):
         convert_ui_workflow({"nodes": [node(1, "LeanVideoFixtureAttentionMask")], "links": []}, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="node 2 is a group node"):
