@@ -96,3 +96,19 @@ def test_clear_deletes_nothing_when_a_named_file_is_not_a_table(
     assert model.read_bytes() == b"weights"
     assert main(["kernels", "--clear", str(renamed)]) == 0
     assert not renamed.exists()
+
+
+def test_int8_bench_tables_of_the_same_name_are_never_read_or_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``int8_bench.py --json`` writes ``int8_kernels.json`` too (benchmarks/results keeps them): a folder
+    search passes them over, and naming one says what it is; ``--clear`` never deletes one."""
+    bench = tmp_path / "results" / "int8_kernels.json"
+    bench.parent.mkdir()
+    bench.write_text(json.dumps([{"shape": "attn", "kernel": "w8a16", "ratio": 1.1}]), encoding="utf-8")
+    assert main(["kernels", str(tmp_path)]) == 0
+    assert "no INT8 kernel table under" in capsys.readouterr().out
+    assert main(["kernels", str(bench)]) == 1
+    assert "int8_bench.py's --json table" in capsys.readouterr().err
+    assert main(["kernels", "--clear", str(bench)]) == 1
+    assert "nothing was removed" in capsys.readouterr().err and bench.is_file()

@@ -67,14 +67,17 @@ class KernelTable:
         }
 
 
+BENCH_TABLE = "int8_bench.py's --json table (each kernel's time per shape), not a server's kernel table"
+
+
 def find_tables(places: Iterable[Path]) -> list[Path]:
     """Every table file among ``places``: a file is taken as it is, a folder is searched (recursively)."""
     found: list[Path] = []
     for place in places:
         if place.is_file():
             found.append(place)
-        elif place.is_dir():
-            found += sorted(place.rglob(TABLE_NAME))
+        elif place.is_dir():  # int8_bench's --json tables share the name: they are not searched for
+            found += sorted(path for path in place.rglob(TABLE_NAME) if not _is_bench_table(path))
         else:
             raise LeanVideoError(f"{place}: no such file or folder")
     return list(dict.fromkeys(path.resolve() for path in found))
@@ -82,6 +85,8 @@ def find_tables(places: Iterable[Path]) -> list[Path]:
 
 def read_table(path: Path) -> KernelTable:
     """``path`` as a :class:`KernelTable`; :class:`LeanVideoError` naming the file when it is no table."""
+    if _is_bench_table(path):
+        raise LeanVideoError(f"{path}: {BENCH_TABLE}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         fingerprint = dict(data["fingerprint"])
@@ -116,7 +121,18 @@ def clear_tables(paths: Iterable[Path]) -> list[Path]:
     return paths
 
 
+def _is_bench_table(path: Path) -> bool:
+    """Whether ``path`` is ``int8_bench.py --json``'s table (a list of ``{shape, kernel, ratio}``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, list) and all(isinstance(row, dict) and "shape" in row for row in data)
+
+
 def _check_is_table(path: Path) -> None:
+    if _is_bench_table(path):
+        raise LeanVideoError(f"{path}: {BENCH_TABLE}; nothing was removed")
     if path.name == TABLE_NAME:
         return
     try:
