@@ -325,6 +325,8 @@ def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) 
             else ""
         )
         print(f"  {row['shape']:<48} {row['kernel']:<18} {timing}{quality}{chose}{flag}")
+        for kernel, why in (row.get("rejected") or {}).items():
+            print(f"      {kernel} ruled out: {why}")
 
 
 if __name__ == "__main__":

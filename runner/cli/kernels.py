@@ -69,7 +69,8 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tables(table: KernelTable) -> list[Table]:
-    """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16."""
+    """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16;
+    below it, each reason a kernel was ruled out (once, with the kernels it ruled out)."""
     versions = (
         f"torch {table.fingerprint.get('torch')}, comfy-kitchen {table.fingerprint.get('comfy_kitchen')}"
     )
@@ -77,13 +78,18 @@ def _tables(table: KernelTable) -> list[Table]:
     views = []
     for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
-        view = Table(title=title, title_justify="left")
+        rows = [r for r in table.rows if r.shape.device == device]
+        ruled_out: dict[str, set[str]] = {}  # each reason once, with the kernels it ruled out
+        for row in rows:
+            for kernel, why in row.choice.rejected.items():
+                ruled_out.setdefault(why, set()).add(kernel)
+        caption = "\n".join(f"{', '.join(sorted(ks))}: {why}" for why, ks in ruled_out.items())
+        view = Table(
+            title=title, title_justify="left", caption=escape(caption) or None, caption_justify="left"
+        )
         for column in ("weight", "rows ≤", "layout", "kernel", "time vs w8a16"):
             view.add_column(column)
-        for row in sorted(
-            (r for r in table.rows if r.shape.device == device),
-            key=lambda r: (r.shape.dtype, r.shape.weight_shape, r.shape.rows),
-        ):
+        for row in sorted(rows, key=lambda r: (r.shape.dtype, r.shape.weight_shape, r.shape.rows)):
             others = {k: v for k, v in row.choice.ratios().items() if k != "w8a16"}
             ratios = "  ".join(f"{name} {value:.2f}×" for name, value in others.items())
             kernel = row.choice.kernel + (
