@@ -159,6 +159,15 @@ def test_validate_names_the_node_of_every_problem(workflow: dict[str, Any]) -> N
     assert validate_workflow(copy.deepcopy(WORKFLOW), OBJECT_INFO) == []
 
 
+def test_an_unknown_node_lists_titles_and_classes_nearest_first(workflow: dict[str, Any]) -> None:
+    with pytest.raises(
+        WorkflowError, match=r"no node 'Zebra' in the workflow; its nodes' titles and classes: "
+    ):
+        apply_overrides(workflow, ["Zebra.seed=1"], OBJECT_INFO)
+    with pytest.raises(WorkflowError, match=r"close matches: KSampler\b"):  # the nearest first
+        apply_overrides(workflow, ["KSamplr.seed=1"], OBJECT_INFO)
+
+
 def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
     workflow: dict[str, Any],
 ) -> None:

@@ -16,18 +16,23 @@ FIXTURE_HINT = ": it is the tiny models' helper node; start the server with lean
 
 
 def close_hint(
-    word: str, candidates: Iterable[object], label: str = "matches", known: str = "the server has"
+    word: str,
+    candidates: Iterable[object],
+    label: str = "matches",
+    known: str = "the server has",
+    listed: Iterable[object] | None = None,
 ) -> str:
     """``; close matches: …`` (up to five, nearest first), else ``; the server has: …`` (the first
-    dozen, sorted). File names are compared without their extension: every ``.safetensors`` name is a
-    little alike."""
+    dozen of ``listed``, by default the candidates, sorted). File names are compared without their
+    extension: every ``.safetensors`` name is a little alike."""
     names = sorted({str(c) for c in candidates})
+    shown = names if listed is None else sorted({str(c) for c in listed})
     stems = {name: _stem(name) for name in names}
     ranked = difflib.get_close_matches(_stem(word), list(dict.fromkeys(stems.values())), n=5, cutoff=0.6)
     close = [name for stem in ranked for name in names if stems[name] == stem][:5]
     if close:
         return f"; close {label}: {', '.join(close)}"
-    return f"; {known}: {', '.join(names[:12])}{'…' if len(names) > 12 else ''}" if names else ""
+    return f"; {known}: {', '.join(shown[:12])}{'…' if len(shown) > 12 else ''}" if shown else ""
 
 
 def _stem(name: str) -> str:

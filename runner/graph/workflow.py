@@ -130,9 +130,10 @@ def resolve_node(workflow: Workflow, target: str) -> str:
             raise WorkflowError(
                 f"{target!r} is the {label} of several nodes ({', '.join(matches)}); address one by id"
             )
-    names = set(workflow) | {str(n.get("class_type")) for n in workflow.values()}
+    names = {str(n.get("class_type")) for n in workflow.values()}
     names |= {t for t in map(node_title, workflow.values()) if t}
-    hint = close_hint(target, names, known="the workflow has")
+    # ids are matched too, but listed only as nearest: "1, 10, 11 …" tells nothing
+    hint = close_hint(target, names | set(workflow), known="its nodes' titles and classes", listed=names)
     raise WorkflowError(f"no node {target!r} in the workflow{hint}")
 
 
