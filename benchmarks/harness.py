@@ -85,8 +85,11 @@ class BenchSettings:
             raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
-        if (self.warmups is not None and self.warmups < 0) or (self.repeats is not None and self.repeats < 1):
-            raise ValueError(f"--warmups must be ≥ 0 and --repeats ≥ 1, got {self.warmups}, {self.repeats}")
+        if self.warmups is not None and self.warmups < 0:
+            raise ValueError(f"--warmups must be ≥ 0, got {self.warmups}")
+        if self.repeats is not None and self.repeats < 1:
+            raise ValueError(f"--repeats must be ≥ 1, got {self.repeats}")
+
         if self.server_warmups < 0:
             raise ValueError(f"--server-warmups must be ≥ 0, got {self.server_warmups}")
         if self.concurrency < 1 or self.jobs < 1:

@@ -29,7 +29,7 @@ from runner.batch.queue import (
     submit_batch,
 )
 from runner.batch.worker import BatchWorker
-from runner.errors import UsageError, WorkflowError
+from runner.errors import UsageError
 from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
 
@@ -45,7 +45,7 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
     with open_client(db_url) as client:
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 2
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 0
-        with pytest.raises(WorkflowError, match="already has jobs with the ids b but other settings"):
+        with pytest.raises(UsageError, match="already has jobs with the ids b but other settings"):
             submit_batch(client, "b", [prepared("a"), prepared("b", 3)], settings)
         assert [(j.job_id, j.state) for j in list_jobs(client, "b")] == [("a", "queued"), ("b", "queued")]
         assert cancel_batch(client, "b") == 2

@@ -35,9 +35,9 @@ def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.Captur
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--repeats", "0"], "--repeats ≥ 1"),
+        (["--repeats", "0"], "--repeats must be ≥ 1, got 0"),
         (["--warmups", "-1"], "--warmups must be ≥ 0"),
-        (["--out", "README.md"], "cannot make the folder"),
+        (["--out", "README.md"], "README.md is a file: give a folder"),
         (["--jobs", "4"], "--concurrency and --jobs set up --load"),
     ],
 )

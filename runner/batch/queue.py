@@ -148,9 +148,9 @@ def submit_batch(
     submitting a file again is harmless). Jobs new to a batch that exists are queued only with ``add``.
 
     Raises:
-        WorkflowError: a batch of that name exists with other jobs (choose another ``--name``).
-        UsageError: the batch exists and ``jobs`` would add jobs to it without ``add``, or job folders
-            are taken; nothing is queued.
+        UsageError: a batch of that name has jobs of these ids with other settings (choose another
+            ``--name``), or would get new jobs without ``add``, or job folders are taken; nothing is
+            queued.
     """
     check_batch_name(name)
     specs = [job_spec(name, job, settings) for job in jobs]
@@ -165,7 +165,7 @@ def submit_batch(
         and existing[f"{name}/{s['job_id']}"] != s["digest"]
     ]  # fmt: skip
     if clashes:
-        raise WorkflowError(
+        raise UsageError(
             f"batch {name!r} already has jobs with the ids {', '.join(clashes[:10])} but other settings "
             "(workflow, overrides, --out, --timeout, --max-attempts or --health-timeout); submit under "
             "another --name"

@@ -146,6 +146,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(str(exc)) from exc
     if (out / "bench.json").exists():
         raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: give a folder (made when missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
