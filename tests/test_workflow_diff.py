@@ -49,6 +49,25 @@ def test_each_kind_of_change_is_named(tiny_workflow: dict[str, Any]) -> None:
     )
 
 
+def test_a_renumbered_graph_shows_its_new_ids_and_real_changes_only(tiny_workflow: dict[str, Any]) -> None:
+    """Nodes are paired by what they are, not only by id: a graph whose ids all moved (another export,
+    an inserted node) is not reported as every node replaced, and its links are compared through that
+    pairing."""
+    shift = {node_id: str(int(node_id) + 100) for node_id in tiny_workflow}
+    moved: dict[str, Any] = {}
+    for node_id, node in copy.deepcopy(tiny_workflow).items():
+        for name, value in node["inputs"].items():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+                node["inputs"][name] = [shift[value[0]], value[1]]
+        moved[shift[node_id]] = node
+    moved["111"]["inputs"]["noise_seed"] = 7
+    changes = diff_workflows(tiny_workflow, moved)
+    kinds = summarize(changes)
+    assert kinds == {"renumbered": len(tiny_workflow), "value_changed": 1}, [str(c) for c in changes]
+    assert "node 111 (SamplerCustom): was node 11" in [str(c) for c in changes]
+    assert diff_workflows(tiny_workflow, copy.deepcopy(tiny_workflow)) == []
+
+
 def test_expansion_and_subgraph_ids_sort_and_compare() -> None:
     a = {"54:73": {"class_type": "A", "inputs": {}}, "406.0.0.428": {"class_type": "B", "inputs": {"x": 1}}}
     b = {"406.0.0.428": {"class_type": "B", "inputs": {"x": 2}}}

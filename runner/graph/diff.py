@@ -24,8 +24,8 @@ from runner.graph.workflow import Workflow, is_link, node_title
 class Change:
     """One semantic difference between workflow A and workflow B."""
 
-    kind: str  # node_added | node_removed | class_changed | title_changed | input_added | input_removed
-    #          | value_changed | link_rewired | link_replaced
+    kind: str  # node_added | node_removed | renumbered | class_changed | title_changed | input_added
+    #          | input_removed | value_changed | link_rewired | link_replaced
     node_id: str
     class_type: str
     input_name: str | None = None
@@ -37,6 +37,7 @@ class Change:
         if self.input_name is not None:
             where += f" input {self.input_name!r}"
         words = {
+            "renumbered": f"was node {self.old}",
             "node_added": "added",
             "node_removed": "removed",
             "input_added": f"added = {_show(self.new)}",
@@ -70,16 +71,50 @@ def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
 
 
 def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
-    """Every semantic difference from ``a`` to ``b``, in node-id order."""
+    """Every semantic difference from ``a`` to ``b``, in node-id order. Nodes are paired by id, then —
+    for those left — by class and title, then by class alone where either is unique on both sides, so a
+    renumbered graph shows as ``renumbered`` nodes, not as every node replaced; links are compared
+    through that pairing."""
+    pairs = match_nodes(a, b)
     changes: list[Change] = []
-    for node_id in sorted(set(a) | set(b), key=_sort_key):
-        if node_id not in a:
-            changes.append(Change("node_added", node_id, str(b[node_id]["class_type"])))
-        elif node_id not in b:
-            changes.append(Change("node_removed", node_id, str(a[node_id]["class_type"])))
-        else:
-            changes.extend(_diff_node(node_id, a[node_id], b[node_id]))
-    return changes
+    for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
+        if old != new:
+            changes.append(Change("renumbered", new, str(b[new]["class_type"]), old=old, new=new))
+        changes.extend(_diff_node(new, _relinked(a[old], pairs), b[new]))
+    changes += [Change("node_added", n, str(b[n]["class_type"])) for n in b if n not in pairs.values()]
+    changes += [Change("node_removed", n, str(a[n]["class_type"])) for n in a if n not in pairs]
+    return sorted(changes, key=lambda change: _sort_key(change.node_id))
+
+
+def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
+    """``{id in a: id in b}`` for the nodes that are the same node: the same id and class; then, among
+    the rest, the same class and title, or the same class, where that key is unique on both sides; then
+    a class with as many nodes left on both sides, in id order; the same id with another class last
+    (reported as a class change)."""
+    pairs = {n: n for n in a if n in b and a[n]["class_type"] == b[n]["class_type"]}
+    for key in (lambda node: (node["class_type"], node_title(node)), lambda node: node["class_type"]):
+        left = {n: key(a[n]) for n in a if n not in pairs}
+        right = {n: key(b[n]) for n in b if n not in pairs.values()}
+        for old, value in left.items():
+            mates = [n for n, other in right.items() if other == value]
+            if len(mates) == 1 and list(left.values()).count(value) == 1:
+                pairs[old] = mates[0]
+    for kind in {a[n]["class_type"] for n in a if n not in pairs}:  # as many on both sides: in id order
+        olds = sorted((n for n in a if n not in pairs and a[n]["class_type"] == kind), key=_sort_key)
+        news = sorted((n for n in b if n not in pairs.values() and b[n]["class_type"] == kind), key=_sort_key)
+        if len(olds) == len(news):
+            pairs.update(zip(olds, news, strict=True))
+    pairs.update({n: n for n in a if n in b and n not in pairs and n not in pairs.values()})
+    return pairs
+
+
+def _relinked(node: dict[str, Any], to_b: dict[str, str]) -> dict[str, Any]:
+    """``node`` with its links pointing at the ids their sources have in workflow B."""
+    inputs = {
+        name: [to_b.get(str(value[0]), str(value[0])), value[1]] if is_link(value) else value
+        for name, value in (node.get("inputs") or {}).items()
+    }
+    return {**node, "inputs": inputs}
 
 
 def _diff_node(node_id: str, old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
