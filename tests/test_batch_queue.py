@@ -190,6 +190,38 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
     assert not (out / "long").exists()
 
 
+def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_path: Path) -> None:
+    """``--grace 0`` (or a grace that ran out): the job stays unfinished and runs again under the worker's
+    id, so the prompt it left is interrupted on its server instead of keeping it busy for nothing."""
+
+    async def endless(fake: FakeComfy, pid: str) -> None:
+        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+        for step in range(1, 600):
+            if pid not in fake.running:
+                return
+            await fake.send(
+                {"type": "progress", "data": {"prompt_id": pid, "node": "2", "value": step, "max": 600}}
+            )
+            await asyncio.sleep(0.1)
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with FakeComfy(endless) as fake, open_client(db_url) as client:
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=0) as worker:
+            submit_batch(client, "g", [prepared("long")], BatchSettings(out_dir=tmp_path / "out"))
+            deadline = time.monotonic() + 20
+            while not any(call[0] == "POST /prompt" for call in fake.calls):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.5)
+        assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
+        deadline = time.monotonic() + 20  # the attempt sees its prompt end (and can record nothing)
+        while worker.runner.in_flight:
+            assert time.monotonic() < deadline, worker.runner.in_flight
+            time.sleep(0.05)
+        (job,) = list_jobs(client, "g")
+    assert job.state == "running"  # unfinished: the next worker with this id runs it again
+
+
 def test_results_and_verbs_refuse_what_they_cannot_use(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

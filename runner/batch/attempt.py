@@ -33,7 +33,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +122,12 @@ def run_attempt(
     worker: str,
     attempt: int,
     cancelled: Callable[[], bool] | None = None,
+    in_flight: MutableMapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
     ``cancelled`` is asked (at most every :data:`CANCEL_CHECK_S`, as the prompt's events arrive)
     whether the job was cancelled: then the prompt is interrupted on the server and nothing is kept.
+    ``in_flight`` holds ``{prompt id: server}`` while the prompt is submitted or running.
 
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
@@ -134,6 +136,8 @@ def run_attempt(
     prompt_id = str(uuid.uuid4())
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
+    if in_flight is not None:
+        in_flight[prompt_id] = server
     try:
         with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
             result = run_prompt(
@@ -145,11 +149,15 @@ def run_attempt(
             )
             files = download_outputs(client, result.outputs, partial)
     except LeanVideoError as exc:
+        if in_flight is not None:
+            in_flight.pop(prompt_id, None)
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
         logger.warning("job %s on %s: %s fault: %s", job["job_id"], server, fault, error["message"])
         return {**base, "status": "failed", "fault": fault, "error": error, "prompt_id": prompt_id,
                 "seconds": round(time.monotonic() - began, 3), "files": []}  # fmt: skip
+    if in_flight is not None:
+        in_flight.pop(prompt_id, None)
     final = job_dir(job)
     record = {
         "version": RESULT_VERSION,

@@ -42,12 +42,16 @@ from runner.batch.attempt import inspect_folder, output_fault, run_attempt
 from runner.batch.pool import ServerPool
 from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
+from runner.errors import ServerError
+from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
 POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
+CANCEL_TIMEOUT_S = 5.0  # per request, when a stopping worker takes its left prompts off their servers
 
 
 class JobRunner:
@@ -57,6 +61,7 @@ class JobRunner:
         self.pool = pool
         self.worker_id = worker_id
         self.stop = threading.Event()
+        self.in_flight: dict[str, str] = {}  # prompt id -> server, while a job's prompt is out there
 
     def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
@@ -93,11 +98,32 @@ class JobRunner:
                 worker=self.worker_id,
                 attempt=attempt,
                 cancelled=lambda: _is_cancelled(workflow_id),
+                in_flight=self.in_flight,
             )
             failed = outcome.get("fault") == "server"
             return outcome
         finally:
             self.pool.release(server, server_failed=failed, reason="a job lost it")
+
+
+def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
+    """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
+    servers: DBOS is shut down, so their jobs stay unfinished and run again under ``worker_id``, and a
+    prompt left running would only keep its server busy for nothing."""
+    for prompt_id, server in in_flight.items():
+        try:
+            with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
+                taken = client.cancel(prompt_id)
+        except ServerError as exc:
+            taken = False
+            logger.debug("cancelling %s on %s: %s", prompt_id, server, exc)
+        logger.warning(
+            "prompt %s on %s: %s; its job runs again when a worker with id %s starts",
+            prompt_id,
+            server,
+            "cancelled" if taken else "could not be cancelled (the server did not answer)",
+            worker_id,
+        )
 
 
 def _is_cancelled(workflow_id: str | None) -> bool:
@@ -203,6 +229,7 @@ class BatchWorker:
         self._quiet.shut_down = True
         try:
             DBOS.destroy(workflow_completion_timeout_sec=self.grace)
+            _cancel_left_prompts(dict(self.runner.in_flight), self.worker_id)
         finally:
             self._held.close()  # another worker may take this id (and what it left unfinished) now
             # Jobs still running log their failure to record later, from their own threads: the filter
