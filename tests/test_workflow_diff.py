@@ -103,3 +103,37 @@ def test_cli_exit_codes_and_json(tiny_workflow: dict[str, Any], tmp_path: Path) 
     ]
     missing = _cli(str(old), str(tmp_path / "nope.json"))
     assert missing.returncode == 5 and "nope.json" in missing.stderr
+
+
+def test_a_node_inserted_before_two_of_a_class_does_not_swap_them() -> None:
+    """The usual way ids move: one node inserted, the ids after it shift by one onto another node of the
+    same class. Titles pair them first, so nothing is reported swapped."""
+
+    def encode(title: str, text: str) -> dict[str, Any]:
+        return {"class_type": "CLIPTextEncode", "inputs": {"text": text}, "_meta": {"title": title}}
+
+    a = {
+        "6": encode("Positive", "a fox"),
+        "7": encode("Negative", "blurry"),
+        "9": {"class_type": "KSampler", "inputs": {"positive": ["6", 0], "negative": ["7", 0]}},
+    }
+    b = {
+        "5": {"class_type": "LoraLoaderModelOnly", "inputs": {"lora_name": "x.safetensors"}},
+        "7": encode("Positive", "a fox"),
+        "8": encode("Negative", "blurry"),
+        "9": {"class_type": "KSampler", "inputs": {"positive": ["7", 0], "negative": ["8", 0]}},
+    }
+    found = {(c.kind, c.node_id) for c in diff_workflows(a, b)}
+    assert found == {("node_added", "5"), ("renumbered", "7"), ("renumbered", "8")}
+
+
+def test_a_link_to_a_removed_node_whose_id_was_reused_shows_as_rewired() -> None:
+    a = {
+        "5": {"class_type": "X", "inputs": {}},
+        "6": {"class_type": "X", "inputs": {}},
+        "7": {"class_type": "Y", "inputs": {}},
+        "9": {"class_type": "Z", "inputs": {"value": ["5", 0]}},
+    }
+    b = {"5": {"class_type": "Y", "inputs": {}}, "9": {"class_type": "Z", "inputs": {"value": ["5", 0]}}}
+    rewired = [c for c in diff_workflows(a, b) if c.kind == "link_rewired"]
+    assert [(c.node_id, c.input_name) for c in rewired] == [("9", "value")]  # X's output became Y's

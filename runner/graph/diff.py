@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,38 +81,66 @@ def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
     for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
         if old != new:
             changes.append(Change("renumbered", new, str(b[new]["class_type"]), old=old, new=new))
-        changes.extend(_diff_node(new, _relinked(a[old], pairs), b[new]))
+        changes.extend(_diff_node(new, _relinked(a[old], pairs, b), b[new]))
     changes += [Change("node_added", n, str(b[n]["class_type"])) for n in b if n not in pairs.values()]
     changes += [Change("node_removed", n, str(a[n]["class_type"])) for n in a if n not in pairs]
     return sorted(changes, key=lambda change: _sort_key(change.node_id))
 
 
 def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
-    """``{id in a: id in b}`` for the nodes that are the same node: the same id and class; then, among
-    the rest, the same class and title, or the same class, where that key is unique on both sides; then
-    a class with as many nodes left on both sides, in id order; the same id with another class last
-    (reported as a class change)."""
-    pairs = {n: n for n in a if n in b and a[n]["class_type"] == b[n]["class_type"]}
-    for key in (lambda node: (node["class_type"], node_title(node)), lambda node: node["class_type"]):
+    """``{id in a: id in b}`` for the nodes that are the same node, paired in passes, each over the nodes
+    still unpaired: the same id, class and title; the same class and title where that is unique on both
+    sides; the same id and class; the same class where it is unique on both sides; a class with as many
+    nodes on both sides, in id order; last, the same id with another class (a class change). Titles come
+    first: when a node is inserted, the ids after it move by one and land on another node of the class."""
+    pairs: dict[str, str] = {}
+
+    def same_id(key: Callable[[dict[str, Any]], object]) -> None:
+        pairs.update(
+            {
+                n: n
+                for n in a
+                if n in b and n not in pairs and n not in pairs.values() and key(a[n]) == key(b[n])
+            }
+        )
+
+    def unique(key: Callable[[dict[str, Any]], object]) -> None:
         left = {n: key(a[n]) for n in a if n not in pairs}
         right = {n: key(b[n]) for n in b if n not in pairs.values()}
         for old, value in left.items():
             mates = [n for n, other in right.items() if other == value]
             if len(mates) == 1 and list(left.values()).count(value) == 1:
                 pairs[old] = mates[0]
+
+    def class_and_title(node: dict[str, Any]) -> object:
+        return (node["class_type"], node_title(node))
+
+    def class_only(node: dict[str, Any]) -> object:
+        return node["class_type"]
+
+    same_id(class_and_title)
+    unique(class_and_title)
+    same_id(class_only)
+    unique(class_only)
     for kind in {a[n]["class_type"] for n in a if n not in pairs}:  # as many on both sides: in id order
         olds = sorted((n for n in a if n not in pairs and a[n]["class_type"] == kind), key=_sort_key)
         news = sorted((n for n in b if n not in pairs.values() and b[n]["class_type"] == kind), key=_sort_key)
         if len(olds) == len(news):
             pairs.update(zip(olds, news, strict=True))
-    pairs.update({n: n for n in a if n in b and n not in pairs and n not in pairs.values()})
+    same_id(lambda node: True)
     return pairs
 
 
-def _relinked(node: dict[str, Any], to_b: dict[str, str]) -> dict[str, Any]:
-    """``node`` with its links pointing at the ids their sources have in workflow B."""
+def _relinked(node: dict[str, Any], to_b: dict[str, str], b: Workflow) -> dict[str, Any]:
+    """``node`` with its links pointing at the ids their sources have in workflow B. A source with no
+    partner in B keeps its id, unless B gave that id to another node: then it points at
+    ``"<id> (removed)"``, which no id of B equals, so the link shows as rewired."""
+
+    def source(old: str) -> str:
+        return to_b.get(old) or (f"{old} (removed)" if old in b else old)
+
     inputs = {
-        name: [to_b.get(str(value[0]), str(value[0])), value[1]] if is_link(value) else value
+        name: [source(str(value[0])), value[1]] if is_link(value) else value
         for name, value in (node.get("inputs") or {}).items()
     }
     return {**node, "inputs": inputs}
