@@ -53,3 +53,27 @@ def test_submit_wait_ids_differ_by_batch_and_stay_the_same_across_restarts() -> 
     assert default_worker_id(servers, batch="mon") == default_worker_id(list(reversed(servers)), batch="mon")
     assert default_worker_id(servers, batch="mon") != default_worker_id(servers, batch="tue")
     assert default_worker_id(servers, batch="mon").startswith(default_worker_id(servers) + "-")
+
+
+def test_an_id_is_a_queues_so_two_databases_may_each_have_one(tmp_path: Path) -> None:
+    with (
+        hold_worker_id("host-abc", "sqlite:///a.sqlite", lock_dir=tmp_path),
+        hold_worker_id("host-abc", "sqlite:///b.sqlite", lock_dir=tmp_path),
+        pytest.raises(UsageError),
+        hold_worker_id("host-abc", "sqlite:///a.sqlite", lock_dir=tmp_path),
+    ):
+        pass
+
+
+def test_the_lock_folder_is_shared_by_every_user(tmp_path: Path) -> None:
+    folder = tmp_path / "locks"
+    with hold_worker_id("host-abc", lock_dir=folder):
+        assert folder.stat().st_mode & 0o7777 == 0o1777
+        [lock] = folder.iterdir()
+        assert lock.stat().st_mode & 0o666 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

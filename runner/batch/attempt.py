@@ -31,9 +31,10 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,37 @@ def output_fault(
             "error": {"node_id": None, "class_type": None, "message": message}}  # fmt: skip
 
 
+class InFlight:
+    """The prompts a worker's attempts have out on servers (``{prompt id: server}``). :meth:`close`
+    hands them over when the worker stops early; from then on no attempt submits another."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._prompts: dict[str, str] = {}
+        self.closed = False
+
+    def add(self, prompt_id: str, server: str) -> bool:
+        """Note a prompt about to be submitted; ``False`` (submit nothing) once closed."""
+        with self._lock:
+            if not self.closed:
+                self._prompts[prompt_id] = server
+            return not self.closed
+
+    def discard(self, prompt_id: str) -> None:
+        with self._lock:
+            self._prompts.pop(prompt_id, None)
+
+    def close(self) -> dict[str, str]:
+        """Refuse further prompts; the ones still out, to be taken off their servers."""
+        with self._lock:
+            self.closed = True
+            return dict(self._prompts)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._prompts)
+
+
 def run_attempt(
     job: dict[str, Any],
     server: str,
@@ -122,12 +154,13 @@ def run_attempt(
     worker: str,
     attempt: int,
     cancelled: Callable[[], bool] | None = None,
-    in_flight: MutableMapping[str, str] | None = None,
+    in_flight: InFlight | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
     ``cancelled`` is asked (at most every :data:`CANCEL_CHECK_S`, as the prompt's events arrive)
     whether the job was cancelled: then the prompt is interrupted on the server and nothing is kept.
-    ``in_flight`` holds ``{prompt id: server}`` while the prompt is submitted or running.
+    ``in_flight`` holds the prompt while it is submitted or running; once it is closed (the worker is
+    stopping) nothing is submitted and the prompt it still holds interrupts itself at its next event.
 
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
@@ -136,28 +169,31 @@ def run_attempt(
     prompt_id = str(uuid.uuid4())
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
-    if in_flight is not None:
-        in_flight[prompt_id] = server
+    if in_flight is not None and not in_flight.add(prompt_id, server):  # never recorded: DBOS is down
+        error = {"node_id": None, "class_type": None, "message": "the worker is stopping"}
+        return {**base, "status": "failed", "fault": "server", "error": error, "prompt_id": None,
+                "seconds": 0.0, "files": []}  # fmt: skip
+    stop = cancelled if in_flight is None else lambda: in_flight.closed or bool(cancelled and cancelled())
     try:
         with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
-            result = run_prompt(
-                client,
-                job["prompt"],
-                timeout=float(job["timeout"]),
-                prompt_id=prompt_id,
-                on_event=None if cancelled is None else _stop_when(cancelled),
-            )
+            try:
+                result = run_prompt(
+                    client,
+                    job["prompt"],
+                    timeout=float(job["timeout"]),
+                    prompt_id=prompt_id,
+                    on_event=None if stop is None else _stop_when(stop),
+                )
+            finally:  # out of the server's hands: nothing to take off it any more
+                if in_flight is not None:
+                    in_flight.discard(prompt_id)
             files = download_outputs(client, result.outputs, partial)
     except LeanVideoError as exc:
-        if in_flight is not None:
-            in_flight.pop(prompt_id, None)
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
         logger.warning("job %s on %s: %s fault: %s", job["job_id"], server, fault, error["message"])
         return {**base, "status": "failed", "fault": fault, "error": error, "prompt_id": prompt_id,
                 "seconds": round(time.monotonic() - began, 3), "files": []}  # fmt: skip
-    if in_flight is not None:
-        in_flight.pop(prompt_id, None)
     final = job_dir(job)
     record = {
         "version": RESULT_VERSION,

@@ -38,7 +38,7 @@ from typing import Any
 
 from dbos import DBOS
 
-from runner.batch.attempt import inspect_folder, output_fault, run_attempt
+from runner.batch.attempt import InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.pool import ServerPool
 from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
@@ -61,7 +61,7 @@ class JobRunner:
         self.pool = pool
         self.worker_id = worker_id
         self.stop = threading.Event()
-        self.in_flight: dict[str, str] = {}  # prompt id -> server, while a job's prompt is out there
+        self.in_flight = InFlight()  # the prompts out on servers, taken off them if the worker stops early
 
     def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
@@ -91,6 +91,8 @@ class JobRunner:
         server = self.pool.acquire(self.stop)
         failed = False
         try:
+            if self.stop.is_set():  # the worker stopped while this job waited for a slot
+                raise ServerError("the worker is stopping")
             workflow_id = DBOS.workflow_id
             outcome = run_attempt(
                 job,
@@ -109,19 +111,18 @@ class JobRunner:
 def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
     """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
     servers: DBOS is shut down, so their jobs stay unfinished and run again under ``worker_id``, and a
-    prompt left running would only keep its server busy for nothing."""
+    prompt left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
     for prompt_id, server in in_flight.items():
         try:
             with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
-                taken = client.cancel(prompt_id)
-        except ServerError as exc:
-            taken = False
-            logger.debug("cancelling %s on %s: %s", prompt_id, server, exc)
+                client.cancel(prompt_id)  # says itself when the server did not take it
+        except Exception:  # one server's trouble must not leave the other prompts running
+            logger.exception("could not cancel prompt %s on %s", prompt_id, server)
+            continue
         logger.warning(
-            "prompt %s on %s: %s; its job runs again when a worker with id %s starts",
+            "prompt %s on %s taken off the server; its job runs again when a worker with id %s starts",
             prompt_id,
             server,
-            "cancelled" if taken else "could not be cancelled (the server did not answer)",
             worker_id,
         )
 
@@ -188,19 +189,19 @@ class BatchWorker:
         self._held = contextlib.ExitStack()
 
     def __enter__(self) -> BatchWorker:
-        self._held.enter_context(hold_worker_id(self.worker_id))  # refused when a live worker has it
-        register_job_workflow(self.runner)
-        logging.getLogger("dbos").addFilter(self._quiet)
-        DBOS(
-            config={
-                "name": APP_NAME,
-                "system_database_url": self.db_url,
-                "application_version": APP_VERSION,
-                "executor_id": self.worker_id,
-                "log_level": self.log_level,
-            }
-        )
+        self._held.enter_context(hold_worker_id(self.worker_id, self.db_url))  # refused when held
         try:
+            register_job_workflow(self.runner)
+            logging.getLogger("dbos").addFilter(self._quiet)
+            DBOS(
+                config={
+                    "name": APP_NAME,
+                    "system_database_url": self.db_url,
+                    "application_version": APP_VERSION,
+                    "executor_id": self.worker_id,
+                    "log_level": self.log_level,
+                }
+            )
             DBOS.launch()
             DBOS.register_queue(
                 QUEUE,
@@ -229,9 +230,14 @@ class BatchWorker:
         self._quiet.shut_down = True
         try:
             DBOS.destroy(workflow_completion_timeout_sec=self.grace)
-            _cancel_left_prompts(dict(self.runner.in_flight), self.worker_id)
+            # DBOS is down: nothing more is recorded. Jobs still running stay unfinished; their prompts
+            # come off the servers, none starts any more, and only then may another worker take this id
+            # (and those jobs). Interrupted inside destroy, the id stays held until this process ends.
+            left = self.runner.in_flight.close()
+            self.runner.stop.set()
+            _cancel_left_prompts(left, self.worker_id)
+            self._held.close()
         finally:
-            self._held.close()  # another worker may take this id (and what it left unfinished) now
             # Jobs still running log their failure to record later, from their own threads: the filter
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):

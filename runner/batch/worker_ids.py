@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.errors import UsageError
+from runner.errors import UsageError, WorkspaceError
+
+logger = logging.getLogger(__name__)
 
 LOCK_FOLDER = "leanvideo-batch-workers"
 
@@ -37,25 +40,37 @@ def default_worker_id(servers: list[str], batch: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def hold_worker_id(worker_id: str, lock_dir: Path | None = None) -> Iterator[str]:
-    """Hold ``worker_id`` on this machine for the ``with`` block.
+def hold_worker_id(worker_id: str, db_url: str = "", lock_dir: Path | None = None) -> Iterator[str]:
+    """Hold ``worker_id`` of the queue at ``db_url`` on this machine for the ``with`` block (an id is
+    a queue's: workers of two databases may share one). The lock files live in the machine's temporary
+    folder, writable by every user (one user's lock must not make another's worker fail).
 
     Raises:
         UsageError: another live process on this machine holds it (its pid is named).
+        WorkspaceError: the lock file cannot be made (named).
     """
     try:
         import fcntl
     except ImportError:  # not a POSIX system: nothing to hold the id with
+        logger.warning(
+            "worker id %s is not guarded on this system: give each worker its own --worker-id", worker_id
+        )
         yield worker_id
         return
     folder = lock_dir or Path(tempfile.gettempdir()) / LOCK_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{hashlib.sha256(worker_id.encode()).hexdigest()[:16]}.lock"
-    with open(path, "a+", encoding="utf-8") as handle:
+    digest = hashlib.sha256("\n".join((db_url, worker_id)).encode()).hexdigest()[:16]
+    path = folder / f"{digest}.lock"
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o1777)  # shared like /tmp: each user's files stay theirs
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot make the worker id lock {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(descriptor, "r+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
             holder = handle.read().strip() or "another process"
             raise UsageError(
                 f"worker id {worker_id!r} is in use by a live worker on this machine ({holder}): each "

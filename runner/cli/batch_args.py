@@ -76,7 +76,11 @@ def _db(parser: argparse.ArgumentParser) -> None:
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-server", type=int, default=1, metavar="K", help="jobs at once per server (1)")
-    parser.add_argument("--worker-id", help="this worker's id (default: host name + a digest of its servers)")
+    parser.add_argument(
+        "--worker-id",
+        help="this worker's id; a worker that starts under a dead one's id runs its unfinished jobs "
+        "(default: host name + a digest of its servers, + the batch name for submit --wait)",
+    )
     parser.add_argument(
         "--grace", type=int, default=600, help="on Ctrl-C, seconds running jobs get to finish (600)"
     )
