@@ -80,12 +80,16 @@ FAILED=()  # the steps that failed, said at the end and in the exit status
 PY=.venv/bin/python
 LEANVIDEO=(.venv/bin/leanvideo)
 finish() {
+  local status=$?  # an early exit's own code (2, 3, 4) is kept
   echo "== 3. hand back ($(left) s left): $HANDBACK"
   # said before the hand-back, so that the log handed back names the failed steps too
   [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
-  "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG" ||
+  if ! "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG"; then
+    echo "FAILED: proof_report (the hand-back above is incomplete)"
     FAILED+=("proof_report")
+  fi
   echo "done in $(($(date +%s) - START)) s; everything in $RESULTS"
+  [ "$status" -eq 0 ] || exit "$status"
   [ ${#FAILED[@]} -eq 0 ] || exit 1
 }
 trap finish EXIT

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import logging
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -92,19 +91,22 @@ def test_every_call_is_told_to_telemetry_by_what_ran_it() -> None:
     from leanvideo.telemetry import Telemetry
 
     telemetry = Telemetry()
-    told = partial(telemetry.count_event, "attention")
+
+    def told(key: str, fell_back: bool) -> None:
+        telemetry.count_event("attention", key, outcome="fell back" if fell_back else "ran")
+
     override = AttentionOverride(fake_backend(supports_mask=False), on_call=told)
     q, k, v = qkv()
-    told("before any prompt")  # no prompt running: dropped
+    told("before any prompt", False)  # no prompt running: dropped
     telemetry.prompt_started("p")
     for mask in (None, None, torch.zeros(N, M), None):
         override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True, mask=mask)
     telemetry.prompt_finished("p", "success")
     record = telemetry.record("p")
     assert record is not None
-    assert {e["key"]: e["calls"] for e in record["events"] if e["kind"] == "attention"} == {
-        "fake": 3,  # the backend's name
-        "attention mask present (fake would ignore it)": 1,
+    assert {(e["key"], e["outcome"]): e["calls"] for e in record["events"] if e["kind"] == "attention"} == {
+        ("fake", "ran"): 3,  # the backend's name
+        ("attention mask present (fake would ignore it)", "fell back"): 1,
     }
 
 

@@ -178,6 +178,7 @@ def test_patched_attention_output_equals_unpatched_on_cpu(
     record = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts/{sage.prompt_id}").json()
     [event] = [e for e in record["events"] if e["kind"] == "attention"]
     assert event["key"].startswith("not patched: ") and "attention left unchanged" in event["key"]
+    assert event["outcome"] == "not patched"
     reference = _saved_latent(plain.outputs, output_dir)
     for result in (patched, sage):
         latent = _saved_latent(result.outputs, output_dir)

@@ -196,12 +196,12 @@ class AttentionOverride:
         self,
         backend: AttentionBackend,
         previous: Callable[..., Any] | None = None,
-        on_call: Callable[[str], None] | None = None,
+        on_call: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.backend = backend
         self.previous = previous
         self.calls: Counter[str] = Counter()  # "backend" or a fallback reason → number of calls
-        self.on_call = on_call  # told of every call: the backend's name, or why it fell back (telemetry)
+        self.on_call = on_call  # told of every call: (the backend's name, False) or (why it fell back, True)
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AttentionOverride:
@@ -256,7 +256,7 @@ class AttentionOverride:
             logger.info("Patch Attention: falling back to the original attention: %s", key)
         if self.on_call is not None:
             try:
-                self.on_call(self.backend.name if key == "backend" else key)
+                self.on_call(self.backend.name if key == "backend" else key, key != "backend")
             except Exception:  # reporting must never break a forward pass
                 logger.exception("Reporting an attention call failed")
 
@@ -269,7 +269,7 @@ def _bind(previous: Callable[..., Any], func: Callable[..., Any]) -> Callable[..
 
 
 def build_override(
-    mode: str, previous: Callable[..., Any] | None = None, on_call: Callable[[str], None] | None = None
+    mode: str, previous: Callable[..., Any] | None = None, on_call: Callable[[str, bool], None] | None = None
 ) -> tuple[AttentionOverride | None, AttentionPlan]:
     """The override for ``mode`` (None when the attention stays as it is) and the plan that explains it."""
     backend, plan = resolve_backend(mode)
@@ -277,10 +277,11 @@ def build_override(
 
 
 def patch_attention(
-    model: Any, mode: str, on_call: Callable[[str], None] | None = None
+    model: Any, mode: str, on_call: Callable[[str, bool], None] | None = None
 ) -> tuple[Any, AttentionPlan]:
     """Clone ``model`` (a ComfyUI ModelPatcher) and set the attention override on the clone; ``on_call``
-    hears of every attention call (the backend's name, or the reason it fell back)."""
+    hears of every attention call: the backend's name and ``False``, or the reason it fell back and
+    ``True``."""
     options = model.model_options.get("transformer_options", {})
     override, plan = build_override(mode, options.get("optimized_attention_override"), on_call)
     patched = model.clone()

@@ -5,7 +5,6 @@ The work happens in ``memory_ops`` (releasing models) and ``attention_ops`` (the
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from comfy_api.latest import io
@@ -120,10 +119,13 @@ class LeanVideoPatchAttention(io.ComfyNode):
     @classmethod
     def execute(cls, model: Any, mode: str) -> io.NodeOutput:
         telemetry = getattr(_server(), "leanvideo_telemetry", None)
-        on_call = None if telemetry is None else partial(telemetry.count_event, "attention")
-        patched, plan = patch_attention(model, mode, on_call)
-        if on_call is not None and plan.backend == "original":  # no override: nothing else tells of it
-            on_call(f"not patched: {plan.reason}")
+
+        def on_call(key: str, fell_back: bool) -> None:  # per prompt: "ran" / "fell back" / "not patched"
+            telemetry.count_event("attention", key, outcome="fell back" if fell_back else "ran")
+
+        patched, plan = patch_attention(model, mode, None if telemetry is None else on_call)
+        if telemetry is not None and plan.backend == "original":  # no override: nothing else tells of it
+            telemetry.count_event("attention", f"not patched: {plan.reason}", outcome="not patched")
         return io.NodeOutput(patched, ui={"text": [plan.summary()]})
 
 

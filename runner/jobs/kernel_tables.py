@@ -127,7 +127,11 @@ def _is_bench_table(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(data, list) and all(isinstance(row, dict) and "shape" in row for row in data)
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(row, dict) and "shape" in row for row in data)
+    )
 
 
 def _check_is_table(path: Path) -> None:
