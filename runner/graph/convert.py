@@ -33,13 +33,12 @@ from __future__ import annotations
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs
+from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import FIXTURE_HINT
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
 
-NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
 SEED_NAMES = frozenset({"seed", "noise_seed"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload")
@@ -66,11 +65,7 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
     api: Workflow = {}
     for node_id, node in nodes.items():
         kind = str(node.get("type"))
-        if (
-            kind in NOTE_TYPES
-            or kind in ("Reroute", "PrimitiveNode")
-            or node.get("mode") in (MODE_MUTED, MODE_BYPASSED)
-        ):
+        if is_editor_only(node):
             continue
         if kind.startswith("workflow>") or kind.startswith("workflow/"):
             raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED
+from runner.graph.subgraph import is_editor_only
 from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import Workflow
 
@@ -46,8 +46,6 @@ MODEL_INPUTS: dict[tuple[str, str], str] = {
     ("LeanVideoCheckpointLoaderINT8", "ckpt_name"): "checkpoints",
     ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
 }
-UI_INACTIVE_MODES = (MODE_MUTED, MODE_BYPASSED)
-UI_FRONTEND_NODES = ("PrimitiveNode", "Note", "MarkdownNote", "Reroute")  # the editor's own, not run
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,8 @@ def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
     found: list[ModelRef] = []
     for node in _ui_nodes(ui_workflow):
         class_type = str(node.get("type", ""))
-        if node.get("mode") in UI_INACTIVE_MODES or class_type in UI_FRONTEND_NODES:
-            continue  # not in the API workflow (muted, bypassed), or a value the loader's widget holds too
+        if is_editor_only(node):  # not in the API workflow (a primitive's value is its loader's too)
+            continue
         values = node.get("widgets_values")
         named = list(values.items()) if isinstance(values, dict) else list(enumerate(values or []))
         inputs = [name for (kind, name) in MODEL_INPUTS if kind == class_type]

@@ -31,10 +31,22 @@ MODE_BYPASSED = 4
 # Input types the pinned frontend draws as widgets (AUDIO_RECORD: the Comfy.RecordAudio extension's);
 # they take a position in ``widgets_values``. runner.graph.convert reads node widgets with this table too.
 WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "AUDIO_RECORD"})
+NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
 MAX_DEPTH = 16
 
 Node = dict[str, Any]
 LinkRow = list[Any]
+
+
+def is_editor_only(node: Node) -> bool:
+    """Whether a UI node never reaches the API workflow as a node of its own: a note, a reroute or a
+    primitive (its value is its targets'), or a muted or bypassed node."""
+    kind = node.get("type")
+    return (
+        kind in NOTE_TYPES
+        or kind in ("Reroute", "PrimitiveNode")
+        or node.get("mode") in (MODE_MUTED, MODE_BYPASSED)
+    )
 
 
 def link_rows(rows: list[Any]) -> list[LinkRow]:
