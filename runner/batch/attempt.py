@@ -111,9 +111,20 @@ def output_fault(
     job: dict[str, Any], *, server: str | None, worker: str, attempt: int, message: str
 ) -> dict[str, Any]:
     """The outcome of an attempt that cannot put its files in place (not retried: it would not help)."""
-    return {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt,
-            "status": "failed", "fault": "output", "prompt_id": None, "seconds": 0.0, "files": [],
-            "error": {"node_id": None, "class_type": None, "message": message}}  # fmt: skip
+    base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt}
+    return _failed(base, "output", {"node_id": None, "class_type": None, "message": message})
+
+
+def _failed(
+    base: dict[str, Any],
+    fault: str,
+    error: dict[str, Any],
+    prompt_id: str | None = None,
+    seconds: float = 0.0,
+) -> dict[str, Any]:
+    """A failed attempt's outcome: ``base`` (job, server, worker, attempt), its fault and error."""
+    return {**base, "status": "failed", "fault": fault, "error": error, "prompt_id": prompt_id,
+            "seconds": seconds, "files": []}  # fmt: skip
 
 
 class InFlight:
@@ -170,9 +181,9 @@ def run_attempt(
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
     if in_flight is not None and not in_flight.add(prompt_id, server):  # never recorded: DBOS is down
-        error = {"node_id": None, "class_type": None, "message": "the worker is stopping"}
-        return {**base, "status": "failed", "fault": "server", "error": error, "prompt_id": None,
-                "seconds": 0.0, "files": []}  # fmt: skip
+        return _failed(
+            base, "server", {"node_id": None, "class_type": None, "message": "the worker is stopping"}
+        )
     stop = cancelled if in_flight is None else lambda: in_flight.closed or bool(cancelled and cancelled())
     try:
         with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
@@ -192,8 +203,7 @@ def run_attempt(
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
         logger.warning("job %s on %s: %s fault: %s", job["job_id"], server, fault, error["message"])
-        return {**base, "status": "failed", "fault": fault, "error": error, "prompt_id": prompt_id,
-                "seconds": round(time.monotonic() - began, 3), "files": []}  # fmt: skip
+        return _failed(base, fault, error, prompt_id, round(time.monotonic() - began, 3))
     final = job_dir(job)
     record = {
         "version": RESULT_VERSION,
