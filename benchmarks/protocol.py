@@ -324,9 +324,13 @@ def run_variants(
     # server's first prompt pays (CUDA context, library initialisation) and never reach the statistics.
     first = next(iter(by_name))
     schedule = [PlannedRun(first, -1 - i, True) for i in range(server_warmups)] + schedule
+
+    def left(position: int) -> int:  # planned runs not made when the loop ends at ``position``
+        return sum(1 for later in schedule[position:] if later.variant in runs)  # failed ones: cancelled
+
     for position, planned in enumerate(schedule):
         if deadline is not None and clock() >= deadline:
-            logger.warning("time budget used up: %d planned run(s) not made", len(schedule) - position)
+            logger.warning("time budget used up: %d planned run(s) not made", left(position))
             break
         if planned.variant not in runs:  # failed earlier
             continue
@@ -355,9 +359,8 @@ def run_variants(
             if on_server_lost is None:
                 raise
             message = one_line(error)
-            left = sum(1 for later in schedule[position:] if later.variant in runs)
             where = f"run {planned.index} of {planned.variant}"
-            on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left} planned run(s) not made")
+            on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left(position)} planned run(s) not made")
             break  # no run can follow on a server that is gone; the runs made are kept
         runs[planned.variant].append(run)
     return {name: flag_memory_not_returned(r, matrix.memory_tolerance_mb) for name, r in runs.items()}
