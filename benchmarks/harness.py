@@ -89,7 +89,6 @@ class BenchSettings:
             raise ValueError(f"--warmups must be ≥ 0, got {self.warmups}")
         if self.repeats is not None and self.repeats < 1:
             raise ValueError(f"--repeats must be ≥ 1, got {self.repeats}")
-
         if self.server_warmups < 0:
             raise ValueError(f"--server-warmups must be ≥ 0, got {self.server_warmups}")
         if self.concurrency < 1 or self.jobs < 1:

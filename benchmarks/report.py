@@ -90,11 +90,14 @@ def format_row(result: VariantResult) -> list[str]:
     time_cell = f"{_seconds(total.median)} [{_seconds(total.p10)}–{_seconds(total.p90)}]"
     speed = result.speedup
     test = result.significance
-    speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" if speed else "–"
-    if speed and test is None:  # the baseline: its interval against itself would only show resampling
+    if speed is None:
+        speed_cell = "–"
+    elif test is None:  # the baseline: speed-up 1 by definition, no interval against itself
         speed_cell = "1.00× (baseline)"
-    if speed and test and not test.significant:
-        speed_cell += " n.s."
+    else:
+        speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" + (
+            "" if test.significant else " n.s."
+        )
     energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
     spread = f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
     notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
