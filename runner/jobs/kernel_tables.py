@@ -85,10 +85,10 @@ def find_tables(places: Iterable[Path]) -> list[Path]:
 
 def read_table(path: Path) -> KernelTable:
     """``path`` as a :class:`KernelTable`; :class:`LeanVideoError` naming the file when it is no table."""
-    if _is_bench_table(path):
-        raise LeanVideoError(f"{path}: {BENCH_TABLE}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if _is_bench_data(data):
+            raise LeanVideoError(f"{path}: {BENCH_TABLE}")
         fingerprint = dict(data["fingerprint"])
         rows = tuple(
             KernelRow(ShapeClass.from_key(str(key)), Choice.from_dict(entry))
@@ -124,9 +124,12 @@ def clear_tables(paths: Iterable[Path]) -> list[Path]:
 def _is_bench_table(path: Path) -> bool:
     """Whether ``path`` is ``int8_bench.py --json``'s table (a list of ``{shape, kernel, ratio}``)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return _is_bench_data(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return False
+
+
+def _is_bench_data(data: Any) -> bool:
     return (
         isinstance(data, list)
         and bool(data)
