@@ -267,10 +267,14 @@ class Telemetry:
         for listener in self.listeners:
             listener(record)
 
+    def _running_record(self) -> PromptRecord | None:
+        """The running prompt's record (the caller holds the lock)."""
+        return self._records.get(self._running) if self._running else None
+
     def note_event(self, kind: str, data: dict[str, Any]) -> None:
         """Attach an event (e.g. a Free VRAM report) to the running prompt's record."""
         with self._lock:
-            record = self._records.get(self._running) if self._running else None
+            record = self._running_record()
             if record is not None:
                 record.events.append({"kind": kind, "time": time.time(), **data})
 
@@ -278,7 +282,7 @@ class Telemetry:
         """Count one occurrence of ``key`` (e.g. an attention fallback reason) in the running prompt's
         record: one event per kind and key, ``{"kind", "key", "calls", **data}``, its ``calls`` counted."""
         with self._lock:
-            record = self._records.get(self._running) if self._running else None
+            record = self._running_record()
             if record is None:
                 return
             for event in record.events:
