@@ -72,10 +72,9 @@ def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
 
 
 def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
-    """Every semantic difference from ``a`` to ``b``, in node-id order. Nodes are paired by id, then —
-    for those left — by class and title, then by class alone where either is unique on both sides, so a
-    renumbered graph shows as ``renumbered`` nodes, not as every node replaced; links are compared
-    through that pairing."""
+    """Every semantic difference from ``a`` to ``b``, in node-id order. Nodes are paired by what they are
+    (:func:`match_nodes`), so a renumbered graph shows as ``renumbered`` nodes, not as every node
+    replaced; links are compared through that pairing."""
     pairs = match_nodes(a, b)
     changes: list[Change] = []
     for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
