@@ -11,8 +11,14 @@ import difflib
 from collections.abc import Iterable
 
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
-# the tiny models' helper nodes, loaded only by ``leanvideo serve --fixture-nodes``
-FIXTURE_HINT = ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
+FIXTURE_PREFIX = "LeanVideoFixture"  # the tiny models' helper nodes, loaded by serve --fixture-nodes
+
+
+def fixture_hint(class_type: str) -> str | None:
+    """What to do about an unknown node type that is one of the tiny models' helper nodes, else None."""
+    if not class_type.startswith(FIXTURE_PREFIX):
+        return None
+    return ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
 
 
 def close_hint(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.suggest import FIXTURE_HINT, MODEL_SUFFIXES, close_hint
+from runner.graph.suggest import MODEL_SUFFIXES, close_hint, fixture_hint
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -274,8 +274,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
         if info is None:
-            fixture = class_type.startswith("LeanVideoFixture")
-            hint = FIXTURE_HINT if fixture else close_hint(class_type, object_info)
+            hint = fixture_hint(class_type) or close_hint(class_type, object_info)
             problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
