@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
-from leanvideo.int8.device import cpu_isa, cpu_model
+from leanvideo.int8.device import cpu_isa, cpu_model, onednn_on
 from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
 from leanvideo.int8.linear import (
     KERNELS,
@@ -236,7 +236,7 @@ def environment() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_isa": cpu_isa(),  # torch's CPU kernels, int8 dot-product flags, any oneDNN cap
         "threads": torch.get_num_threads(),
-        "onednn": torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+        "onednn": onednn_on(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "leanvideo": pack,
         "comfy_kitchen": kitchen,

@@ -41,9 +41,14 @@ def cpu_isa() -> str:
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
     if cap:
         parts.append(f"onednn<={cap}")
-    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+    if not onednn_on():
         parts.append("onednn-off")  # torch._int_mm runs its scalar loop then
     return " ".join(parts)
+
+
+def onednn_on() -> bool:
+    """Whether torch has oneDNN and it is switched on (``torch.backends.mkldnn``)."""
+    return bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
 
 
 def cpu_flags() -> set[str]:
