@@ -77,3 +77,31 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_lock_file_deleted_before_it_was_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A temporary-folder cleaner may delete the (unlocked) file between our open and our lock: a lock on
+    the deleted file would guard nothing, as a second worker would make and lock a new one."""
+    from runner.batch import worker_ids
+
+    real_open = worker_ids._open_lock
+    deleted: list[Path] = []
+
+    def open_then_delete(folder: Path, path: Path):  # type: ignore[no-untyped-def]
+        handle = real_open(folder, path)
+        if not deleted:
+            path.unlink()
+            deleted.append(path)
+        return handle
+
+    monkeypatch.setattr(worker_ids, "_open_lock", open_then_delete)
+    with hold_worker_id("host-abc", lock_dir=tmp_path):
+        assert deleted and deleted[0].is_file()  # made again, and that one is held
+        monkeypatch.setattr(worker_ids, "_open_lock", real_open)
+        with (
+            pytest.raises(UsageError, match="in use by a live worker"),
+            hold_worker_id("host-abc", lock_dir=tmp_path),
+        ):
+            pass

@@ -5,6 +5,8 @@ recovered by starting the same command again. Two workers alive at once under on
 each other's running jobs, and each job would run twice. So a worker holds its id while it runs: an
 exclusive lock on a file named after the id, in the machine's temporary folder, which the operating
 system releases when the process ends, however it ends. A second worker asking for a held id is refused.
+systemd-tmpfiles does not age a file while a BSD lock is held on it, so a worker that runs for weeks keeps
+its lock file; one deleted before it was locked is made again.
 
 The default id is this machine's name and a digest of the ``--server`` list; ``batch submit --wait``
 adds the batch's name, so two batches submitted at once on the same servers run side by side.
@@ -25,6 +27,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from runner.errors import UsageError, WorkspaceError
 
@@ -60,23 +63,24 @@ def hold_worker_id(worker_id: str, db_url: str = "", lock_dir: Path | None = Non
     folder = lock_dir or Path(tempfile.gettempdir()) / LOCK_FOLDER
     digest = hashlib.sha256("\n".join((db_url, worker_id)).encode()).hexdigest()[:16]
     path = folder / f"{digest}.lock"
-    try:
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            folder.chmod(0o1777)  # shared like /tmp: each user's files stay theirs
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise WorkspaceError(f"cannot make the worker id lock {path}: {exc.strerror or exc}") from exc
-    with os.fdopen(descriptor, "r+", encoding="utf-8") as handle:
+    for _ in range(5):  # a lock file deleted between open and lock is made again
+        handle = _open_lock(folder, path)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = handle.read().strip() or "another process"
+            handle.close()
             raise UsageError(
                 f"worker id {worker_id!r} is in use by a live worker on this machine ({holder}): each "
                 "running worker needs its own --worker-id (one that starts under a dead worker's id takes "
                 "over that worker's unfinished jobs, which is how a stopped command is resumed)"
             ) from None
+        if _still_named(handle, path):
+            break
+        handle.close()
+    else:
+        raise WorkspaceError(f"cannot hold the worker id lock {path}: it is deleted as soon as it is made")
+    with handle:
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
@@ -85,3 +89,25 @@ def hold_worker_id(worker_id: str, db_url: str = "", lock_dir: Path | None = Non
             yield worker_id
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_lock(folder: Path, path: Path) -> IO[str]:
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o1777)  # shared like /tmp: each user's files stay theirs
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise WorkspaceError(f"cannot make the worker id lock {path}: {exc.strerror or exc}") from exc
+    return os.fdopen(descriptor, "r+", encoding="utf-8")
+
+
+def _still_named(handle: IO[str], path: Path) -> bool:
+    """Whether ``path`` still names the file locked through ``handle``. A cleaner may delete an unlocked
+    file after it was opened: a lock on it would guard nothing, as the next worker makes a new file."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
