@@ -33,7 +33,7 @@ import numpy as np
 from benchmarks.matrix import Matrix, Variant
 from benchmarks.protocol import SERVER_LOST, RunMeasure, one_line, run_variant
 from benchmarks.stats import drift_verdict, percentile, summarize
-from runner.errors import LeanVideoError
+from runner.errors import LeanVideoError, PromptCancelledError
 from runner.graph.workflow import find_seeds, load_workflow
 from runner.jobs.frames import psnr_db
 from runner.jobs.run import RunOptions, run_workflow
@@ -186,10 +186,15 @@ def run_load(
     # ComfyUI's cache and measure nothing.
     seeds = find_seeds(load_workflow(workflow_path))
     dispatcher = _LeastBusy(servers)
+    stop = threading.Event()  # Ctrl-C: no job starts, and each running prompt is cancelled at its next event
     started = time.perf_counter()
 
+    def cancel_when_stopped(event: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt  # run_workflow cancels its prompt on the server
+
     def one(index: int) -> dict[str, Any] | None:
-        if deadline is not None and time.monotonic() >= deadline:
+        if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
             return None
         reseed = tuple(f"{key}={int(value) + index + 1}" for key, value in seeds.items())
         with dispatcher.server() as server:
@@ -198,15 +203,23 @@ def run_load(
                 server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout
             )
             try:
-                timing = run_workflow(workflow_path, options).record["timing"]
+                timing = run_workflow(workflow_path, options, cancel_when_stopped).record["timing"]
+            except PromptCancelledError:
+                return None
             except LeanVideoError as error:  # one failed job must not lose the others' figures
                 return {"job": index, "server": server, "error": one_line(error)}
             done = time.perf_counter() - started
         figures = {k: timing[k] for k in ("wall_s", "queue_s", "server_execution_s")}
         return {"job": index, "server": server, "sent_s": sent, "done_s": done, **figures}
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency)
+    try:
         made = [row for row in pool.map(one, range(jobs)) if row is not None]
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     elapsed = time.perf_counter() - started
     rows = [row for row in made if "error" not in row]
     failed = {"failed_jobs": [row for row in made if "error" in row]} if len(rows) < len(made) else {}

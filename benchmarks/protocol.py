@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.matrix import ORDERS, Matrix, Variant
-from runner.errors import PromptFailedError, ServerError, WorkflowError
+from runner.errors import PromptCancelledError, PromptFailedError, ServerError, WorkflowError
 from runner.jobs.run import RunOptions, run_workflow
 from runner.transport.client import ComfyClient
 
@@ -347,6 +347,8 @@ def run_variants(
                 warmup=planned.warmup,
                 sequence=sequence,
             )
+        except PromptCancelledError:
+            raise  # Ctrl-C stops the bench, it does not fail a variant
         except (PromptFailedError, WorkflowError) as error:
             if failures is None:
                 raise

@@ -8,6 +8,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +173,37 @@ def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(
     assert code == 5 and "has no input 'bogus'" in err and "nothing was run" in err
     assert not (out / "bench.json").exists()
     assert httpx.get(f"{comfy_server.url}/history").json() == history
+
+
+def test_ctrl_c_stops_the_bench_at_once_and_exits_130(tmp_path: Path, tiny_models: FixtureSet) -> None:
+    """Ctrl-C during a measured run cancels that prompt and ends the bench: the variant is not reported
+    as failed and no other variant (or server) starts. A terminal sends it to the bench's process group;
+    the ComfyUI servers it starts have groups of their own."""
+    out = tmp_path / "bench"
+    log = out / "servers" / "default" / "comfyui.log"
+    bench = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "runner.cli.bench", str(TINY), "--out", str(out)),
+            *("--warmups", "0", "--repeats", "1", "--set", "9.steps=10000"),  # far longer than the test
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        give_up = time.monotonic() + 240
+        while not (log.is_file() and "got prompt" in log.read_text(encoding="utf-8", errors="replace")):
+            assert bench.poll() is None and time.monotonic() < give_up, bench.stdout and bench.stdout.read()
+            time.sleep(0.5)
+        time.sleep(2.0)  # the prompt is sampling
+        os.killpg(bench.pid, signal.SIGINT)
+        output, _ = bench.communicate(timeout=90)
+    finally:
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+    print(output)
+    assert bench.returncode == 130, output
+    assert "cancelled" in output and "failed" not in output
+    assert "--async-offload" not in output  # the next group's server never started
+    assert not (out / "bench.json").exists()

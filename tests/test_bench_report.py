@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
 import csv
 import io
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,10 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks import modes
 from benchmarks.modes import run_load, soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
 from benchmarks.report import mode_headline, render_csv, render_markdown, write_plots
 from benchmarks.results import build_variant_result, failed_result, skipped_result
+from runner.errors import PromptCancelledError
 from runner.jobs.frames import psnr_db
 from runner.local.workspace import REPO_ROOT
 
@@ -333,3 +337,43 @@ def test_the_log_check_finds_fallbacks_offloads_errors_and_passes_routine_lines(
     }  # fmt: skip
     assert found["verdict"] == "8 finding(s): error 1, memory 2, fallback 2, offload 2, precision 1"
     assert found["examples"][0] == "Set vram state to: LOW_VRAM"
+
+
+def test_ctrl_c_in_a_load_test_cancels_the_running_prompts_and_starts_no_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the main thread only: the jobs' threads must be told, or the bench would wait for
+    every planned job. Each running prompt is cancelled at its next event (as run_workflow does on
+    Ctrl-C); no queued job starts."""
+    started: list[int] = []
+    cancelled: list[int] = []
+    lock = threading.Lock()
+
+    def fake_run(path: Path, options: Any, on_event: Any = None) -> Any:
+        with lock:
+            started.append(len(started))
+            second = len(started) == 2
+        if second:
+            _thread.interrupt_main()  # the user presses Ctrl-C while two prompts run
+        for _ in range(1000):  # a prompt that runs 10 s unless cancelled, with an event every 10 ms
+            try:
+                on_event(object())
+            except KeyboardInterrupt:
+                cancelled.append(len(cancelled))
+                raise PromptCancelledError("prompt cancelled") from None
+            time.sleep(0.01)
+        pytest.fail("a running prompt was not cancelled")
+
+    monkeypatch.setattr(modes, "run_workflow", fake_run)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        modes.run_load(
+            REPO_ROOT / "workflows" / "ltxv_tiny_t2v.api.json",
+            (),
+            ["http://127.0.0.1:9"],
+            tmp_path,
+            concurrency=2,
+            jobs=20,
+        )
+    assert len(started) == 2 and len(cancelled) == 2
+    assert time.monotonic() - began < 5
