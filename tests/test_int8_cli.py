@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,12 @@ def test_quantize_the_tiny_dit(tiny_models: FixtureSet, tmp_path: Path) -> None:
     assert code == 0, output
     assert "round trip verified" in output and "per-layer SQNR" in output
     assert read_int8_file(target).format == "leanvideo"
+    # The permissions any new file gets (umask), as the float file it came from: a ComfyUI server running
+    # as another user reads it
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
     with pytest.raises(LeanVideoError, match="refusing to overwrite"):
         _run(str(tiny_models.diffusion_model), str(target))

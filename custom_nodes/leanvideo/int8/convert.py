@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,9 +168,7 @@ def quantize_file(
     report.layer_configs = dict(plan)
     # A name of our own beside the target (never a file of the user's), moved into place only where
     # nothing has appeared meanwhile.
-    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    os.close(handle)
-    partial = Path(name)
+    partial = _new_partial(target)
     try:
         _stream_quantized(source, partial, header, plan, report, progress)
         _verify(source, partial, plan)
@@ -191,6 +189,18 @@ def _check_target(target: Path) -> None:
         raise FileExistsError(f"{target} exists; refusing to overwrite it")
     if not target.parent.is_dir():
         raise FileNotFoundError(f"{target}: the folder {target.parent} does not exist")
+
+
+def _new_partial(target: Path) -> Path:
+    """A new empty file of our own beside ``target``, with the permissions the umask gives any new file
+    (``mkstemp`` makes it 0600: a ComfyUI server running as another user could not read the model)."""
+    while True:
+        path = target.parent / f".{target.name}.{secrets.token_hex(4)}.partial"
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return path
 
 
 def _move_without_overwriting(partial: Path, target: Path) -> None:
