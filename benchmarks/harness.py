@@ -377,6 +377,7 @@ def _write_variant_workflow(
     which changes nothing)."""
     workflow = variant.build_workflow(base)
     apply_overrides(workflow, list(variant.overrides), object_info)
+    modes.add_lossless_capture(workflow, object_info)  # the quality checks compare frames, not H.264
     path = out / "workflows" / f"{variant_slug(variant.name)}.api.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")

@@ -3,7 +3,11 @@
 - consistency: every measured run of a variant uses the same seed; their *decoded* frames must hash the
   same (MP4 bytes are not deterministic), or at least reach ``CONSISTENCY_PSNR_DB``;
 - quality: each variant's first measured video against the reference variant's, PSNR and SSIM per
-  frame (SSIM on luma with 8×8 windows, the usual constants), reported as the mean over frames;
+  frame (SSIM on luma with 8×8 windows, the usual constants), reported as the mean over frames.
+  Both compare the frames themselves where the server has the pack's Save Video (lossless): the bench
+  adds one beside the workflow's first Save Video (:func:`add_lossless_capture`). Save Video's H.264
+  (yuv420p) would otherwise be compared, and its codec noise counted as a difference (INT8 frames at
+  45 dB from the float ones decode at 28 dB on the tiny models); such figures say ``decoded video``;
 - soak: N rounds of one variant; per-round peak VRAM, peak RSS, start memory and time; a drift verdict
   per series (:func:`benchmarks.stats.drift_verdict`);
 - load: J jobs (each with its own seed) over C concurrent clients against one or several servers, each
@@ -22,7 +26,7 @@ import hashlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.matrix import Matrix, Variant
-from benchmarks.protocol import SERVER_LOST, RunMeasure, one_line, run_variant
+from benchmarks.protocol import LOSSLESS_ID, SERVER_LOST, RunMeasure, one_line, run_variant
 from benchmarks.stats import drift_verdict, percentile, summarize
 from runner.errors import LeanVideoError, PromptCancelledError
 from runner.graph.workflow import find_seeds, load_workflow
@@ -39,6 +43,9 @@ from runner.jobs.frames import psnr_db
 from runner.jobs.run import RunOptions, run_workflow
 
 CONSISTENCY_PSNR_DB = 40.0
+LOSSLESS_CLASS = "LeanVideoSaveVideoLossless"
+LOSSLESS_FRAMES = "lossless frames"
+DECODED_VIDEO = "decoded video (H.264: its codec noise counts as a difference)"
 _C1 = (0.01 * 255) ** 2
 _C2 = (0.03 * 255) ** 2
 
@@ -92,17 +99,60 @@ def compare_videos(path: Path, reference: Path) -> dict[str, float]:
     return {"psnr_db": float(np.mean(psnrs)), "ssim": float(np.mean(ssims)), "frames": float(len(frames))}
 
 
+def add_lossless_capture(workflow: dict[str, Any], object_info: Mapping[str, Any]) -> bool:
+    """Add Save Video (lossless) as node :data:`LOSSLESS_ID`, on the video of the workflow's first Save
+    Video; False (nothing added) on a server without that node or a workflow without Save Video."""
+    if LOSSLESS_CLASS not in object_info:
+        return False
+    saves = [
+        node
+        for _, node in sorted(workflow.items(), key=lambda item: (not item[0].isdigit(), item[0].zfill(12)))
+        if isinstance(node, dict) and node.get("class_type") == "SaveVideo"
+        and isinstance(node.get("inputs", {}).get("video"), list)
+    ]  # fmt: skip
+    if not saves:
+        return False
+    prefix = saves[0]["inputs"].get("filename_prefix")
+    workflow[LOSSLESS_ID] = {
+        "class_type": LOSSLESS_CLASS,
+        "inputs": {
+            "video": list(saves[0]["inputs"]["video"]),
+            "filename_prefix": f"{prefix if isinstance(prefix, str) else 'bench'}-lossless",
+        },
+        "_meta": {"title": "Save Video (lossless), added by the bench for the quality checks"},
+    }
+    return True
+
+
+def frames_to_compare(runs: Sequence[RunMeasure]) -> tuple[list[Path], str]:
+    """The measured runs' lossless copies when each has one (:data:`LOSSLESS_FRAMES`), else their
+    videos (:data:`DECODED_VIDEO`)."""
+    measured = [r for r in runs if not r.warmup]
+    if measured and all(r.frames_path for r in measured):
+        return [Path(str(r.frames_path)) for r in measured], LOSSLESS_FRAMES
+    return [Path(r.output_path) for r in measured if r.output_path], DECODED_VIDEO
+
+
+def compare_runs(run: RunMeasure, reference: RunMeasure) -> dict[str, Any] | None:
+    """:func:`compare_videos` of two runs' outputs (lossless copies when both have one), and ``on``:
+    what was compared; None when either has no video."""
+    (paths, on) = frames_to_compare([run, reference])
+    if len(paths) < 2:
+        return None
+    return {**compare_videos(paths[0], paths[1]), "on": on}
+
+
 def check_consistency(runs: Sequence[RunMeasure]) -> dict[str, Any]:
     """Same seed, same output? Decoded-frame hashes of the measured runs, PSNR as the fallback verdict."""
-    paths = [Path(r.output_path) for r in runs if not r.warmup and r.output_path]
+    paths, on = frames_to_compare(runs)
     if len(paths) < 2:
         return {"verdict": "not enough runs", "runs": len(paths)}
     digests = [frames_digest(p) for p in paths]
     if len(set(digests)) == 1:
-        return {"verdict": "identical", "runs": len(paths), "digest": digests[0]}
+        return {"verdict": "identical", "runs": len(paths), "digest": digests[0], "on": on}
     worst = min(compare_videos(p, paths[0])["psnr_db"] for p in paths[1:])
     verdict = "close" if worst >= CONSISTENCY_PSNR_DB else "different"
-    return {"verdict": verdict, "runs": len(paths), "min_psnr_db": worst, "digests": digests}
+    return {"verdict": verdict, "runs": len(paths), "min_psnr_db": worst, "digests": digests, "on": on}
 
 
 def soak_verdict(

@@ -59,6 +59,7 @@ FREE_APPLY_TIMEOUT_S = 600.0  # a prompt already running (another client's) dela
 FREE_REPOST_S = 2.0
 MB = 1024 * 1024
 SERVER_LOST = "the server stopped answering"  # how a failure because the server went away begins
+LOSSLESS_ID = "bench_lossless"  # the Save Video (lossless) node the bench adds (modes.add_lossless_capture)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class RunMeasure:
     output_path: str | None
     flags: tuple[str, ...] = field(default_factory=tuple)
     sequence: int | None = None  # place in the matrix's run order (0-based, warmups included)
+    frames_path: str | None = None  # the lossless copy of the video the bench adds (modes.LOSSLESS_ID)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "flags": list(self.flags)}
@@ -183,7 +185,8 @@ def measure_from_record(
     available = bool(telemetry.get("available"))
     nvml_start = telemetry.get("nvml_used_start_bytes") if available else None
     memory_start = nvml_start if nvml_start is not None else telemetry.get("rss_start_bytes")
-    outputs = record.get("outputs", [])
+    outputs = [o for o in record.get("outputs", []) if o.get("node_id") != LOSSLESS_ID]
+    lossless = [o for o in record.get("outputs", []) if o.get("node_id") == LOSSLESS_ID]
     return RunMeasure(
         variant=variant,
         index=index,
@@ -202,6 +205,7 @@ def measure_from_record(
         output_path=outputs[0].get("path") if outputs else None,
         flags=tuple(flags),
         sequence=sequence,
+        frames_path=lossless[0].get("path") if lossless else None,
     )
 
 

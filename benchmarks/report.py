@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.matrix import Matrix
+from benchmarks.modes import DECODED_VIDEO
 from benchmarks.results import VariantResult
 from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
 
@@ -58,6 +59,7 @@ CSV_COLUMNS = (
     "flags",
     "psnr_db",
     "ssim",
+    "quality_on",
 )
 
 
@@ -101,10 +103,11 @@ def format_row(result: VariantResult) -> list[str]:
     energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
     spread = f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
     notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
+    decoded = " (on decoded video)" if result.quality and result.quality.get("on") == DECODED_VIDEO else ""
     if result.quality and result.quality["psnr_db"] >= IDENTICAL_PSNR_DB:
-        notes.append("frames identical to the quality reference")
+        notes.append(f"frames identical to the quality reference{decoded}")
     elif result.quality:
-        notes.append(f"PSNR {result.quality['psnr_db']:.1f} dB, SSIM {result.quality['ssim']:.3f}")
+        notes.append(f"PSNR {result.quality['psnr_db']:.1f} dB, SSIM {result.quality['ssim']:.3f}{decoded}")
     return [
         result.name,
         time_cell,
@@ -257,6 +260,7 @@ def render_csv(results: Sequence[VariantResult]) -> str:
                 ";".join(f"{k}={v}" for k, v in sorted(r.flags.items())),
                 q.get("psnr_db", ""),
                 q.get("ssim", ""),
+                q.get("on", ""),
             ]
         )
     return buffer.getvalue()

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from benchmarks.matrix import Matrix
-from benchmarks.modes import compare_videos
+from benchmarks.modes import compare_runs
 from benchmarks.protocol import RunMeasure
 from benchmarks.stats import RankTest, Speedup, Summary, bootstrap_speedup, mann_whitney_u, summarize
 
@@ -37,7 +36,7 @@ class VariantResult:
     phases: dict[str, float] = field(default_factory=dict)
     step_s: float | None = None
     flags: dict[str, int] = field(default_factory=dict)
-    quality: dict[str, float] | None = None
+    quality: dict[str, Any] | None = None
 
     @property
     def measured(self) -> list[RunMeasure]:
@@ -119,7 +118,7 @@ def fold_results(
     the baseline's measured runs, frame quality against the reference's first output)."""
     baseline_runs = runs.get(matrix.baseline)
     baseline = [r.total_s for r in baseline_runs if not r.warmup] if baseline_runs else None
-    reference = _first_output(runs.get(matrix.reference, []))
+    reference = _first_measured(runs.get(matrix.reference, []))
     results = []
     for variant in matrix.variants:
         if variant.name in skipped:
@@ -133,16 +132,13 @@ def fold_results(
             continue
         is_baseline = variant.name == matrix.baseline
         result = build_variant_result(variant.name, runs[variant.name], baseline, is_baseline=is_baseline)
-        output = _first_output(runs[variant.name])
-        if reference and output:
-            quality = compare_videos(output, reference)
+        run = _first_measured(runs[variant.name])
+        quality = compare_runs(run, reference) if run and reference else None
+        if quality:
             result = replace(result, quality=quality)
         results.append(result)
     return results
 
 
-def _first_output(runs: list[RunMeasure]) -> Path | None:
-    for run in runs:
-        if not run.warmup and run.output_path:
-            return Path(run.output_path)
-    return None
+def _first_measured(runs: list[RunMeasure]) -> RunMeasure | None:
+    return next((run for run in runs if not run.warmup and (run.output_path or run.frames_path)), None)

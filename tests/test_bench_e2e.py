@@ -111,6 +111,9 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert variants["20-step baseline"]["quality"]["ssim"] == pytest.approx(1.0)
     consistency = document["modes"]["consistency"]
     assert {item["verdict"] for item in consistency.values()} <= {"identical", "close"}
+    # Both compare the frames themselves (the bench adds Save Video (lossless)), not H.264 decodes
+    assert {v["quality"]["on"] for v in variants.values() if v.get("quality")} == {"lossless frames"}
+    assert {item["on"] for item in consistency.values()} == {"lossless frames"}
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "| Config | Total time | Speed-up | Energy | Peak VRAM |" in markdown
     assert "| 8-step + graph compile | skipped |" in markdown
@@ -128,11 +131,18 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert [written[n]["9"]["inputs"]["steps"] for n in written] == [20, 8]
     assert [written[n]["11"]["inputs"]["cfg"] for n in written] == [3.0, 1.0]
     assert {written[n]["14"]["inputs"]["filename_prefix"] for n in written} == {"leanvideo/bench_e2e"}
+    assert written["8-step-distill"]["bench_lossless"]["inputs"] == {
+        "video": written["8-step-distill"]["14"]["inputs"]["video"],
+        "filename_prefix": "leanvideo/bench_e2e-lossless",
+    }
     for variant in variants.values():  # --set reached every variant's runs, after the variant's own
         for run in variant["runs"]:
             record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))
             assert record["overrides"][-1]["spec"] == "14.filename_prefix=leanvideo/bench_e2e"
-            assert record["outputs"][0]["server_name"].startswith("bench_e2e_")
+            [video] = [o for o in record["outputs"] if o["node_id"] == "14"]
+            assert video["server_name"].startswith("bench_e2e_") and video["path"] == run["output_path"]
+            [frames] = [o for o in record["outputs"] if o["node_id"] == "bench_lossless"]
+            assert frames["path"] == run["frames_path"] and frames["path"].endswith(".mkv")
     assert "- for every variant: `14.filename_prefix=leanvideo/bench_e2e` (--set)" in markdown
     pytest.importorskip("matplotlib")
     assert (out / "total_time.png").is_file() and (out / "phases.png").is_file()

@@ -32,6 +32,7 @@ NODES = (
     "LeanVideoTextEncoderLoaderINT8",
     "LeanVideoFreeVRAM",
     "LeanVideoPatchAttention",
+    "LeanVideoSaveVideoLossless",
 )
 
 

@@ -105,6 +105,7 @@ PACK_NODES = {
     "LeanVideoTextEncoderLoaderINT8": ("Load Text Encoder (INT8)", "advanced/loaders"),
     "LeanVideoFreeVRAM": ("Free VRAM", "utils"),
     "LeanVideoPatchAttention": ("Patch Attention", "advanced/model_patches"),
+    "LeanVideoSaveVideoLossless": ("Save Video (lossless)", "image/video"),
 }
 
 

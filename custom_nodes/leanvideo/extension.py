@@ -7,7 +7,7 @@ from comfy_api.latest import ComfyExtension, io
 from .routes import register_routes
 
 # Each nodes_* module declares ``NODES``: the node classes it contributes, in menu order.
-NODE_MODULES: tuple[str, ...] = ("nodes_loaders", "nodes_runtime")
+NODE_MODULES: tuple[str, ...] = ("nodes_loaders", "nodes_runtime", "nodes_output")
 
 
 class LeanVideoExtension(ComfyExtension):
