@@ -76,6 +76,9 @@ def test_int8_text_encoder_node_in_the_tiny_workflow(
     psnr = math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
     print(f"PSNR, tiny LTXV frames with the INT8 CLIP-L vs fp16 CLIP-L: {psnr:.2f} dB")
     assert psnr >= 30.0
+    # The server log says how the encoder was read, as for a diffusion model (troubleshooting.md)
+    log = comfy_server.log_path.read_text(encoding="utf-8", errors="replace")
+    assert re.search(r"Loaded \S*clip_l\.safetensors \(float, quantized on load\) with matmul route", log)
 
 
 def test_loader_report_and_telemetry_show_the_kernel_choices(

@@ -178,13 +178,14 @@ def build_diffusion_model(
     if patcher is None:
         found = describe_misplaced(tensors, source=str(path), wanted="diffusion model")
         raise Int8FormatError(found or f"{path}: ComfyUI could not detect the diffusion model type")
-    kind = (
-        f"{loaded.format}, quantized on load"
-        if loaded.format in QUANTIZED_ON_LOAD
-        else f"{loaded.format} INT8"
-    )
-    logger.info("Loaded %s (%s) with matmul route %s", path, kind, options.matmul_route)
+    logger.info("Loaded %s (%s) with matmul route %s", path, _described(loaded), options.matmul_route)
     return Int8ModelPatcher.wrap(patcher)
+
+
+def _described(loaded: Any) -> str:
+    """How a file was read, for the log: ``leanvideo INT8``, ``float, quantized on load`` …"""
+    quantized = loaded.format in QUANTIZED_ON_LOAD
+    return f"{loaded.format}, quantized on load" if quantized else f"{loaded.format} INT8"
 
 
 def load_text_encoder_int8(
@@ -202,9 +203,11 @@ def load_text_encoder_int8(
     them (``spiece_model`` for Wan's UMT5-XXL, ACE's T5, Gemma; ``tekken_model`` for Mistral).
     """
     options = options or Int8LoadOptions()
-    state_dicts = []
+    state_dicts: list[Any] = []
+    read_as: list[str] = []  # each file and how it was read, for the log
     for path in paths:
         loaded = read_for_loading(path, options)
+        read_as.append(f"{path} ({_described(loaded)})")
         if loaded.format in QUANTIZED_ON_LOAD:
             state_dicts.append(_quantize_loaded(loaded, "text_encoder", "", options.quantize_config))
         else:
@@ -223,6 +226,7 @@ def load_text_encoder_int8(
         state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
     )
     _reload_measured(clip)
+    logger.info("Loaded %s with matmul route %s", ", ".join(read_as), options.matmul_route)
     return clip
 
 
