@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from dbos import DBOSClient
 
+from runner.batch.attempt import run_attempt
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
@@ -23,6 +24,7 @@ from runner.batch.queue import (
     QUEUE,
     BatchSettings,
     cancel_batch,
+    job_spec,
     list_jobs,
     open_client,
     retry_batch,
@@ -99,6 +101,29 @@ def test_a_taken_job_folder_queues_nothing(tmp_path: Path) -> None:
             submit_batch(client, "t", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
         assert list_jobs(client, "t") == []
     assert (out / "b" / "mine.txt").read_text() == "mine"
+
+
+def test_an_out_that_is_a_file_queues_nothing(tmp_path: Path) -> None:
+    """As ``run``, ``bench`` and ``demo`` do: refused up front (exit 2), not one failed job per line."""
+    out = tmp_path / "afile"
+    out.write_text("mine")
+    with open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
+        with pytest.raises(UsageError, match=r"--out .*afile: a file, not a folder; nothing was queued"):
+            submit_batch(client, "t", [prepared("a")], BatchSettings(out_dir=out))
+        assert list_jobs(client, "t") == []
+    assert out.read_text() == "mine"
+
+
+def test_an_out_that_became_unusable_fails_the_job_before_its_prompt(tmp_path: Path) -> None:
+    """A folder that turned into a file after the submit: fault ``output``, named, and no prompt sent
+    (the server here answers nothing: a prompt would have given a ``server`` fault)."""
+    out = tmp_path / "afile"
+    out.write_text("mine")
+    job = job_spec("t", prepared("a"), BatchSettings(out_dir=out, timeout=5, health_timeout=1))
+    outcome = run_attempt(job, "http://127.0.0.1:9", worker="w", attempt=1)
+    assert outcome["fault"] == "output", outcome
+    assert outcome["error"]["message"].startswith(f"--out {out}: cannot make {out}/.partial/a-")
+    assert out.read_text() == "mine"
 
 
 def test_a_job_that_raised_is_run_again_by_retry(tmp_path: Path) -> None:

@@ -180,7 +180,14 @@ def run_attempt(
     prompt_id = str(uuid.uuid4())
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
+    try:  # before the prompt: an unusable --out costs no GPU time
+        partial.mkdir(parents=True)
+    except OSError as exc:
+        message = f"--out {job['out_dir']}: cannot make {partial} ({exc.strerror or type(exc).__name__})"
+        logger.warning("job %s: output fault: %s", job["job_id"], message)
+        return _failed(base, "output", {"node_id": None, "class_type": None, "message": message})
     if in_flight is not None and not in_flight.add(prompt_id, server):  # never recorded: DBOS is down
+        shutil.rmtree(partial, ignore_errors=True)
         return _failed(
             base, "server", {"node_id": None, "class_type": None, "message": "the worker is stopping"}
         )

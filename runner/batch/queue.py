@@ -153,6 +153,11 @@ def submit_batch(
             queued.
     """
     check_batch_name(name)
+    out = settings.out_dir
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: a file, not a folder; nothing was queued")
+    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: the folder is not writable; nothing was queued")
     specs = [job_spec(name, job, settings) for job in jobs]
     existing = {
         status.workflow_id: (status.attributes or {}).get("digest")
