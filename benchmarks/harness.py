@@ -49,9 +49,8 @@ from runner.errors import ServerError, WorkflowError
 from runner.fixtures import write_fixtures
 from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
-from runner.local.ports import pick_free_port
 from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.local.workspace import find_workspace
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -326,17 +325,10 @@ def open_server(
             yield settings.servers[0], ""
         return
     workspace = find_workspace()
-    node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if matrix.fixtures else (NODE_PACK_DIR,)
     if matrix.fixtures:
         write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
-    config = ServerConfig(
-        comfyui_dir=workspace.comfyui_dir,
-        state_dir=server_state_dir(out, server_args),
-        models_dir=workspace.models_dir,
-        python=workspace.python,
-        port=pick_free_port(),
-        custom_node_dirs=node_dirs,
-        extra_args=server_args,
+    config = ServerConfig.in_workspace(
+        workspace, server_state_dir(out, server_args), fixture_nodes=matrix.fixtures, extra_args=server_args
     )
     say(f"starting ComfyUI{' with ' + ' '.join(server_args) if server_args else ''} on port {config.port}")
     with ComfyServer(config) as server:

@@ -181,3 +181,27 @@ def test_muted_bypassed_and_editor_only_nodes_load_nothing() -> None:
     ui["nodes"].append(primitive)
     left = {ref.name for ref in required_models_ui(ui)}
     assert left == names - {lora["widgets_values"][0], vae["widgets_values"][0]}
+
+
+def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``install.py --comfyui ~/ComfyUI`` the user's models are in that ComfyUI's ``models``; the
+    workspace's folder (the tiny models) is searched too, and a missing file goes to the user's."""
+    path, workspace_models = write(tmp_path)  # the DiT is in the workspace's models folder
+    user = tmp_path / "ComfyUI"
+    (user / "models" / "text_encoders").mkdir(parents=True)
+    (user / "models" / "text_encoders" / "te.safetensors").write_bytes(b"x")
+    (user / "main.py").write_text("")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "models").symlink_to(workspace_models)
+    monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(workspace))
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(user))
+    assert main(["models", "check", str(path), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert (document["models_dir"], document["also"]) == (str(user / "models"), [str(workspace / "models")])
+    files = {f["name"]: f for f in document["files"]}
+    assert files["te.safetensors"]["path"] == str(user / "models" / "text_encoders" / "te.safetensors")
+    assert files["dit.safetensors"]["status"] == "present"
+    assert files["l.safetensors"]["target"] == str(user / "models" / "loras")

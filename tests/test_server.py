@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
 from runner.local.background import find_running_servers, stop_background_server
+from runner.fixtures import FixtureSet
 from runner.local.ports import port_is_free
 from runner.local.server import (
     ComfyServer,
@@ -24,6 +26,7 @@ from runner.local.server import (
     frontend_installed,
     write_headless_page,
 )
+from runner.local.workspace import NODE_PACK_DIR, Workspace
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +149,47 @@ def test_background_servers_are_found_by_command_line_and_stopped(tmp_path: Path
     finally:
         fake.kill()
         fake.wait()
+
+
+def test_a_users_own_comfyui_brings_its_models_and_nodes(
+    workspace: Workspace, tiny_models: FixtureSet, tmp_path: Path
+) -> None:
+    """``install.py --comfyui ~/ComfyUI``: the servers we start (each with a base folder of its own) still
+    see that ComfyUI's models and custom nodes, and load the pack that install.py linked there once."""
+    user = tmp_path / "ComfyUI"
+    user.mkdir()
+    for entry in workspace.comfyui_dir.iterdir():
+        if entry.name not in ("models", "custom_nodes"):
+            (user / entry.name).symlink_to(entry)
+    (user / "models" / "loras").mkdir(parents=True)
+    shutil.copy(tiny_models.lora, user / "models" / "loras" / "users-own-lora.safetensors")
+    (user / "custom_nodes").mkdir()
+    (user / "custom_nodes" / "leanvideo").symlink_to(NODE_PACK_DIR / "leanvideo")  # as install.py links it
+    (user / "custom_nodes" / "users_node.py").write_text(
+        textwrap.dedent(
+            """
+            class UsersOwnNode:
+                RETURN_TYPES = ()
+                FUNCTION = "run"
+                CATEGORY = "tests"
+
+                @classmethod
+                def INPUT_TYPES(cls):
+                    return {"required": {}}
+
+            NODE_CLASS_MAPPINGS = {"UsersOwnNode": UsersOwnNode}
+            """
+        )
+    )
+    users = Workspace(root=workspace.root, comfyui_dir=user, python=workspace.python)
+    assert users.user_comfyui and users.user_models_dir == user / "models"
+    assert users.node_dirs() == (user / "custom_nodes",)  # the pack comes through its link there
+    config = ServerConfig.in_workspace(users, tmp_path / "state", cpu=True)
+    with ComfyServer(config) as server:
+        info = httpx.get(f"{server.url}/object_info", timeout=60).json()
+    loras = info["LoraLoaderModelOnly"]["input"]["required"]["lora_name"][0]
+    assert "users-own-lora.safetensors" in loras  # the user's models folder
+    assert tiny_models.lora.name in loras  # and the workspace's (the tiny models)
+    assert "UsersOwnNode" in info and "LeanVideoFreeVRAM" in info
+    log = config.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "IMPORT FAILED" not in log and "Traceback" not in log, log[-3000:]

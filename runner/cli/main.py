@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -33,7 +34,7 @@ from runner.graph.workflow import load_workflow
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, find_workspace
+from runner.local.workspace import find_workspace
 
 DEFAULT_PORT = 8188
 EXIT_CODES = (
@@ -187,16 +188,16 @@ def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
 
 def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     ws = find_workspace()
-    node_dirs = (NODE_PACK_DIR, FIXTURE_NODES_DIR) if args.fixture_nodes else (NODE_PACK_DIR,)
-    config = ServerConfig(
-        comfyui_dir=ws.comfyui_dir,
-        state_dir=ws.servers_dir / str(args.port),
+    config = replace(
+        ServerConfig.in_workspace(
+            ws,
+            ws.servers_dir / str(args.port),
+            port=args.port,
+            fixture_nodes=args.fixture_nodes,
+            extra_args=passthrough,
+        ),
         models_dir=(args.models or ws.models_dir).resolve(),
-        python=ws.python,
         host=args.host,
-        port=args.port,
-        custom_node_dirs=node_dirs,
-        extra_args=passthrough,
         ready_timeout=args.ready_timeout,
     )
     server = ComfyServer(config, detach=args.background)

@@ -26,9 +26,13 @@ def add_models_parser(sub: Any) -> None:
         epilog="exit codes: 0 every file present, 1 something missing, 2 --models is no folder, "
         "3 the workspace has no models folder, 5 bad workflow",
     )
-    check.add_argument("workflow", type=Path, help="API-format workflow JSON")
+    check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
     check.add_argument(
-        "--models", type=existing_folder, default=None, help="models folder (default: the workspace's)"
+        "--models",
+        type=existing_folder,
+        default=None,
+        help="models folder (default: the workspace's; with install.py --comfyui, that ComfyUI's models "
+        "folder, then the workspace's)",
     )
     check.add_argument("--sha256", action="store_true", help="also hash every present file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -36,10 +40,16 @@ def add_models_parser(sub: Any) -> None:
 
 def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
-    models_dir = args.models or find_workspace().models_dir
+    also: tuple[Path, ...] = ()
+    if args.models:
+        models_dir = args.models
+    else:  # with the user's own ComfyUI, its models folder first: the workspace's holds the tiny models
+        workspace = find_workspace()
+        models_dir = workspace.user_models_dir or workspace.models_dir
+        also = (workspace.models_dir,) if workspace.user_models_dir and workspace.models_dir.is_dir() else ()
     if not models_dir.is_dir():
         raise WorkspaceError(f"no models folder at {models_dir}")
-    report = check_models(args.workflow, models_dir, hashes=args.sha256)
+    report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256)
     if args.json:
         console.print_json(json.dumps(report.to_json()))
     else:
@@ -50,7 +60,8 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
 
 def report_lines(report: ModelsReport) -> list[str]:
     """One line per file (two for a missing one: where to get it), then the count of missing files."""
-    lines = [f"models of {escape(report.workflow)} in {escape(report.models_dir)}:"]
+    where = " and ".join(escape(folder) for folder in (report.models_dir, *report.also))
+    lines = [f"models of {escape(report.workflow)} in {where}:"]
     for file in report.files:
         where = f"{file.folder or '?'}/{file.name}"
         node = f"node {file.node_id} ({file.class_type}.{file.input_name})"

@@ -34,7 +34,8 @@ def existing_folder(text: str) -> Path:
     """A folder that exists, from the command line (``--models``), or argparse's usage error."""
     path = Path(text)
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+        problem = "a file, not a folder" if path.exists() else "no such folder"
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return path
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ class ModelsReport:
     workflow: str
     models_dir: str
     files: list[ModelFile] = field(default_factory=list)
+    also: list[str] = field(default_factory=list)  # further folders searched
 
     @property
     def missing(self) -> int:
@@ -66,6 +67,7 @@ class ModelsReport:
         return {
             "workflow": self.workflow,
             "models_dir": self.models_dir,
+            "also": self.also,
             "missing": self.missing,
             "files": [asdict(f) for f in self.files],
         }
@@ -100,11 +102,12 @@ def check_models(
     workflow_path: Path,
     models_dir: Path,
     *,
+    also: Sequence[Path] = (),
     hashes: bool = False,
     templates: Mapping[str, ModelSource] | None = None,
 ) -> ModelsReport:
-    """The report for ``workflow_path`` (API or editor format) against ``models_dir``; see the module
-    docstring.
+    """The report for ``workflow_path`` (API or editor format) against ``models_dir``, then the folders
+    ``also`` (a file found in none goes to ``models_dir``); see the module docstring.
 
     ``templates`` replaces the installed templates' sources (``None``: read them when a file lacks one).
     """
@@ -116,9 +119,11 @@ def check_models(
     if templates is None and any(ref.name not in sources for ref in refs):
         templates = template_sources()
     sources = {**(templates or {}), **sources}
-    report = ModelsReport(str(workflow_path), str(models_dir))
+    report = ModelsReport(str(workflow_path), str(models_dir), also=[str(folder) for folder in also])
     for ref in refs:
-        found = _locate(models_dir, ref.folder, ref.name)
+        found = next(
+            (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
+        )
         source = sources.get(ref.name)
         known = asdict(ref)
         if found is not None:

@@ -33,7 +33,7 @@ import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
-from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8188
     custom_node_dirs: tuple[Path, ...] = (NODE_PACK_DIR,)
+    extra_models_dirs: tuple[Path, ...] = ()  # searched after models_dir (a user's ComfyUI's models)
     cpu: bool | None = None
     # None: a SQLite file in the state folder. (":memory:" works but SQLAlchemy's pool then logs a
     # cross-thread ProgrammingError on the first prompt.)
@@ -101,13 +102,15 @@ class ServerConfig:
 
             config = ServerConfig.in_workspace(find_workspace(), Path("state"), cpu=True)
         """
+        fixtures = (FIXTURE_NODES_DIR,) if fixture_nodes else ()
         return cls(
             comfyui_dir=workspace.comfyui_dir,
             state_dir=state_dir,
             models_dir=workspace.models_dir,
             python=workspace.python,
             port=port if port is not None else pick_free_port(),
-            custom_node_dirs=(NODE_PACK_DIR, FIXTURE_NODES_DIR) if fixture_nodes else (NODE_PACK_DIR,),
+            custom_node_dirs=(*workspace.node_dirs(), *fixtures),
+            extra_models_dirs=(workspace.user_models_dir,) if workspace.user_models_dir else (),
             cpu=cpu,
             extra_args=extra_args,
         )
@@ -171,13 +174,16 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 def write_extra_model_paths(config: ServerConfig) -> Path:
     """Write the extra-model-paths file that points ComfyUI at our models and node folders."""
-    entry: dict[str, str] = {"base_path": str(config.models_dir)}
-    for kind, subdirs in MODEL_FOLDERS.items():
-        entry[kind] = "\n".join(subdirs)
-    if config.custom_node_dirs:
-        entry["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
+    document: dict[str, dict[str, str]] = {}
+    for index, folder in enumerate((config.models_dir, *config.extra_models_dirs)):
+        entry: dict[str, str] = {"base_path": str(folder)}
+        for kind, subdirs in MODEL_FOLDERS.items():
+            entry[kind] = "\n".join(subdirs)
+        if index == 0 and config.custom_node_dirs:
+            entry["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
+        document["leanvideo" if index == 0 else f"leanvideo_models_{index}"] = entry
     path = config.state_dir / "extra_model_paths.yaml"
-    path.write_text(yaml.safe_dump({"leanvideo": entry}, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path
 
 
@@ -313,7 +319,7 @@ class ComfyServer:
                         f"{read_log_tail(self.log_path)}"
                     )
                 time.sleep(0.2)
-            pack_expected = NODE_PACK_DIR in self.config.custom_node_dirs
+            pack_expected = any(holds_pack(folder) for folder in self.config.custom_node_dirs)
             if pack_expected and http.get(f"{self.url}/leanvideo/info").status_code != 200:
                 raise ServerError(
                     f"ComfyUI started but the LeanVideo node pack did not load. Log {self.log_path}, "

@@ -40,9 +40,43 @@ class Workspace:
         return self.root / "models"
 
     @property
+    def user_comfyui(self) -> bool:
+        """Whether the ComfyUI is the user's own (``install.py --comfyui``), not the workspace's copy."""
+        return self.comfyui_dir.resolve() != (self.root / "ComfyUI").resolve()
+
+    @property
+    def user_models_dir(self) -> Path | None:
+        """The user's ComfyUI's ``models`` folder, which the servers we start search too; ``None`` for the
+        workspace's own ComfyUI (its models are in :attr:`models_dir`)."""
+        folder = self.comfyui_dir / "models"
+        return folder if self.user_comfyui and folder.is_dir() else None
+
+    def node_dirs(self) -> tuple[Path, ...]:
+        """The node folders a server we start loads besides the fixtures': our pack, and with the user's own
+        ComfyUI its ``custom_nodes`` too (the server's base folder is its own, so ComfyUI would not see
+        them). The pack is loaded once: not from here as well when ``install.py --comfyui`` linked it
+        there (or ComfyUI-Manager cloned this repository there)."""
+        theirs = self.comfyui_dir / "custom_nodes"
+        if not self.user_comfyui or not theirs.is_dir():
+            return (NODE_PACK_DIR,)
+        return (theirs,) if holds_pack(theirs) else (NODE_PACK_DIR, theirs)
+
+    @property
     def servers_dir(self) -> Path:
         """Parent of each server's own base, output, temp and log folders."""
         return self.root / "servers"
+
+
+def holds_pack(folder: Path) -> bool:
+    """Whether the node folder ``folder`` loads this repository's node pack (it is ``custom_nodes/`` here,
+    or an entry of it links to the pack or to this repository)."""
+    if folder.resolve() == NODE_PACK_DIR.resolve():
+        return True
+    ours = {(NODE_PACK_DIR / "leanvideo").resolve(), REPO_ROOT.resolve()}
+    try:
+        return any(entry.resolve() in ours for entry in folder.iterdir())
+    except OSError:
+        return False
 
 
 def default_workspace_root() -> Path:
