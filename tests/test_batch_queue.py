@@ -292,3 +292,7 @@ def test_the_progress_table_counts_jobs_that_raised() -> None:
     assert [line.split() for line in text.splitlines() if "no server" in line] == [
         ["no", "server", "(the", "job", "raised)", "—", "—", "0", "1"]
     ]
+    jobs.append(JobState("c", "n/c", "cancelled", None, 1, 2))  # cancelled: counted, not hidden in "done"
+    console = Console(width=120, record=True)
+    console.print(_progress_view("n", jobs, None, None))
+    assert "3/3 done · 1 ok · 1 failed · 1 cancelled · 0 running" in console.export_text()

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from runner.errors import PortInUseError, ServerCrashedError
-from runner.local.background import find_running_servers, stop_background_server
 from runner.fixtures import FixtureSet
+from runner.local.background import find_running_servers, stop_background_server
 from runner.local.ports import port_is_free
 from runner.local.server import (
     ComfyServer,

@@ -159,8 +159,9 @@ def _progress_view(
     counts = summary.counts
     line = (
         f"batch {name}: {summary.finished}/{summary.total} done · {counts['success']} ok · "
-        f"{counts['failed'] + counts['error']} failed · {counts['running']} running · "
-        f"{counts['queued']} queued"
+        f"{counts['failed'] + counts['error']} failed · "
+        + (f"{counts['cancelled']} cancelled · " if counts["cancelled"] else "")
+        + f"{counts['running']} running · {counts['queued']} queued"
     )
     if clock is not None:
         began, done_at_start = clock
