@@ -88,6 +88,16 @@ def test_serve_refuses_what_it_cannot_use_before_starting(
     assert taken.read_text() == "kept"
     done = _cli("demo", "--port", "99999")
     assert done.returncode == 2 and "'99999' is not a port" in done.stderr
+    done = _cli("serve", "--port", str(free_port), "--models", str(taken))
+    assert done.returncode == 2 and f"argument --models: {taken}: a file, not a folder" in done.stderr
+
+
+@pytest.mark.parametrize("command", [("run",), ("workflow", "validate"), ("bench",)])
+def test_a_set_without_its_value_is_a_usage_error(command: tuple[str, ...], tmp_path: Path) -> None:
+    """Exit 2 before anything is read or started, naming the spec (not 5, a rejected workflow)."""
+    done = _cli(*command, str(tmp_path / "any.json"), "--set", "Sample.noise_seed")
+    assert done.returncode == 2
+    assert "argument --set: 'Sample.noise_seed': expected NODE.input=VALUE" in done.stderr
 
 
 def test_the_cli_starts_without_importing_torch() -> None:

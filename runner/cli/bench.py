@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from runner.cli.server_options import override_spec
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -57,6 +58,7 @@ def add_bench_parser(subparsers: Any) -> None:
         "--set",
         dest="overrides",
         action="append",
+        type=override_spec,
         default=[],
         metavar="NODE.INPUT=VALUE",
         help="set an input in every variant, after the variant's own (NODE.input=VALUE, NODE an id, title or "

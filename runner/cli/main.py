@@ -27,7 +27,13 @@ from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import RunProgress, summary_table
-from runner.cli.server_options import add_server_arguments, existing_folder, port_number, run_options
+from runner.cli.server_options import (
+    add_server_arguments,
+    existing_folder,
+    override_spec,
+    port_number,
+    run_options,
+)
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.graph.workflow import load_workflow
@@ -100,11 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         dest="overrides",
         action="append",
+        type=override_spec,
         default=[],
         metavar="NODE.input=VALUE",
         help="change an input; NODE is a node id, title or unique class (KSampler.seed=42, 11.noise_seed=7)",
     )
-    run.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="parent of the run folders")
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("leanvideo-out"),
+        help="parent of the run folders (default: leanvideo-out)",
+    )
     run.add_argument(
         "--timeout",
         type=float,

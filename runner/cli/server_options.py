@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from runner.errors import WorkflowError
+from runner.graph.workflow import parse_override
 from runner.jobs.run import RunOptions
 from runner.transport.client import DEFAULT_SERVER
 from runner.transport.retry import DEFAULT_RETRIES
@@ -37,6 +39,16 @@ def existing_folder(text: str) -> Path:
         problem = "a file, not a folder" if path.exists() else "no such folder"
         raise argparse.ArgumentTypeError(f"{text}: {problem}")
     return path
+
+
+def override_spec(text: str) -> str:
+    """A ``--set NODE.input=VALUE`` of the right form (the node and input are checked later, against the
+    workflow), or argparse's usage error."""
+    try:
+        parse_override(text)
+    except WorkflowError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--set ")) from None
+    return text
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:

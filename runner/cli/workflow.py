@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from runner.cli.render import problems_table
-from runner.cli.server_options import add_server_arguments, run_options
+from runner.cli.server_options import add_server_arguments, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import convert_ui_workflow
 from runner.graph.diff import diff_workflows, summarize
@@ -42,6 +42,7 @@ def add_workflow_parser(sub: Any) -> None:
         "--set",
         dest="overrides",
         action="append",
+        type=override_spec,
         default=[],
         metavar="NODE.input=VALUE",
         help="change an input first, as `leanvideo run --set` does",
