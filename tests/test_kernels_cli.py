@@ -114,3 +114,24 @@ def test_int8_bench_tables_of_the_same_name_are_never_read_or_removed(
     assert "int8_bench.py's --json table" in capsys.readouterr().err
     assert main(["kernels", "--clear", str(bench)]) == 1
     assert "nothing was removed" in capsys.readouterr().err and bench.is_file()
+
+
+def test_a_reason_names_the_shapes_it_held_for_unless_it_held_for_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Else "int_mm: slower than w8a16" under a table whose rows chose int_mm reads as a contradiction."""
+    path = tmp_path / "int8_kernels.json"
+    slower, compiles = "slower than w8a16", "not measured on a CPU (it compiles)"
+    entries = {
+        "cpu:X|float32|64x64|rows<=16|row": Choice(
+            "w8a16", "measured", {"w8a16": 1.0, "int_mm": 2.0}, {"int_mm": slower, "int_mm_fused": compiles}
+        ),
+        "cpu:X|float32|768x3072|rows<=128|row": Choice(
+            "int_mm", "measured", {"w8a16": 1.0, "int_mm": 0.2}, {"int_mm_fused": compiles}
+        ),
+    }
+    save_table(path, current_fingerprint(), entries)
+    assert main(["kernels", str(path)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "int_mm: slower than w8a16 (on 64x64/≤16)" in printed
+    assert "int_mm_fused: not measured on a CPU (it compiles)" in printed and "compiles) (on" not in printed

@@ -70,7 +70,8 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
 
 def _tables(table: KernelTable) -> list[Table]:
     """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16;
-    below it, each reason a kernel was ruled out (once, with the kernels it ruled out)."""
+    below it, each reason a kernel was ruled out, with the kernels and, unless it held for every shape,
+    the shapes (weight/≤rows) where it did."""
     versions = (
         f"torch {table.fingerprint.get('torch')}, comfy-kitchen {table.fingerprint.get('comfy_kitchen')}"
     )
@@ -79,11 +80,19 @@ def _tables(table: KernelTable) -> list[Table]:
     for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
         rows = [r for r in table.rows if r.shape.device == device]
-        ruled_out: dict[str, set[str]] = {}  # each reason once, with the kernels it ruled out
-        for row in rows:
+        # each reason once per set of shapes it held for, with the kernels it ruled out there
+        where: dict[tuple[str, str], list[str]] = {}  # (reason, kernel) -> shapes
+        for row in sorted(rows, key=lambda r: (r.shape.weight_shape, r.shape.rows)):
             for kernel, why in row.choice.rejected.items():
-                ruled_out.setdefault(why, set()).add(kernel)
-        caption = "\n".join(f"{', '.join(sorted(ks))}: {why}" for why, ks in ruled_out.items())
+                where.setdefault((why, kernel), []).append(f"{row.shape.weight_shape}/≤{row.shape.rows}")
+        ruled_out: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for (why, kernel), shapes in where.items():
+            every = len(set(shapes)) == len(rows)
+            ruled_out.setdefault((why, () if every else tuple(dict.fromkeys(shapes))), []).append(kernel)
+        caption = "\n".join(
+            f"{', '.join(sorted(kernels))}: {why}" + (f" (on {', '.join(shapes)})" if shapes else "")
+            for (why, shapes), kernels in ruled_out.items()
+        )
         view = Table(
             title=title, title_justify="left", caption=escape(caption) or None, caption_justify="left"
         )
