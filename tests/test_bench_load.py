@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from benchmarks import harness
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.fixtures import FixtureSet
 from runner.local.server import ComfyServer, ServerConfig
@@ -95,4 +96,8 @@ def test_load_spreads_jobs_over_two_servers(tmp_path: Path, two_servers: list[st
     assert load["execution_s"] > load["queue_wait_s"]  # one job per server at a time: little queueing
     assert load["verdict"] == "keeping up"
     assert "load: " in text and '"verdict": "keeping up"' in text and '"jobs_per_server"' in text
+    # The logs launch check is said to be missing, not left out: these servers' logs are not the bench's
+    logs = json.loads((out / "bench.json").read_text(encoding="utf-8"))["modes"]["logs"]
+    assert logs == {two_servers[0]: {"verdict": harness.LOGS_NOT_CHECKED}}
+    assert "logs: " in text and "not checked" in text
     print(f"load test body: {time.perf_counter() - started:.1f} s")
