@@ -214,8 +214,11 @@ def test_a_file_given_to_the_wrong_loader_is_named_for_what_it_is(
     for load, path, message in cases:
         with pytest.raises(Int8FormatError, match=re.escape(f"{path}: {message}")):
             load(path)
-    with pytest.raises(Int8FormatError, match=re.escape(f"{tiny_models.diffusion_model}: a ltxv diffusion")):
+    with pytest.raises(Int8FormatError, match=re.escape(f"{tiny_models.diffusion_model}: an LTXV diffusion")):
         loading.load_text_encoder_int8([tiny_models.diffusion_model], "ltxv")
+    checkpoint = f"{tiny_models.checkpoint}: an LTXV checkpoint (diffusion model and VAE); load it with Load "
+    with pytest.raises(Int8FormatError, match=re.escape(checkpoint + "Checkpoint (INT8)")):
+        loading.load_text_encoder_int8([tiny_models.checkpoint], "ltxv")
 
 
 def test_the_text_encoder_can_be_kept_on_the_cpu_as_load_clip_does(

@@ -106,6 +106,10 @@ def guess_family(keys: Iterable[str], *, source: str = "state dict") -> str:
     )
 
 
+# With their article, as a message says them: "an LTXV checkpoint"
+FAMILY_NAMES = {"ltxv": "an LTXV", "wan": "a Wan", "hunyuan_video": "a HunyuanVideo", "flux": "a Flux"}
+
+
 def _marked_family(keys: list[str]) -> str | None:
     for family, marker in _FAMILY_MARKERS:
         pattern = re.compile(marker)
@@ -127,7 +131,11 @@ def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str 
     if family == "text_encoder" and wanted != "text encoder":
         return f"{source}: a text encoder; load it with Load Text Encoder (INT8)"
     if family != "text_encoder" and wanted == "text encoder":
-        return f"{source}: a {family} diffusion model; load it with Load Diffusion Model (INT8)"
+        name = FAMILY_NAMES.get(family, f"a {family}")
+        if any(key.startswith(("vae.", "first_stage_model.")) for key in keys):
+            loader = "Load Checkpoint (INT8)"
+            return f"{source}: {name} checkpoint (diffusion model and VAE); load it with {loader}"
+        return f"{source}: {name} diffusion model; load it with Load Diffusion Model (INT8)"
     return None
 
 
