@@ -92,6 +92,21 @@ def test_an_identical_rerun_is_served_from_the_cache(comfy_server: ComfyServer, 
     assert second.files[0].sha256 == first.files[0].sha256  # the cached output is the same file
 
 
+def test_an_editor_file_runs_as_the_editor_would_submit_it(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    """`leanvideo run X.ui.json`: converted with the server's /object_info, as `workflow validate` and
+    `workflow diff` take editor files; the overrides apply to the converted graph."""
+    seed = fresh_seed()
+    ui = DEMO_WORKFLOW.with_name(DEMO_WORKFLOW.name.replace(".api.json", ".ui.json"))
+    outcome = run_workflow(ui, options(comfy_server, tmp_path, f"Sample.noise_seed={seed}", "9.steps=2"))
+    assert outcome.record["status"] == "success" and outcome.record["seeds"] == {"11.noise_seed": seed}
+    assert outcome.record["workflow"]["file_sha256"] == hashlib.sha256(ui.read_bytes()).hexdigest()
+    sampler = next(node for node in outcome.record["nodes"] if node["node_id"] == "11")
+    assert sampler["steps"] == 2
+    broken = write_workflow(tmp_path, {"nodes": [{"id": 1, "type": "NoSuchNode"}], "links": []}, "b.ui.json")
+    with pytest.raises(WorkflowError, match=r"b\.ui\.json: .*NoSuchNode"):
+        run_workflow(broken, options(comfy_server, tmp_path))
+
+
 def test_validation_errors_name_the_node_client_side_and_server_side(
     comfy_server: ComfyServer, tiny_workflow: dict[str, Any], tmp_path: Path
 ) -> None:

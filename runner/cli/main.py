@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "every output into a folder of its own and write run.json beside them.",
         epilog=EXIT_CODES,
     )
-    run.add_argument("workflow", type=Path, help="API-format workflow JSON")
+    run.add_argument("workflow", type=Path, help="workflow JSON: API format, or an editor file (converted)")
     add_server_arguments(run)
     run.add_argument(
         "--set",

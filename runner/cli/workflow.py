@@ -13,7 +13,7 @@ from rich.console import Console
 from runner.cli.render import problems_table
 from runner.cli.server_options import add_server_arguments, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
-from runner.graph.convert import convert_ui_workflow
+from runner.graph.convert import load_any_workflow
 from runner.graph.diff import diff_workflows, summarize
 from runner.graph.workflow import (
     apply_overrides,
@@ -81,14 +81,12 @@ def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
     options = run_options(args)
-    document = read_json_file(args.file)
+    read_json_file(args.file)  # a missing or broken file is said before the server is asked
     with options.make_client() as client:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
-    workflow = (
-        _converted(args.file, document, object_info) if is_ui_workflow(document) else load_workflow(args.file)
-    )
+    workflow = load_any_workflow(args.file, object_info)
     apply_overrides(workflow, list(args.overrides), object_info)
     problems = validate_workflow(workflow, object_info)
     errors = [p for p in problems if p.kind == "error"]
@@ -132,11 +130,10 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
 
 def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
-    data = read_json_file(path)
-    if not is_ui_workflow(data):
-        return load_workflow(path)
+    if not is_ui_workflow(read_json_file(path)):
+        return load_workflow(path)  # no server needed
     with run_options(args).make_client() as client:
-        return _converted(path, data, client.get_json("/object_info"))
+        return load_any_workflow(path, client.get_json("/object_info"))
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
@@ -148,7 +145,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     options = run_options(args)
     with options.make_client() as client:
-        api = _converted(args.file, ui, client.get_json("/object_info"))
+        api = load_any_workflow(args.file, client.get_json("/object_info"))
     text = json.dumps(api, indent=2) + "\n"
     if args.out is None:
         sys.stdout.write(text)
@@ -162,11 +159,3 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: cannot write it ({exc.strerror or exc})") from exc
     console.print(f"wrote {args.out} ({len(api)} nodes)", highlight=False)
     return 0
-
-
-def _converted(path: Path, ui: dict[str, Any], object_info: dict[str, Any]) -> dict[str, Any]:
-    """The API form of the editor file ``path``; a conversion error names the file."""
-    try:
-        return convert_ui_workflow(ui, object_info)
-    except WorkflowError as error:
-        raise WorkflowError(f"{path}: {error}") from error

@@ -30,11 +30,13 @@ Example::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import fixture_hint
+from runner.graph.workflow import is_ui_workflow, load_workflow, read_json_file
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -48,6 +50,21 @@ FRONTEND_WIDGETS = {
     **dict.fromkeys(("Preview3D", "SaveGLB"), "image"),
     "PreviewAny": "preview",
 }
+
+
+def load_any_workflow(path: Path, object_info: ObjectInfo) -> Workflow:
+    """The API workflow in ``path``: read as it is, or converted when it is an editor (UI) file.
+
+    Raises:
+        WorkflowError: unreadable, not a workflow, or not convertible (each naming ``path``).
+    """
+    document = read_json_file(path)
+    if not is_ui_workflow(document):
+        return load_workflow(path)
+    try:
+        return convert_ui_workflow(document, object_info)
+    except WorkflowError as error:
+        raise WorkflowError(f"{path}: {error}") from error
 
 
 def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow:

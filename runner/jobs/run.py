@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
-from runner.graph.workflow import Override, apply_overrides, find_seeds, load_workflow, validate_workflow
+from runner.graph.convert import load_any_workflow
+from runner.graph.workflow import Override, apply_overrides, find_seeds, validate_workflow
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
@@ -96,13 +97,14 @@ def collect_environment(client: ComfyClient) -> dict[str, Any]:
 def prepare_workflow(
     path: Path, client: ComfyClient, overrides: tuple[str, ...], *, validate: bool = True
 ) -> tuple[dict[str, Any], list[Override]]:
-    """The workflow with overrides applied, validated against the server's ``/object_info``.
+    """The workflow (an editor file converted as the editor would submit it) with overrides applied,
+    validated against the server's ``/object_info``.
 
     Raises:
         WorkflowError: unreadable file, bad override, or validation errors (each naming its node).
     """
-    workflow = load_workflow(path)
     object_info = client.get_json("/object_info")
+    workflow = load_any_workflow(path, object_info)
     applied = apply_overrides(workflow, list(overrides), object_info)
     if validate:
         errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
