@@ -60,6 +60,7 @@ def test_a_batch_spreads_over_two_servers_and_its_manifest_lists_every_file(
     done = run_batch(*submit, "--server", servers[0], "--server", servers[1])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "batch four: 4 succeeded, 0 did not" in done.stdout
+    assert f"job folders in {out.resolve()}" in " ".join(done.stdout.split())
     last = done.stderr.splitlines(keepends=True)[-1]  # the progress view's last line (not a terminal)
     assert last.startswith(tuple(servers)) and last.endswith("0\n"), repr(last)
     records = assert_exactly_once(jobs_of(db_url, "four"), out, 4)

@@ -121,7 +121,8 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
         counts = summary.counts
         console.print(
             f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not "
-            f"({dict(counts)}); results: leanvideo batch results {name} --out DIR",
+            f"({dict(counts)}); job folders in {settings.out_dir}; manifest: leanvideo batch results {name} "
+            "--out DIR",
             highlight=False,
         )
         if counts["success"] == summary.total:
