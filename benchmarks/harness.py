@@ -76,6 +76,7 @@ class BenchSettings:
     overrides: tuple[str, ...] = ()  # NODE.input=VALUE for every variant, after the variant's own
     budget_s: float | None = None  # no run (or soak/load) starts after this many seconds
     server_warmups: int = 0  # discarded runs of a group's first variant right after its server starts
+    port: int | None = None  # of each server the bench starts, one after the other (None: a free one)
 
     def __post_init__(self) -> None:
         for spec in self.overrides:
@@ -333,7 +334,11 @@ def open_server(
     if matrix.fixtures:
         write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
     config = ServerConfig.in_workspace(
-        workspace, server_state_dir(out, server_args), fixture_nodes=matrix.fixtures, extra_args=server_args
+        workspace,
+        server_state_dir(out, server_args),
+        port=settings.port,
+        fixture_nodes=matrix.fixtures,
+        extra_args=server_args,
     )
     say(f"starting ComfyUI{' with ' + ' '.join(server_args) if server_args else ''} on port {config.port}")
     with ComfyServer(config) as server:

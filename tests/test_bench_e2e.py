@@ -185,15 +185,17 @@ def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(
     assert httpx.get(f"{comfy_server.url}/history").json() == history
 
 
-def test_ctrl_c_stops_the_bench_at_once_and_exits_130(tmp_path: Path, tiny_models: FixtureSet) -> None:
+def test_ctrl_c_stops_the_bench_at_once_and_exits_130(
+    tmp_path: Path, tiny_models: FixtureSet, free_port: int
+) -> None:
     """Ctrl-C during a measured run cancels that prompt and ends the bench: the variant is not reported
     as failed and no other variant (or server) starts. A terminal sends it to the bench's process group;
     the ComfyUI servers it starts have groups of their own."""
-    out = tmp_path / "bench"
+    out, port = tmp_path / "bench", free_port
     log = out / "servers" / "default" / "comfyui.log"
     bench = subprocess.Popen(
         [
-            *(sys.executable, "-m", "runner.cli.bench", str(TINY), "--out", str(out)),
+            *(sys.executable, "-m", "runner.cli.bench", str(TINY), "--out", str(out), "--port", str(port)),
             *("--warmups", "0", "--repeats", "1", "--set", "9.steps=10000"),  # far longer than the test
         ],
         stdout=subprocess.PIPE,
@@ -216,4 +218,5 @@ def test_ctrl_c_stops_the_bench_at_once_and_exits_130(tmp_path: Path, tiny_model
     assert bench.returncode == 130, output
     assert "cancelled" in output and "failed" not in output
     assert "--async-offload" not in output  # the next group's server never started
+    assert f"starting ComfyUI on port {port}" in output  # --port: the port of the servers it starts
     assert not (out / "bench.json").exists()

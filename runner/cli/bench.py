@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.server_options import override_spec
+from runner.cli.server_options import override_spec, port_number
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -53,6 +53,12 @@ def add_bench_parser(subparsers: Any) -> None:
         default=[],
         help="use this running server instead of starting ours (repeat for --load over several); "
         "variants that need server flags are then skipped",
+    )
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=None,
+        help="the port of the servers the bench starts, one after the other (default: a free one each)",
     )
     parser.add_argument(
         "--set",
@@ -123,6 +129,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
 
+    if args.port is not None and args.server:
+        raise UsageError("--port is the port of the servers the bench starts: leave it out with --server")
     if not args.load and (args.concurrency is not None or args.jobs is not None):
         raise UsageError("--concurrency and --jobs set up --load: add --load, or leave them out")
     matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
@@ -143,6 +151,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             overrides=tuple(args.overrides),
             budget_s=args.budget_s,
             server_warmups=args.server_warmups,
+            port=args.port,
         )
     except (ValueError, WorkflowError) as exc:
         raise UsageError(str(exc)) from exc
