@@ -21,8 +21,10 @@ def test_bad_soak_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(TINY), "--out", str(tmp_path), "--set", "9.steps=8", "--set", "width=64"]) == 2
-    assert "--set 'width=64': expected NODE.input=VALUE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse's usage error, before anything starts
+        main([str(TINY), "--out", str(tmp_path), "--set", "9.steps=8", "--set", "width=64"])
+    assert exit_info.value.code == 2
+    assert "argument --set: 'width=64': expected NODE.input=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "bench.json").exists()
 
 
