@@ -180,6 +180,17 @@ def test_cli_run_prints_node_and_step_times(
     record = json.loads(capsys.readouterr().out)
     assert code == 0 and record["status"] == "success" and record["outputs"][0]["video"]["frames"] == 9
 
+    # an editor file, with the live progress (its node count comes from the converted prompt)
+    ui = DEMO_WORKFLOW.with_name(DEMO_WORKFLOW.name.replace(".api.json", ".ui.json"))
+    seed = f"Sample.noise_seed={fresh_seed()}"
+    code = main(["run", str(ui), "--server", comfy_server.url, "--set", seed, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    assert "nodes: done" in captured.err and "14/14" in captured.err and "SamplerCustom" in captured.out
+    # a missing file is the workflow's fault (exit 5), said before any server is asked
+    code = main(["run", str(tmp_path / "nope.json"), "--server", "http://127.0.0.1:9", "--out", str(out)])
+    assert code == 5 and "nope.json" in capsys.readouterr().err
+
 
 def test_cli_workflow_validate(
     comfy_server: ComfyServer,

@@ -36,7 +36,6 @@ from runner.cli.server_options import (
 )
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
-from runner.graph.workflow import load_workflow
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
@@ -282,8 +281,7 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
             raise
         console.print_json(json.dumps(outcome.record))
         return 0
-    node_count = len(load_workflow(path))
-    with RunProgress(err, node_count) as progress:
+    with RunProgress(err) as progress:  # its node count comes with the prompt's first event
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
     console.print(f"record: {outcome.record_path}", highlight=False)

@@ -33,7 +33,7 @@ TELEMETRY_ROWS = (
 class RunProgress:
     """Two bars fed by client events: nodes done (cached included) and the running sampler's steps."""
 
-    def __init__(self, console: Console, node_count: int) -> None:
+    def __init__(self, console: Console, node_count: int | None = None) -> None:
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -62,7 +62,9 @@ class RunProgress:
         if not self._started:  # shown from the first event on: nothing while validating and submitting
             self._started = True
             self._progress.start()
-        if event.kind == "cached":
+        if event.kind == "started" and event.value is not None:  # the submitted workflow's node count
+            self._progress.update(self._nodes, total=event.value)
+        elif event.kind == "cached":
             self._progress.advance(self._nodes)
         elif event.kind == "node":
             completed = self._progress.tasks[self._nodes].completed

@@ -6,7 +6,8 @@ signal: ``execution_success`` arrives *before* the server writes history):
 =============================  ==================  ====================================================
 server message                 client event        bookkeeping
 =============================  ==================  ====================================================
-``execution_start{timestamp}``  ``started``         queue wait ends; server window opens (its timestamp)
+``execution_start{timestamp}``  ``started``         queue wait ends; server window opens (its timestamp);
+                                                   the event's ``value``: the prompt's node count
 ``execution_cached{nodes}``    ``cached``          listed nodes recorded as cached (0 s)
 ``executing{node}``            ``node``            closes the previous node's timer, opens ``node``'s
 ``progress{value,max,node}``   ``step``            one sampler step of ``node`` done (time since last)
@@ -148,7 +149,7 @@ class PromptTracker:
         if kind == "execution_start":
             self.started_at = now
             self.server_start_ms = _timestamp(data)
-            return [ClientEvent("started", data=data)]
+            return [ClientEvent("started", value=len(self.workflow), data=data)]
         if kind == "execution_cached":
             events = []
             known = {t.node_id for t in self.timings}
