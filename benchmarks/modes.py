@@ -236,7 +236,7 @@ def run_load(
     # ComfyUI's cache and measure nothing.
     seeds = find_seeds(load_workflow(workflow_path))
     dispatcher = _LeastBusy(servers)
-    stop = threading.Event()  # Ctrl-C: no job starts, and each running prompt is cancelled at its next event
+    stop = threading.Event()  # Ctrl-C: no job starts, each running prompt is cancelled within a second
     started = time.perf_counter()
 
     def cancel_when_stopped(event: object) -> None:
@@ -265,7 +265,7 @@ def run_load(
     pool = ThreadPoolExecutor(max_workers=concurrency)
     try:
         made = [row for row in pool.map(one, range(jobs)) if row is not None]
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, or a job that raised what it should not: no other job starts
         stop.set()
         raise
     finally:

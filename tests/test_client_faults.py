@@ -198,6 +198,30 @@ def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:
     assert result.error is not None and result.error["message"] == "cancelled while node 2 was running"
 
 
+def test_a_prompt_that_sends_nothing_can_still_be_stopped_by_its_handler() -> None:
+    """Queued behind another client's prompts, or in a node that reports no progress, a prompt sends no
+    event of its own: ``waiting`` events (one per quiet second) give a stopping handler (bench load
+    Ctrl-C, batch cancel) its turn."""
+
+    async def queued_forever(fake: FakeComfy, pid: str) -> None:
+        return None  # accepted, then silence
+
+    seen: list[str] = []
+
+    def stop_after_two_quiet_seconds(event: ClientEvent) -> None:
+        seen.append(event.kind)
+        if seen.count("waiting") == 2:
+            raise KeyboardInterrupt
+
+    with FakeComfy(queued_forever) as fake, client(fake) as comfy:
+        began = time.monotonic()
+        with pytest.raises(PromptCancelledError) as caught:
+            run_prompt(comfy, WORKFLOW, timeout=30, on_event=stop_after_two_quiet_seconds)
+        assert time.monotonic() - began < 10
+        assert ("POST /queue", {"delete": [caught.value.result.prompt_id]}) in fake.calls
+    assert set(seen) == {"waiting"}
+
+
 def test_token_and_headers_reach_http_and_the_websocket() -> None:
     with FakeComfy(lambda fake, pid: finish_normally(fake, pid)) as fake:
         with client(fake, token="s3cret", headers={"X-Trace": "1"}) as comfy:

@@ -16,6 +16,8 @@ server message                 client event        bookkeeping
 ``execution_error``            ``error``           closes timers, keeps node id, class and message
 ``execution_interrupted``      ``interrupted``     closes timers, marks the run interrupted
 ``executing{node: null}``      ``done``            history is written: the prompt is finished
+(a second without a message)   ``waiting``         none: a handler may stop the prompt (queued, or in a
+                                                   node that reports no progress) by raising
 ``status``, ``progress_state``  (none)              ignored: queue size / duplicate of ``progress``
 anything else, binary, junk    (none)              ignored (logged at debug level)
 =============================  ==================  ====================================================

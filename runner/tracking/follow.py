@@ -68,6 +68,7 @@ def follow_prompt(
                         return entry
                 raw = sock.recv()
             except websocket.WebSocketTimeoutException:
+                emit(ClientEvent("waiting"))  # a handler that stops the prompt gets its turn while it waits
                 continue
             except (websocket.WebSocketException, OSError, ServerUnreachableError) as exc:
                 logger.warning("lost the server while following %s: %s", tracker.prompt_id, exc)
