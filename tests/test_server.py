@@ -163,6 +163,8 @@ def test_a_users_own_comfyui_brings_its_models_and_nodes(
             (user / entry.name).symlink_to(entry)
     (user / "models" / "loras").mkdir(parents=True)
     shutil.copy(tiny_models.lora, user / "models" / "loras" / "users-own-lora.safetensors")
+    (user / "models" / "clip_vision").mkdir()  # a kind LeanVideo's own folders do not list
+    shutil.copy(tiny_models.lora, user / "models" / "clip_vision" / "users-clip-vision.safetensors")
     (user / "custom_nodes").mkdir()
     (user / "custom_nodes" / "leanvideo").symlink_to(NODE_PACK_DIR / "leanvideo")  # as install.py links it
     (user / "custom_nodes" / "users_node.py").write_text(
@@ -191,5 +193,6 @@ def test_a_users_own_comfyui_brings_its_models_and_nodes(
     assert "users-own-lora.safetensors" in loras  # the user's models folder
     assert tiny_models.lora.name in loras  # and the workspace's (the tiny models)
     assert "UsersOwnNode" in info and "LeanVideoFreeVRAM" in info
+    assert "users-clip-vision.safetensors" in info["CLIPVisionLoader"]["input"]["required"]["clip_name"][0]
     log = config.log_path.read_text(encoding="utf-8", errors="replace")
     assert "IMPORT FAILED" not in log and "Traceback" not in log, log[-3000:]

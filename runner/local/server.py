@@ -67,7 +67,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8188
     custom_node_dirs: tuple[Path, ...] = (NODE_PACK_DIR,)
-    extra_models_dirs: tuple[Path, ...] = ()  # searched after models_dir (a user's ComfyUI's models)
+    extra_models_dirs: tuple[Path, ...] = ()  # searched before models_dir (a user's ComfyUI's models)
     cpu: bool | None = None
     # None: a SQLite file in the state folder. (":memory:" works but SQLAlchemy's pool then logs a
     # cross-thread ProgrammingError on the first prompt.)
@@ -173,18 +173,25 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def write_extra_model_paths(config: ServerConfig) -> Path:
-    """Write the extra-model-paths file that points ComfyUI at our models and node folders."""
+    """Write the extra-model-paths file that points ComfyUI at our models and node folders: the
+    ``extra_models_dirs`` first (a user's ComfyUI's ``models``: every folder in it, by its name), then
+    ``models_dir``. ComfyUI searches the folders of a kind in that order."""
     document: dict[str, dict[str, str]] = {}
-    for index, folder in enumerate((config.models_dir, *config.extra_models_dirs)):
-        entry: dict[str, str] = {"base_path": str(folder)}
-        for kind, subdirs in MODEL_FOLDERS.items():
-            entry[kind] = "\n".join(subdirs)
-        if index == 0 and config.custom_node_dirs:
-            entry["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
-        document["leanvideo" if index == 0 else f"leanvideo_models_{index}"] = entry
+    for index, folder in enumerate(config.extra_models_dirs, start=1):
+        present = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
+        entry = {"base_path": str(folder), **{name: name for name in present}}
+        document[f"leanvideo_models_{index}"] = entry | _model_kinds()
+    workspace = {"base_path": str(config.models_dir), **_model_kinds()}
+    if config.custom_node_dirs:
+        workspace["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
+    document["leanvideo"] = workspace
     path = config.state_dir / "extra_model_paths.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return path
+
+
+def _model_kinds() -> dict[str, str]:
+    return {kind: "\n".join(subdirs) for kind, subdirs in MODEL_FOLDERS.items()}
 
 
 def build_command(config: ServerConfig, *, cpu: bool, front_end_root: Path | None = None) -> list[str]:
