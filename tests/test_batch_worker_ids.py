@@ -79,29 +79,45 @@ def _umask() -> int:
     return mask
 
 
-def test_a_lock_file_deleted_before_it_was_locked_is_made_again(
+def test_a_lock_folder_deleted_before_it_was_locked_is_made_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A temporary-folder cleaner may delete the (unlocked) file between our open and our lock: a lock on
-    the deleted file would guard nothing, as a second worker would make and lock a new one."""
+    """A temporary-folder cleaner may delete the (unlocked) folder between our open and our lock: a lock
+    on the deleted one would guard nothing, as a second worker would make and lock a new one."""
     from runner.batch import worker_ids
 
     real_open = worker_ids._open_lock
     deleted: list[Path] = []
 
-    def open_then_delete(folder: Path, path: Path):  # type: ignore[no-untyped-def]
-        handle = real_open(folder, path)
+    def open_then_delete(folder: Path, path: Path) -> int:
+        descriptor = real_open(folder, path)
         if not deleted:
-            path.unlink()
+            path.rmdir()
             deleted.append(path)
-        return handle
+        return descriptor
 
     monkeypatch.setattr(worker_ids, "_open_lock", open_then_delete)
     with hold_worker_id("host-abc", lock_dir=tmp_path):
-        assert deleted and deleted[0].is_file()  # made again, and that one is held
+        assert deleted and deleted[0].is_dir()  # made again, and that one is held
         monkeypatch.setattr(worker_ids, "_open_lock", real_open)
         with (
             pytest.raises(UsageError, match="in use by a live worker"),
             hold_worker_id("host-abc", lock_dir=tmp_path),
         ):
             pass
+
+
+def test_the_lock_is_a_folder_that_systemd_tmpfiles_leaves_alone_while_held(tmp_path: Path) -> None:
+    """tmpfiles skips a folder a BSD lock is held on (files only from systemd 254 on): the lock is on
+    the folder itself, and the note of who holds it is inside."""
+    import fcntl
+
+    with hold_worker_id("host-abc", lock_dir=tmp_path):
+        (folder,) = tmp_path.iterdir()
+        assert folder.is_dir() and (folder / "holder").read_text() == f"pid {os.getpid()}"
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # what tmpfiles tries before aging
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(descriptor)
