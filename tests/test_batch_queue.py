@@ -108,8 +108,10 @@ def test_an_out_that_is_a_file_queues_nothing(tmp_path: Path) -> None:
     out = tmp_path / "afile"
     out.write_text("mine")
     with open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
-        with pytest.raises(UsageError, match=r"--out .*afile: a file, not a folder; nothing was queued"):
+        with pytest.raises(UsageError, match=r"--out .*afile: .*afile is a file, not a folder; nothing was"):
             submit_batch(client, "t", [prepared("a")], BatchSettings(out_dir=out))
+        with pytest.raises(UsageError, match=r"--out .*afile/run1: .*afile is a file, not a folder"):
+            submit_batch(client, "t", [prepared("a")], BatchSettings(out_dir=out / "run1"))
         assert list_jobs(client, "t") == []
     assert out.read_text() == "mine"
 

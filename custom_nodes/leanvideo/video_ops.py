@@ -28,7 +28,8 @@ CODECS: tuple[tuple[str, dict[str, str], str], ...] = (
 
 
 def frames_to_uint8(images: torch.Tensor) -> torch.Tensor:
-    """``(T, H, W, 3)`` floats in [0, 1] as the 8-bit frames Save Video encodes (same rounding)."""
+    """Frames (``(T, H, W, 3)`` or one ``(H, W, 3)``) of floats in [0, 1] as the 8-bit frames Save Video
+    encodes (same rounding)."""
     return (images * 255).clamp(0, 255).byte().cpu()
 
 
@@ -57,12 +58,12 @@ def write_lossless(images: torch.Tensor, frame_rate: Fraction | float, path: Pat
     if images.ndim != 4 or images.shape[-1] != 3 or images.shape[0] == 0:
         raise ValueError(f"expected RGB frames shaped (frames, height, width, 3), got {tuple(images.shape)}")
     name, options, pixel_format = lossless_codec()
-    frames = frames_to_uint8(images).numpy()
     rate = Fraction(round(float(frame_rate) * 1000), 1000)
     with av.open(str(path), mode="w", format="matroska") as container:
         stream = container.add_stream(name, rate=rate, options=options)
-        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], pixel_format
-        for frame in frames:
+        stream.width, stream.height, stream.pix_fmt = images.shape[2], images.shape[1], pixel_format
+        for image in images:  # one frame at a time, as Save Video: no copy of the whole video
+            frame = frames_to_uint8(image).numpy()
             container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
         container.mux(stream.encode(None))
     return name

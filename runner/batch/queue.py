@@ -154,10 +154,11 @@ def submit_batch(
     """
     check_batch_name(name)
     out = settings.out_dir
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: a file, not a folder; nothing was queued")
-    if out.is_dir() and not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: the folder is not writable; nothing was queued")
+    there = next(folder for folder in (out, *out.parents) if folder.exists())  # the nearest that is
+    if not there.is_dir():
+        raise UsageError(f"--out {out}: {there} is a file, not a folder; nothing was queued")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: the folder {there} is not writable; nothing was queued")
     specs = [job_spec(name, job, settings) for job in jobs]
     existing = {
         status.workflow_id: (status.attributes or {}).get("digest")
