@@ -135,3 +135,20 @@ def test_a_reason_names_the_shapes_it_held_for_unless_it_held_for_all(
     printed = " ".join(capsys.readouterr().out.split())
     assert "int_mm: slower than w8a16 (on 64x64/≤16)" in printed
     assert "int_mm_fused: not measured on a CPU (it compiles)" in printed and "compiles) (on" not in printed
+
+
+def test_rows_that_differ_only_in_dtype_are_told_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reason that held for the bf16 and fp32 rows of one shape held for all: no shape list."""
+    path = tmp_path / "int8_kernels.json"
+    entries = {
+        f"cpu:X|{dtype}|64x64|rows<=16|row": Choice("w8a16", "measured", {}, {"kitchen": "slower than w8a16"})
+        for dtype in ("float32", "bfloat16")
+    }
+    entries["cpu:X|bfloat16|64x64|rows<=256|row"] = Choice("w8a16", "measured", {}, {"int_mm": "slower"})
+    save_table(path, current_fingerprint(), entries)
+    assert main(["kernels", str(path)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "kitchen: slower than w8a16 (on 64x64/≤16 bfloat16, 64x64/≤16 float32)" in printed
+    assert "int_mm: slower (on 64x64/≤256 bfloat16)" in printed

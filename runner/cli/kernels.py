@@ -80,19 +80,7 @@ def _tables(table: KernelTable) -> list[Table]:
     for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
         rows = [r for r in table.rows if r.shape.device == device]
-        # each reason once per set of shapes it held for, with the kernels it ruled out there
-        where: dict[tuple[str, str], list[str]] = {}  # (reason, kernel) -> shapes
-        for row in sorted(rows, key=lambda r: (r.shape.weight_shape, r.shape.rows)):
-            for kernel, why in row.choice.rejected.items():
-                where.setdefault((why, kernel), []).append(f"{row.shape.weight_shape}/≤{row.shape.rows}")
-        ruled_out: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-        for (why, kernel), shapes in where.items():
-            every = len(set(shapes)) == len(rows)
-            ruled_out.setdefault((why, () if every else tuple(dict.fromkeys(shapes))), []).append(kernel)
-        caption = "\n".join(
-            f"{', '.join(sorted(kernels))}: {why}" + (f" (on {', '.join(shapes)})" if shapes else "")
-            for (why, shapes), kernels in ruled_out.items()
-        )
+        caption = _ruled_out(rows)
         view = Table(
             title=title, title_justify="left", caption=escape(caption) or None, caption_justify="left"
         )
@@ -109,3 +97,27 @@ def _tables(table: KernelTable) -> list[Table]:
             view.add_row(weight, str(shape.rows), shape.layout, kernel, ratios or "—")
         views.append(view)
     return views
+
+
+def _ruled_out(rows: list[Any]) -> str:
+    """Each reason a kernel was ruled out, once per set of shapes it held for, with the kernels it ruled
+    out there; the shapes (weight/≤rows, and dtype and layout where the rows differ in them) are named
+    unless it held for every row."""
+    dtypes, layouts = {r.shape.dtype for r in rows}, {r.shape.layout for r in rows}
+
+    def label(row: Any) -> str:
+        extra = [row.shape.dtype] * (len(dtypes) > 1) + [row.shape.layout] * (len(layouts) > 1)
+        return " ".join([f"{row.shape.weight_shape}/≤{row.shape.rows}", *extra])
+
+    where: dict[tuple[str, str], list[str]] = {}  # (reason, kernel) -> a label per row
+    for row in sorted(rows, key=lambda r: (r.shape.weight_shape, r.shape.rows, r.shape.dtype)):
+        for kernel, why in row.choice.rejected.items():
+            where.setdefault((why, kernel), []).append(label(row))
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (why, kernel), shapes in where.items():
+        every = len(shapes) == len(rows)
+        grouped.setdefault((why, () if every else tuple(dict.fromkeys(shapes))), []).append(kernel)
+    return "\n".join(
+        f"{', '.join(sorted(kernels))}: {why}" + (f" (on {', '.join(shapes)})" if shapes else "")
+        for (why, shapes), kernels in grouped.items()
+    )
