@@ -219,6 +219,12 @@ def test_a_file_given_to_the_wrong_loader_is_named_for_what_it_is(
     checkpoint = f"{tiny_models.checkpoint}: an LTXV checkpoint (diffusion model and VAE); load it with Load "
     with pytest.raises(Int8FormatError, match=re.escape(checkpoint + "Checkpoint (INT8)")):
         loading.load_text_encoder_int8([tiny_models.checkpoint], "ltxv")
+    # INT8 files too: ComfyUI would load nothing of them and run the encoder with empty weights
+    int8_checkpoint = tiny_models.int8_checkpoint
+    with pytest.raises(Int8FormatError, match=re.escape(f"{int8_checkpoint}: an LTXV checkpoint")):
+        loading.load_text_encoder_int8([int8_checkpoint], "ltxv")
+    with pytest.raises(Int8FormatError, match=re.escape(f"{tiny_models.lora}: a LoRA (key ")):
+        loading.load_text_encoder_int8([tiny_models.lora], "ltxv")
 
 
 def test_the_text_encoder_can_be_kept_on_the_cpu_as_load_clip_does(

@@ -207,6 +207,9 @@ def load_text_encoder_int8(
     read_as: list[str] = []  # each file and how it was read, for the log
     for path in paths:
         loaded = read_for_loading(path, options)
+        # by its keys, before ComfyUI would load what it recognises and leave the encoder's weights empty
+        if (found := describe_misplaced(loaded.tensors, source=str(path), wanted="text encoder")) is not None:
+            raise Int8FormatError(found)
         read_as.append(f"{path} ({_described(loaded)})")
         if loaded.format in QUANTIZED_ON_LOAD:
             state_dicts.append(_quantize_loaded(loaded, "text_encoder", "", options.quantize_config))
