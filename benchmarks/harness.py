@@ -172,12 +172,13 @@ def _run_group(
             started = True
             _run_on_server(matrix, settings, base, group, measured, deadline, say, url, where)
     except ServerError as error:  # it did not start, or went away outside a measured run
+        what = SERVER_LOST if started else SERVER_NOT_STARTED
         measured.server_lost.append(
-            f"{SERVER_LOST} ({' '.join(server_args) or 'default'}): {one_line(error)}{where}"
+            f"{what} ({' '.join(server_args) or 'default'}): {one_line(error)}{where}"
         )
         for variant in group:
             if variant.name not in measured.runs and variant.name not in measured.failed:
-                measured.skipped.setdefault(variant.name, f"{SERVER_LOST} before its runs")
+                measured.skipped.setdefault(variant.name, f"{what} before its runs")
     finally:  # the log is complete once the server has stopped
         if started and settings.servers:  # said, not left out: the report's reader must not take it as clean
             measured.modes.setdefault("logs", {})[settings.servers[0]] = {"verdict": LOGS_NOT_CHECKED}
@@ -190,6 +191,7 @@ def _run_group(
                 logger.warning("could not read %s: %s", log, exc)
 
 
+SERVER_NOT_STARTED = "the server did not start"  # how a server lost before it answered is told
 LOGS_NOT_CHECKED = "not checked: a server given with --server writes its log where the bench cannot see it"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,15 @@ def test_order_flag_overrides_the_matrix(tmp_path: Path, capsys: pytest.CaptureF
     assert "invalid choice: 'shuffled'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--order must be one of"):
         BenchSettings(out_dir=tmp_path, order="shuffled")
+
+
+def test_a_port_in_use_is_refused_before_any_server_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        assert main([str(TINY), "--out", str(tmp_path / "out"), "--port", str(port)]) == 2
+    assert f"--port {port} is in use" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -59,9 +59,9 @@ def test_a_server_that_does_not_start_ends_its_group_only(
     settings = BenchSettings(out_dir=tmp_path)
     harness._run_group(matrix, settings, {}, ("--async-offload",), group, measured, None, print)
     [lost] = measured.server_lost
-    assert lost.startswith(f"{SERVER_LOST} (--async-offload): ComfyUI exited with code 1")
+    assert lost.startswith(f"{harness.SERVER_NOT_STARTED} (--async-offload): ComfyUI exited with code 1")
     assert lost.endswith(f"its log: {tmp_path / 'servers' / 'async-offload' / 'comfyui.log'}")
-    assert measured.skipped == {"8-step + non-blocking transfer": f"{SERVER_LOST} before its runs"}
+    assert measured.skipped == {"8-step + non-blocking transfer": "the server did not start before its runs"}
     assert "logs" not in measured.modes  # a server that never started has no log of this bench
 
 

@@ -33,6 +33,7 @@ from runner.errors import (
     WorkflowError,
     WorkspaceError,
 )
+from runner.local.ports import port_is_free
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -131,6 +132,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
 
     if args.port is not None and args.server:
         raise UsageError("--port is the port of the servers the bench starts: leave it out with --server")
+    if args.port is not None and not port_is_free("127.0.0.1", args.port):
+        raise UsageError(f"--port {args.port} is in use: choose a free one (or leave --port out)")
     if not args.load and (args.concurrency is not None or args.jobs is not None):
         raise UsageError("--concurrency and --jobs set up --load: add --load, or leave them out")
     matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
