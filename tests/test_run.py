@@ -245,5 +245,6 @@ def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer
             process.communicate()
     assert process.returncode == 130, err
     assert "cancelled" in err and "partial run record" in err
+    assert "interrupted: prompt" in err and "error:" not in err  # the user's doing, not an error
     queue = httpx.get(f"{comfy_server.url}/queue").json()
     assert queue["queue_running"] == [] and queue["queue_pending"] == []

@@ -26,6 +26,7 @@ from rich.markup import escape
 from runner.cli.server_options import override_spec, port_number
 from runner.errors import (
     LeanVideoError,
+    PromptCancelledError,
     PromptFailedError,
     PromptTimeoutError,
     ServerError,
@@ -210,9 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_bench(args, console)
     except LeanVideoError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        label = "[yellow]interrupted:[/]" if isinstance(exc, PromptCancelledError) else "[bold red]error:[/]"
+        Console(stderr=True).print(f"{label} {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted")
         return 130
 
 
