@@ -40,6 +40,7 @@ from typing import Any
 
 from runner.errors import (
     LeanVideoError,
+    PromptCancelledError,
     PromptFailedError,
     PromptTimeoutError,
     ServerError,
@@ -209,7 +210,9 @@ def run_attempt(
     except LeanVideoError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
-        logger.warning("job %s on %s: %s fault: %s", job["job_id"], server, fault, error["message"])
+        what = fault if fault == "cancelled" else f"{fault} fault"
+        say = logger.info if fault == "cancelled" else logger.warning
+        say("job %s on %s: %s: %s", job["job_id"], server, what, error["message"])
         return _failed(base, fault, error, prompt_id, round(time.monotonic() - began, 3))
     final = job_dir(job)
     record = {
@@ -279,6 +282,8 @@ def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict
 def _classify(exc: LeanVideoError) -> tuple[str, dict[str, Any]]:
     """``(fault, error)`` for an attempt that raised ``exc``."""
     message = str(exc)
+    if isinstance(exc, PromptCancelledError):  # batch cancel, or the worker is stopping: no one's fault
+        return "cancelled", {"node_id": _error_field(exc, "node_id"), "class_type": None, "message": message}
     if isinstance(exc, PromptTimeoutError):
         return "timeout", {"node_id": _error_field(exc, "node_id"), "class_type": None, "message": message}
     if isinstance(exc, PromptFailedError):
