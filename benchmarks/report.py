@@ -181,9 +181,14 @@ def mode_headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
             "execution_s",
             "jobs_per_server",
         )
-    else:
-        return {name: item.get("verdict") for name, item in verdict.items()}
+    else:  # per variant or server; a verdict taken on decoded video says so
+        return {name: _verdict_of(item) for name, item in verdict.items()}
     return {k: _rounded(verdict[k]) for k in keys if k in verdict}
+
+
+def _verdict_of(item: dict[str, Any]) -> Any:
+    verdict = item.get("verdict")
+    return f"{verdict} (on decoded video)" if item.get("on") == DECODED_VIDEO else verdict
 
 
 def _rounded(value: Any) -> Any:

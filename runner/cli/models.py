@@ -67,7 +67,8 @@ def report_lines(report: ModelsReport) -> list[str]:
         node = f"node {file.node_id} ({file.class_type}.{file.input_name})"
         if file.status == "present":
             size = f"{(file.bytes or 0) / 2**20:.1f} MiB" + (f", sha256 {file.sha256}" if file.sha256 else "")
-            lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}")
+            found = f"  at {escape(file.path or '?')}" if report.also else ""  # which of the folders
+            lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}{found}")
         else:
             lines.append(f"  [red]missing[/] {escape(where)}  {escape(node)}")
             cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
