@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import modes
-from benchmarks import modes as modes_module
-from benchmarks.modes import run_load, soak_verdict, ssim
+from benchmarks.modes import DECODED_VIDEO, run_load, soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
 from benchmarks.report import mode_headline, render_csv, render_markdown, write_plots
 from benchmarks.results import build_variant_result, failed_result, skipped_result
@@ -232,7 +231,7 @@ def test_markdown_lists_the_launch_checks_verdicts() -> None:
     }
     text = render_markdown(_results(), title="t", modes=modes)
     assert '- consistency: `{"base": "identical"}`' in text
-    on_video = {"consistency": {"base": {"verdict": "different", "on": modes_module.DECODED_VIDEO}}}
+    on_video = {"consistency": {"base": {"verdict": "different", "on": DECODED_VIDEO}}}
     assert '`{"base": "different (on decoded video)"}`' in render_markdown(
         _results(), title="t", modes=on_video
     )
