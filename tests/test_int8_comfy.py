@@ -430,8 +430,9 @@ def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     int8_breaks, reasons = _graph_breaks(patcher, dit_inputs)
     if int8_breaks != float_breaks:
         # dynamo's count of the very same model now and then comes out one higher (seen on the float
-        # DiT in about 1 trace of 25, with no new break reason): trace both once more before judging
+        # DiT in about 1 trace of 25, once with a break at a builtin `open` that no code of ours calls):
+        # trace both once more before judging
         float_breaks, _ = _graph_breaks(float_dit, dit_inputs)
         int8_breaks, reasons = _graph_breaks(patcher, dit_inputs)
     print(f"graph breaks, tiny DiT: float {float_breaks}, INT8 ({route}) {int8_breaks}")
-    assert int8_breaks == float_breaks, reasons
+    assert int8_breaks <= float_breaks, reasons  # INT8 adds none (a float trace's extra one is not ours)
