@@ -5,7 +5,8 @@ downloads every output into a private folder under ``<out>/.partial/`` and write
 there, then renames that folder to ``<out>/<job id>``. The rename is atomic and never replaces a
 folder that exists, so a job has one set of files whatever runs twice: when ``<out>/<job id>/
 result.json`` already exists (an earlier run finished but died before the queue recorded it), the
-attempt returns that record and runs nothing.
+attempt returns that record and runs nothing. Before it submits, it notes the prompt in its folder and
+takes off the servers any prompt of this job that a worker killed mid-job left (:mod:`.orphans`).
 
 What went wrong decides what happens next (``fault`` in the outcome):
 
@@ -38,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner.batch.orphans import drop_note, note_prompt, take_off_orphans
 from runner.errors import (
     LeanVideoError,
     PromptCancelledError,
@@ -181,8 +183,10 @@ def run_attempt(
     prompt_id = str(uuid.uuid4())
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
+    take_off_orphans(job, partial.parent)  # a dead worker's prompt of this job must not run on beside it
     try:  # before the prompt: an unusable --out costs no GPU time
         partial.mkdir(parents=True)
+        note_prompt(partial, job, prompt_id, server)
     except OSError as exc:
         message = f"--out {job['out_dir']}: cannot make {partial} ({exc.strerror or type(exc).__name__})"
         logger.warning("job %s: output fault: %s", job["job_id"], message)
@@ -239,6 +243,7 @@ def run_attempt(
         ],
     }
     (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    drop_note(partial)
     return _publish(job, partial, record)
 
 

@@ -1,0 +1,82 @@
+"""Prompts a dead worker left on the servers, taken off before their jobs run again.
+
+An attempt notes its prompt (batch, job, prompt id, server) in its private folder under
+``<out>/.partial/`` before it submits it (:func:`note_prompt`); the note is dropped before the folder
+becomes the job's (:func:`drop_note`), and goes with the folder when the attempt fails. A worker killed
+in the middle of a job (SIGKILL, a power cut) leaves both the folder and, on its server, the prompt,
+which would keep that GPU busy for a result nobody records while the job runs again. So before a job's
+attempt, :func:`take_off_orphans` cancels each prompt noted for that job (queue delete, then interrupt;
+best effort) and removes its folder.
+
+Example::
+
+    take_off_orphans(job, Path(job["out_dir"]) / ".partial")  # ["5f0c…"]: the prompts it took off
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+NOTE = ".prompt.json"
+CANCEL_TIMEOUT_S = 5.0  # per request: a dead server must not hold the job up
+
+
+def note_prompt(partial: Path, job: dict[str, Any], prompt_id: str, server: str) -> None:
+    """Note in ``partial`` (an attempt's folder) the prompt it is about to submit."""
+    note = {"batch": job["batch"], "job_id": job["job_id"], "prompt_id": prompt_id, "server": server}
+    (partial / NOTE).write_text(json.dumps(note), encoding="utf-8")
+
+
+def drop_note(partial: Path) -> None:
+    """Remove the note before ``partial`` becomes the job's folder: the prompt is done."""
+    (partial / NOTE).unlink(missing_ok=True)
+
+
+def take_off_orphans(job: dict[str, Any], partial_root: Path) -> list[str]:
+    """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
+    remove their folders; returns the prompt ids. A note of another batch's job of the same id (one
+    ``--out`` for two batches) is left alone."""
+    taken = []
+    for folder in sorted(partial_root.glob(f"{glob.escape(str(job['job_id']))}-*")):
+        note = _read(folder / NOTE)
+        if note is None or (note.get("batch"), note.get("job_id")) != (job["batch"], job["job_id"]):
+            continue
+        prompt_id, server = str(note.get("prompt_id")), str(note.get("server"))
+        stopped = _cancel(server, prompt_id)
+        logger.warning(
+            "job %s: prompt %s, left on %s by a worker that stopped mid-job, %s",
+            job["job_id"],
+            prompt_id,
+            server,
+            "taken off the server" if stopped else "could not be taken off (the server did not answer)",
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        taken.append(prompt_id)
+    return taken
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return note if isinstance(note, dict) else None
+
+
+def _cancel(server: str, prompt_id: str) -> bool:
+    try:
+        with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
+            return client.cancel(prompt_id)
+    except Exception:  # a bad note or a gone server must not stop the job from running again
+        logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
+        return False

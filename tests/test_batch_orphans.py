@@ -1,0 +1,57 @@
+"""A worker killed mid-job leaves its prompt on the server: the job's next attempt takes it off first
+(queue delete + interrupt) and removes the dead attempt's folder; another batch's note of the same job id
+is left alone, and a finished job's folder carries no note. The server is the scripted fake: a real one
+cannot be made to hold a dead client's prompt on demand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runner.batch.attempt import PARTIAL_DIR, run_attempt
+from runner.batch.jobs_file import PreparedJob
+from runner.batch.orphans import NOTE
+from runner.batch.queue import BatchSettings, job_spec
+from tests.fake_server import WORKFLOW, FakeComfy, now_ms
+
+
+def prepared(job_id: str) -> PreparedJob:
+    return PreparedJob(1, job_id, Path("wf.json"), (), prompt=WORKFLOW)
+
+
+async def finish(fake: FakeComfy, pid: str) -> None:
+    await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+    fake.finish(pid)
+    await fake.send({"type": "executing", "data": {"prompt_id": pid, "node": None}})
+
+
+def _left_by_a_dead_worker(out: Path, batch: str, job_id: str, prompt_id: str, server: str) -> Path:
+    folder = out / PARTIAL_DIR / f"{job_id}-{prompt_id[:8]}"
+    folder.mkdir(parents=True)
+    note = {"batch": batch, "job_id": job_id, "prompt_id": prompt_id, "server": server}
+    (folder / NOTE).write_text(json.dumps(note), encoding="utf-8")
+    return folder
+
+
+def test_a_dead_workers_prompt_is_taken_off_before_the_job_runs_again(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake:
+        job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
+        orphan = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", fake.url)
+        other_batch = _left_by_a_dead_worker(out, "other", "a", "0ther000-0000", fake.url)
+        outcome = run_attempt(job, fake.url, worker="w", attempt=1)
+        assert outcome["status"] == "success", outcome
+        assert ("POST /queue", {"delete": ["0rphan00-0000"]}) in fake.calls
+        assert ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) in fake.calls
+        assert not any("0ther000-0000" in json.dumps(call) for call in fake.calls)
+    assert not orphan.exists() and (other_batch / NOTE).is_file()
+    assert not (out / "a" / NOTE).exists() and (out / "a" / "result.json").is_file()
+
+
+def test_a_gone_server_does_not_hold_the_job_up(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake:
+        job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
+        orphan = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", "http://127.0.0.1:9")
+        assert run_attempt(job, fake.url, worker="w", attempt=1)["status"] == "success"
+    assert not orphan.exists()
