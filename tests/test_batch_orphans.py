@@ -6,12 +6,15 @@ cannot be made to hold a dead client's prompt on demand."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+
+import pytest
 
 from runner.batch.attempt import PARTIAL_DIR, run_attempt
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import NOTE
-from runner.batch.queue import BatchSettings, job_spec
+from runner.batch.queue import BatchSettings, cancel_batch, job_spec, open_client, submit_batch
 from tests.fake_server import WORKFLOW, FakeComfy, now_ms
 
 
@@ -38,6 +41,7 @@ def test_a_dead_workers_prompt_is_taken_off_before_the_job_runs_again(tmp_path: 
     with FakeComfy(finish) as fake:
         job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
         orphan = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", fake.url)
+        fake.running.add("0rphan00-0000")  # still computing on the server
         other_batch = _left_by_a_dead_worker(out, "other", "a", "0ther000-0000", fake.url)
         outcome = run_attempt(job, fake.url, worker="w", attempt=1)
         assert outcome["status"] == "success", outcome
@@ -55,3 +59,31 @@ def test_a_gone_server_does_not_hold_the_job_up(tmp_path: Path) -> None:
         orphan = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", "http://127.0.0.1:9")
         assert run_attempt(job, fake.url, worker="w", attempt=1)["status"] == "success"
     assert not orphan.exists()
+
+
+def test_a_prompt_no_longer_on_the_server_is_not_cancelled_and_the_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It finished, or the server restarted: nothing to take off, and the log does not claim it was."""
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake:
+        job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
+        _left_by_a_dead_worker(out, "b", "a", "f1n15hed-0000", fake.url)
+        with caplog.at_level(logging.WARNING, logger="runner.batch.orphans"):
+            assert run_attempt(job, fake.url, worker="w", attempt=1)["status"] == "success"
+        assert not any("f1n15hed-0000" in json.dumps(call) for call in fake.calls)
+    assert "f1n15hed-0000" in caplog.text and "no longer on the server" in caplog.text
+
+
+def test_batch_cancel_takes_off_the_prompt_a_dead_worker_left(tmp_path: Path) -> None:
+    """A cancelled job gets no further attempt to take its dead worker's prompt off: the cancel does.
+    The folder stays (a live worker may still be writing in its own)."""
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake, open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client:
+        submit_batch(client, "b", [prepared("a")], BatchSettings(out_dir=out))
+        folder = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", fake.url)
+        fake.running.add("0rphan00-0000")
+        assert cancel_batch(client, "b") == 1
+        assert ("POST /queue", {"delete": ["0rphan00-0000"]}) in fake.calls
+        assert ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) in fake.calls
+    assert (folder / NOTE).is_file()

@@ -42,25 +42,26 @@ def drop_note(partial: Path) -> None:
     (partial / NOTE).unlink(missing_ok=True)
 
 
-def take_off_orphans(job: dict[str, Any], partial_root: Path) -> list[str]:
+def take_off_orphans(job: dict[str, Any], partial_root: Path, *, keep_folders: bool = False) -> list[str]:
     """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
-    remove their folders; returns the prompt ids. A note of another batch's job of the same id (one
-    ``--out`` for two batches) is left alone."""
+    remove their folders (unless ``keep_folders``: a live worker may still be writing there); returns
+    the prompt ids. A note of another batch's job of the same id (one ``--out`` for two batches) is left
+    alone."""
     taken = []
     for folder in sorted(partial_root.glob(f"{glob.escape(str(job['job_id']))}-*")):
         note = _read(folder / NOTE)
         if note is None or (note.get("batch"), note.get("job_id")) != (job["batch"], job["job_id"]):
             continue
         prompt_id, server = str(note.get("prompt_id")), str(note.get("server"))
-        stopped = _cancel(server, prompt_id)
         logger.warning(
-            "job %s: prompt %s, left on %s by a worker that stopped mid-job, %s",
+            "job %s: prompt %s on %s, of an attempt that did not finish (a worker killed mid-job): %s",
             job["job_id"],
             prompt_id,
             server,
-            "taken off the server" if stopped else "could not be taken off (the server did not answer)",
+            _take_off(server, prompt_id),
         )
-        shutil.rmtree(folder, ignore_errors=True)
+        if not keep_folders:
+            shutil.rmtree(folder, ignore_errors=True)
         taken.append(prompt_id)
     return taken
 
@@ -73,10 +74,14 @@ def _read(path: Path) -> dict[str, Any] | None:
     return note if isinstance(note, dict) else None
 
 
-def _cancel(server: str, prompt_id: str) -> bool:
+def _take_off(server: str, prompt_id: str) -> str:
+    """Cancel ``prompt_id`` on ``server`` if it is still there; what happened, for the log."""
     try:
         with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
-            return client.cancel(prompt_id)
+            if not client.is_queued(prompt_id):
+                return "no longer on the server (it finished, or the server restarted); nothing to take off"
+            if client.cancel(prompt_id):
+                return "taken off the server (queue delete + interrupt)"
     except Exception:  # a bad note or a gone server must not stop the job from running again
         logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
-        return False
+    return "could not be taken off (the server did not answer)"

@@ -34,8 +34,9 @@ from typing import Any
 
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
-from runner.batch.attempt import finished_record, occupant_problem
+from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
 from runner.batch.jobs_file import PreparedJob
+from runner.batch.orphans import take_off_orphans
 from runner.errors import LeanVideoError, UsageError, WorkflowError
 
 logger = logging.getLogger(__name__)
@@ -285,6 +286,12 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
     ids = [j.workflow_id for j in batch_jobs(client, name) if j.state in ("queued", "running")]
     if ids:
         client.cancel_workflows(ids)
+    # A worker killed mid-job left its prompt running: no attempt of a cancelled job comes to take it
+    # off, so the cancel does (a live worker's own prompt is stopped anyway; its folder stays its own).
+    for status in client.list_workflows(workflow_ids=ids, load_output=False) if ids else []:
+        spec = status.input["args"][0] if status.input else None
+        if isinstance(spec, dict) and "out_dir" in spec:
+            take_off_orphans(spec, Path(spec["out_dir"]) / PARTIAL_DIR, keep_folders=True)
     return len(ids)
 
 
