@@ -13,12 +13,12 @@ from rich.console import Console
 from runner.cli.render import problems_table
 from runner.cli.server_options import add_server_arguments, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
-from runner.graph.convert import load_any_workflow
+from runner.graph.convert import as_api_workflow
 from runner.graph.diff import diff_workflows, summarize
 from runner.graph.workflow import (
+    api_workflow,
     apply_overrides,
     is_ui_workflow,
-    load_workflow,
     read_json_file,
     validate_workflow,
 )
@@ -81,12 +81,12 @@ def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
     options = run_options(args)
-    read_json_file(args.file)  # a missing or broken file is said before the server is asked
+    document = read_json_file(args.file)  # a missing or broken file is said before the server is asked
     with options.make_client() as client:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
-    workflow = load_any_workflow(args.file, object_info)
+    workflow = as_api_workflow(document, args.file, object_info)
     apply_overrides(workflow, list(args.overrides), object_info)
     problems = validate_workflow(workflow, object_info)
     errors = [p for p in problems if p.kind == "error"]
@@ -130,10 +130,11 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
 
 def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
-    if not is_ui_workflow(read_json_file(path)):
-        return load_workflow(path)  # no server needed
+    document = read_json_file(path)
+    if not is_ui_workflow(document):
+        return api_workflow(document, path)  # no server needed
     with run_options(args).make_client() as client:
-        return load_any_workflow(path, client.get_json("/object_info"))
+        return as_api_workflow(document, path, client.get_json("/object_info"))
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
@@ -145,7 +146,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     options = run_options(args)
     with options.make_client() as client:
-        api = load_any_workflow(args.file, client.get_json("/object_info"))
+        api = as_api_workflow(ui, args.file, client.get_json("/object_info"))
     text = json.dumps(api, indent=2) + "\n"
     if args.out is None:
         sys.stdout.write(text)

@@ -36,7 +36,7 @@ from typing import Any
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import fixture_hint
-from runner.graph.workflow import is_ui_workflow, load_workflow, read_json_file
+from runner.graph.workflow import api_workflow, is_ui_workflow
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -52,15 +52,15 @@ FRONTEND_WIDGETS = {
 }
 
 
-def load_any_workflow(path: Path, object_info: ObjectInfo) -> Workflow:
-    """The API workflow in ``path``: read as it is, or converted when it is an editor (UI) file.
+def as_api_workflow(document: Any, path: Path, object_info: ObjectInfo) -> Workflow:
+    """``document`` (the JSON read from ``path``) as an API workflow: itself, or converted when it is an
+    editor (UI) file.
 
     Raises:
-        WorkflowError: unreadable, not a workflow, or not convertible (each naming ``path``).
+        WorkflowError: not a workflow, or not convertible (each naming ``path``).
     """
-    document = read_json_file(path)
     if not is_ui_workflow(document):
-        return load_workflow(path)
+        return api_workflow(document, path)
     try:
         return convert_ui_workflow(document, object_info)
     except WorkflowError as error:

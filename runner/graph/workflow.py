@@ -95,7 +95,12 @@ def is_ui_workflow(data: Any) -> bool:
 
 def load_workflow(path: Path) -> Workflow:
     """Read an API-format workflow, with an error that names the file when it is not one."""
-    workflow = read_json_file(path)
+    return api_workflow(read_json_file(path), path)
+
+
+def api_workflow(workflow: Any, path: Path) -> Workflow:
+    """``workflow`` (the JSON read from ``path``) as an API-format workflow, with an error that names the
+    file when it is not one."""
     if is_ui_workflow(workflow):
         raise WorkflowError(
             f"workflow file {path} is not in API format: it is an editor (UI) workflow; convert it with "

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
-from runner.graph.workflow import is_ui_workflow, load_workflow, read_json_file
+from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
 from runner.local.server import MODEL_FOLDERS
 
@@ -115,7 +115,7 @@ def check_models(
     if is_ui_workflow(document):  # the editor file says itself where its models come from
         refs, sources = required_models_ui(document), model_sources(document, workflow_path.name)
     else:
-        refs, sources = required_models(load_workflow(workflow_path)), _twin_sources(workflow_path)
+        refs, sources = required_models(api_workflow(document, workflow_path)), _twin_sources(workflow_path)
     if templates is None and any(ref.name not in sources for ref in refs):
         templates = template_sources()
     sources = {**(templates or {}), **sources}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
-from runner.graph.convert import load_any_workflow
+from runner.graph.convert import as_api_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file, validate_workflow
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
@@ -103,9 +103,9 @@ def prepare_workflow(
     Raises:
         WorkflowError: unreadable file, bad override, or validation errors (each naming its node).
     """
-    read_json_file(path)  # a missing or broken file is said before the server is asked
+    document = read_json_file(path)  # a missing or broken file is said before the server is asked
     object_info = client.get_json("/object_info")
-    workflow = load_any_workflow(path, object_info)
+    workflow = as_api_workflow(document, path, object_info)
     applied = apply_overrides(workflow, list(overrides), object_info)
     if validate:
         errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
