@@ -23,10 +23,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from runner.cli.render import failure_label
 from runner.cli.server_options import override_spec, port_number
 from runner.errors import (
     LeanVideoError,
-    PromptCancelledError,
     PromptFailedError,
     PromptTimeoutError,
     ServerError,
@@ -211,8 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_bench(args, console)
     except LeanVideoError as exc:
-        label = "[yellow]interrupted:[/]" if isinstance(exc, PromptCancelledError) else "[bold red]error:[/]"
-        Console(stderr=True).print(f"{label} {escape(str(exc))}", highlight=False)
+        Console(stderr=True).print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
         Console(stderr=True).print("interrupted")

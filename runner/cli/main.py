@@ -26,7 +26,7 @@ from runner.cli.demo import add_demo_parser, run_demo_command
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
-from runner.cli.render import RunProgress, summary_table
+from runner.cli.render import RunProgress, failure_label, summary_table
 from runner.cli.server_options import (
     add_server_arguments,
     existing_folder,
@@ -35,7 +35,7 @@ from runner.cli.server_options import (
     run_options,
 )
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
-from runner.errors import LeanVideoError, PromptCancelledError, UsageError, WorkspaceError
+from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
@@ -171,9 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_batch(args, console, err)
         return run_demo_command(args, tuple(passthrough), console)
     except LeanVideoError as exc:
-        # Ctrl-C is the user's doing, not an error: said as what happened to the prompt
-        label = "[yellow]interrupted:[/]" if isinstance(exc, PromptCancelledError) else "[bold red]error:[/]"
-        err.print(f"{label} {escape(str(exc))}", highlight=False)
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
             err.print(f"partial run record: {exc.record_path}", highlight=False)
         elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too

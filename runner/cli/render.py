@@ -4,7 +4,7 @@ Only the CLI uses this module; the library itself never prints.
 
 Example::
 
-    with RunProgress(console, node_count=len(workflow)) as progress:
+    with RunProgress(console) as progress:
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
 """
@@ -18,6 +18,7 @@ from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runner.errors import LeanVideoError, PromptCancelledError
 from runner.graph.workflow import Problem
 from runner.tracking.events import ClientEvent, phase_of
 
@@ -31,9 +32,10 @@ TELEMETRY_ROWS = (
 
 
 class RunProgress:
-    """Two bars fed by client events: nodes done (cached included) and the running sampler's steps."""
+    """Two bars fed by client events: nodes done (cached included; their count comes with the prompt's
+    ``started`` event) and the running sampler's steps."""
 
-    def __init__(self, console: Console, node_count: int | None = None) -> None:
+    def __init__(self, console: Console) -> None:
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -42,7 +44,7 @@ class RunProgress:
             console=console,
             transient=False,
         )
-        self._nodes: TaskID = self._progress.add_task("nodes: queued", total=node_count)
+        self._nodes: TaskID = self._progress.add_task("nodes: queued", total=None)
         self._steps: TaskID = self._progress.add_task("steps", total=None, visible=False)
         self._steps_node: str | None = None
         self._started = False
@@ -93,6 +95,12 @@ class RunProgress:
                 return
             total = self._progress.tasks[self._nodes].total
             self._progress.update(self._nodes, completed=total, description="nodes: done")
+
+
+def failure_label(error: LeanVideoError) -> str:
+    """How an error that ends a command is introduced: Ctrl-C (a cancelled prompt) is the user's doing,
+    said as what happened to the prompt, not as an error."""
+    return "[yellow]interrupted:[/]" if isinstance(error, PromptCancelledError) else "[bold red]error:[/]"
 
 
 def summary_table(record: dict[str, Any]) -> Group:
