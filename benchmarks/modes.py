@@ -99,11 +99,11 @@ def compare_videos(path: Path, reference: Path) -> dict[str, float]:
     return {"psnr_db": float(np.mean(psnrs)), "ssim": float(np.mean(ssims)), "frames": float(len(frames))}
 
 
-def add_lossless_capture(workflow: dict[str, Any], object_info: Mapping[str, Any]) -> bool:
+def add_lossless_capture(workflow: dict[str, Any], object_info: Mapping[str, Any]) -> None:
     """Add Save Video (lossless) as node :data:`LOSSLESS_ID`, on the video of the workflow's first Save
-    Video; False (nothing added) on a server without that node or a workflow without Save Video."""
+    Video; nothing on a server without that node or to a workflow without Save Video."""
     if LOSSLESS_CLASS not in object_info:
-        return False
+        return
     saves = [
         node
         for _, node in sorted(workflow.items(), key=lambda item: (not item[0].isdigit(), item[0].zfill(12)))
@@ -111,7 +111,7 @@ def add_lossless_capture(workflow: dict[str, Any], object_info: Mapping[str, Any
         and isinstance(node.get("inputs", {}).get("video"), list)
     ]  # fmt: skip
     if not saves:
-        return False
+        return
     prefix = saves[0]["inputs"].get("filename_prefix")
     workflow[LOSSLESS_ID] = {
         "class_type": LOSSLESS_CLASS,
@@ -121,7 +121,6 @@ def add_lossless_capture(workflow: dict[str, Any], object_info: Mapping[str, Any
         },
         "_meta": {"title": "Save Video (lossless), added by the bench for the quality checks"},
     }
-    return True
 
 
 def frames_to_compare(runs: Sequence[RunMeasure]) -> tuple[list[Path], str]:

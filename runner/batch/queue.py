@@ -284,11 +284,12 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
     """Cancel every queued or running job of the batch; returns how many (a batch that does not exist
     raises, see :func:`batch_jobs`)."""
     ids = [j.workflow_id for j in batch_jobs(client, name) if j.state in ("queued", "running")]
-    if ids:
-        client.cancel_workflows(ids)
+    if not ids:
+        return 0
+    client.cancel_workflows(ids)
     # A worker killed mid-job left its prompt running: no attempt of a cancelled job comes to take it
     # off, so the cancel does (a live worker's own prompt is stopped anyway; its folder stays its own).
-    for status in client.list_workflows(workflow_ids=ids, load_output=False) if ids else []:
+    for status in client.list_workflows(workflow_ids=ids, load_output=False):
         spec = status.input["args"][0] if status.input else None
         if isinstance(spec, dict) and "out_dir" in spec:
             take_off_orphans(spec, Path(spec["out_dir"]) / PARTIAL_DIR, keep_folders=True)
