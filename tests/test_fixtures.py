@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from runner.fixtures import (
     FIXTURE_NODES_DIR,
     STAMP_KEY,
     FixtureSet,
+    ForeignModelError,
     LayoutError,
     fixture_set,
     write_fixtures,
@@ -178,6 +180,27 @@ def test_damaged_file_is_rewritten(forced_fixtures: FixtureSet, comfyui_dir: Pat
     write_fixtures(forced_fixtures.models_dir, comfyui_dir)
     assert sha256_file(lora) == expected
     assert {path: path.stat().st_mtime_ns for path in untouched} == untouched
+
+
+def test_a_model_of_the_users_under_a_fixture_name_is_never_written_over(tmp_path: Path) -> None:
+    # A real CLIP-L in a ComfyUI models folder is named clip_l.safetensors, like the tiny one.
+    fixtures = fixture_set(tmp_path / "models")
+    fixtures.text_encoder.parent.mkdir(parents=True)
+    weights = {"text_model.embeddings.token_embedding.weight": np.ones((10, 10), np.float32)}
+    save_file(weights, str(fixtures.text_encoder), metadata={"format": "pt"})
+    fixtures.int8_checkpoint.parent.mkdir(parents=True)
+    fixtures.int8_checkpoint.write_bytes(b"not even safetensors")
+    fixtures.lora.parent.mkdir(parents=True)
+    fixtures.lora.symlink_to(fixtures.text_encoder)
+    before = {path: path.read_bytes() for path in (fixtures.text_encoder, fixtures.int8_checkpoint)}
+    for force in (False, True):
+        with pytest.raises(ForeignModelError) as raised:
+            write_fixtures(fixtures.models_dir, tmp_path / "no-comfyui", force=force)
+        assert raised.value.exit_code == 2
+        assert raised.value.paths == [fixtures.text_encoder, fixtures.lora, fixtures.int8_checkpoint]
+        assert str(fixtures.text_encoder) in str(raised.value)
+        assert {path: path.read_bytes() for path in before} == before
+        assert not fixtures.checkpoint.exists() and not fixtures.diffusion_model.exists()
 
 
 @pytest.mark.integration
