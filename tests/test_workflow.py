@@ -245,3 +245,30 @@ def test_a_workflow_without_an_output_node_is_invalid(workflow: dict[str, Any]) 
     assert [str(p) for p in validate_workflow({}, OBJECT_INFO)] == [str(problem)]
     workflow["4"]["class_type"] = "Unknown"  # an unknown node may be an output: said as unknown only
     assert [p.node_id for p in validate_workflow(workflow, OBJECT_INFO)] == ["4"]
+
+
+@pytest.mark.parametrize("typed", ["1e5", "1.50", '{"b":2,  "a":1}', "null", "[1]", '"quoted"', "007"])
+def test_a_text_input_takes_the_value_exactly_as_typed(workflow: dict[str, Any], typed: str) -> None:
+    apply_overrides(workflow, [f"Positive.text={typed}", f"6.filename_prefix={typed}"], OBJECT_INFO)
+    assert workflow["3"]["inputs"]["text"] == typed
+    assert workflow["6"]["inputs"]["filename_prefix"] == typed
+
+
+def test_a_text_input_of_a_node_the_server_does_not_describe_stays_text(workflow: dict[str, Any]) -> None:
+    apply_overrides(workflow, ["Positive.text=1.50", "Sample.steps=4"], {})
+    assert workflow["3"]["inputs"]["text"] == "1.50"
+    assert workflow["5"]["inputs"]["steps"] == 4
+
+
+def test_a_key_given_twice_in_a_workflow_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.json"
+    path.write_text('{"1": {"class_type": "A", "inputs": {}}, "1": {"class_type": "B", "inputs": {}}}')
+    with pytest.raises(WorkflowError, match=r"twice\.json: key '1' appears twice in one object"):
+        load_workflow(path)
+
+
+def test_a_workflow_file_nested_too_deeply_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(WorkflowError, match=r"deep\.json is not a workflow: its JSON is nested too deeply"):
+        load_workflow(path)

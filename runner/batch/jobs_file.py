@@ -162,6 +162,9 @@ def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any
         except json.JSONDecodeError as exc:
             problems.append(f"line {number}: not valid JSON: {exc.msg} (column {exc.colno})")
             continue
+        except RecursionError:
+            problems.append(f"line {number}: not a job: its JSON is nested too deeply")
+            continue
         if not isinstance(row, dict):
             problems.append(f"line {number}: expected a JSON object, got {type(row).__name__}")
             continue

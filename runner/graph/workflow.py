@@ -77,11 +77,25 @@ def read_json_file(path: Path, what: str = "workflow file") -> Any:
     except OSError as exc:
         raise WorkflowError(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
     except json.JSONDecodeError as exc:
         raise WorkflowError(f"{what} {path} is not valid JSON: {exc}") from exc
     except ValueError as exc:
         raise WorkflowError(f"{what} {path}: {exc}") from exc
+    except RecursionError as exc:
+        raise WorkflowError(f"{what} {path} is not a workflow: its JSON is nested too deeply") from exc
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(
+                f"key {key!r} appears twice in one object (JSON keeps only the last, so one of the two "
+                "would be dropped without a word): keep one"
+            )
+        found[key] = value
+    return found
 
 
 def _refuse_constant(name: str) -> Any:
@@ -158,7 +172,8 @@ def input_names(object_info: ObjectInfo, class_type: str) -> list[str]:
 
 
 def parse_override(spec: str) -> tuple[str, str, Any]:
-    """Split ``TARGET.input=VALUE`` into its parts; VALUE is parsed as JSON when possible."""
+    """Split ``TARGET.input=VALUE`` into its parts; VALUE is parsed as JSON when possible (a text
+    input takes it as typed: :func:`apply_overrides`)."""
     left, equals, raw = spec.partition("=")
     target, dot, name = left.rpartition(".")
     if not equals or not dot or not target or not name:
@@ -167,7 +182,7 @@ def parse_override(spec: str) -> tuple[str, str, Any]:
         )
     try:
         value: Any = json.loads(raw, parse_constant=_refuse_constant)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = raw
     return target.strip(), name.strip(), value
 
@@ -192,7 +207,11 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
                 known = input_names(object_info, class_type)
                 hint = close_hint(name, known, "inputs", "its inputs")
                 raise WorkflowError(f"{where} has no input {name!r}{hint}")
+            if spec_list[0] == "STRING":
+                value = spec.partition("=")[2]  # text as typed: "1.50" stays "1.50", not 1.5
             value = coerce_value(spec_list, value, where=f"{where} input {name!r}")
+        elif isinstance(inputs.get(name), str):
+            value = spec.partition("=")[2]  # a node the server does not describe: text stays text
         elif name not in inputs:
             hint = close_hint(name, list(inputs), "inputs", "its inputs")
             raise WorkflowError(f"{where} has no input {name!r}{hint}")
