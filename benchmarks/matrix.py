@@ -194,7 +194,9 @@ def load_matrix(path: Path) -> Matrix:
             file, the variant and the key.
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise MatrixError(f"matrix {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MatrixError(f"cannot read matrix {path}: {exc}") from exc
     return parse_matrix(data, path)

@@ -133,6 +133,9 @@ def test_missing_workflow_and_bad_toml_are_named(tmp_path: Path) -> None:
     path.write_text("[bench\n", encoding="utf-8")
     with pytest.raises(MatrixError, match="cannot read matrix"):
         load_matrix(path)
+    path.write_bytes(b"\xff\xfe[bench]\n")
+    with pytest.raises(MatrixError, match=r"m\.toml is not UTF-8 text \(byte 0\): save it as UTF-8"):
+        load_matrix(path)
 
 
 def test_order_defaults_to_interleaved_and_can_be_sequential(tmp_path: Path) -> None:
