@@ -34,6 +34,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
+from benchmarks.preflight import matrix_problems
 from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, one_line, run_variants
 from benchmarks.report import (
     PlotError,
@@ -123,6 +124,7 @@ class _Measured:
     modes: dict[str, Any] = field(default_factory=dict)
     sequence: int = 0  # the next run's place in the whole matrix's run order
     server_lost: list[str] = field(default_factory=list)  # servers that stopped answering mid-matrix
+    checked: bool = False  # the variants were checked against the first server's /object_info
 
 
 def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
@@ -216,6 +218,12 @@ def _run_on_server(
         except WorkflowError as error:
             raise WorkflowError(f"{error}; nothing was run") from error
     on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
+    if not measured.checked:  # every variant, before the first run: a bad matrix runs nothing
+        measured.checked = True
+        runnable = [v for v in matrix.variants if not (on_cpu and v.skip_on_cpu)]
+        if problems := matrix_problems(runnable, base, object_info, settings.overrides):
+            listed = "\n  ".join(problems)
+            raise WorkflowError(f"{matrix.path}: {len(problems)} problem(s); nothing was run:\n  {listed}")
     extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
     jobs = _prepare_jobs(extended, base, object_info, settings.out_dir, on_cpu, measured, say)
     if not jobs:

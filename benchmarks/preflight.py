@@ -1,0 +1,55 @@
+"""Every variant of a matrix checked against the first server's ``/object_info`` before any run.
+
+A matrix is a file the user wrote, like a workflow: a ``set`` naming an input that does not exist, an
+``[[variant.insert]]`` of a node the server lacks or aimed at a missing input, is a mistake in that
+file. Found only when its variant's turn came, it failed that variant after the others had run (exit 6,
+the first mistake named). Checked here, every mistake is listed at once with its variant, and nothing
+runs (exit 5), as with a bad ``--set`` on the command line.
+
+Example::
+
+    problems = matrix_problems(matrix.variants, base, object_info)
+    # ["variant 'base': --set 'Nope.steps=2': no node 'Nope' …", "variant 'base': --set '9.stepz=1': …"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from benchmarks.matrix import Variant
+from runner.errors import WorkflowError
+from runner.graph.workflow import apply_overrides, validate_workflow
+
+
+def matrix_problems(
+    variants: Iterable[Variant],
+    base: dict[str, Any],
+    object_info: dict[str, Any],
+    overrides: Iterable[str] = (),
+) -> list[str]:
+    """What stops each of ``variants`` from running on a server with ``object_info``: its inserts, each
+    of its overrides (then the command line's ``overrides``), and the errors ``workflow validate`` would
+    report on the result (warnings are not problems)."""
+    problems: list[str] = []
+    for variant in variants:
+        where = f"variant {variant.name!r}"
+        try:
+            workflow = variant.build_workflow(base)
+        except WorkflowError as error:
+            problems.append(f"{where}: {error}")
+            continue
+        bad_override = False
+        for spec in (*variant.overrides, *overrides):
+            try:
+                apply_overrides(workflow, [spec], object_info)
+            except WorkflowError as error:
+                problems.append(f"{where}: {error}")
+                bad_override = True
+        if not bad_override:  # an override left undone would be reported again as a bad value
+            problems += [
+                f"{where}: {problem}"
+                for problem in validate_workflow(workflow, object_info)
+                if problem.kind == "error"
+            ]
+    return problems
