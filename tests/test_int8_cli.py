@@ -150,3 +150,40 @@ def test_fallbacks_are_reported(tiny_models: FixtureSet, tmp_path: Path) -> None
     )
     report = json.loads(output)
     assert code == 0 and report["layouts"] == {"row": 20} and report["rotated"] == 0
+
+
+def test_damaged_weights_misnamed_outputs_and_links_are_refused_before_writing(
+    tiny_models: FixtureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tensors = read_tensors(tiny_models.diffusion_model)
+    quantized = "transformer_blocks.0.attn1.to_q.weight"
+    kept = next(key for key in tensors if key.startswith("adaln_single.") and key.endswith(".weight"))
+    for key, value in ((quantized, float("nan")), (kept, float("inf"))):  # a quantized and a kept tensor
+        damaged = tmp_path / "damaged.safetensors"
+        bad = dict(tensors)
+        bad[key] = bad[key].clone()
+        bad[key].view(-1)[3] = value
+        save_file(bad, str(damaged))
+        code, err = _fail(capsys, str(damaged), str(tmp_path / "out.safetensors"))
+        err = " ".join(err.split())
+        assert code == 1 and f"{damaged}: tensor '{key}': 1 of" in err and "NaN or infinite" in err, err
+        damaged.unlink()
+    dit = str(tiny_models.diffusion_model)
+    code, err = _fail(capsys, dit, str(tmp_path / "out.pt"))
+    assert code == 2 and "name it .safetensors" in err
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(tmp_path / "elsewhere.safetensors")  # dangling: nothing there yet
+    code, err = _fail(capsys, dit, str(link))
+    assert code == 1 and f"{link} is a link" in " ".join(err.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.safetensors"]
+
+
+def test_a_pickle_under_a_safetensors_name_is_said_to_be_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    renamed = tmp_path / "model.safetensors"
+    torch.save({"w": torch.ones(2)}, renamed)  # never loaded: only its first bytes are looked at
+    code, err = _fail(capsys, str(renamed), str(tmp_path / "out.safetensors"))
+    assert code == 1 and "looks like a PyTorch pickle checkpoint" in " ".join(err.split())

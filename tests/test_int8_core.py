@@ -181,3 +181,13 @@ def test_chunked_quantization_matches_one_pass(
     assert weight_sqnr_db(weight, chunked) == pytest.approx(
         sqnr_db(weight, dequantize_weight(whole)), abs=1e-6
     )
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_weight_with_nan_or_inf_is_refused_naming_it(value: float) -> None:
+    weight = torch.randn(64, 32)
+    weight[5, 7] = value
+    said = r"blocks\.0\.w\.weight: 1 of 2048 values are NaN or infinite"
+    for granularity in ("row", "tensor"):
+        with pytest.raises(Int8FormatError, match=said):
+            quantize_weight(weight, Int8WeightConfig(granularity=granularity), name="blocks.0.w.weight")

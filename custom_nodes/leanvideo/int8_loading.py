@@ -131,7 +131,10 @@ def _quantize_loaded(
         found = describe_misplaced(loaded.tensors, source=str(loaded.path), wanted=wanted)
         raise Int8FormatError(found or f"{loaded.path}: no layer of family {family!r} to quantize")
     logger.info("Quantizing %d %s layers of %s on load", len(plan), family, loaded.path)
-    return quantize_state_dict(loaded.tensors, plan, consume=True)  # the read tensors go as they convert
+    try:
+        return quantize_state_dict(loaded.tensors, plan, consume=True)  # the read tensors go as they convert
+    except Int8FormatError as error:  # a damaged weight: name the file it is in
+        raise Int8FormatError(f"{loaded.path}: {error}") from error
 
 
 def read_for_loading(path: Path, options: Int8LoadOptions, keys: list[str] | None = None) -> LoadedFile:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 FAMILIES = ("flux", "hunyuan_video", "ltxv", "text_encoder", "wan")
 
 WORST_LAYERS_SHOWN = 5
+OUT_SUFFIXES = (".safetensors", ".sft")
 DEFAULT_CONVROT_GROUP = 256  # as Int8WeightConfig's default
 
 
@@ -48,7 +49,8 @@ def add_quantize_parser(subparsers: Any) -> None:
         description="Quantize IN (bf16/fp16/fp32, float8_e4m3fn/e5m2 or ComfyUI scaled fp8 safetensors) to "
         "OUT in the LeanVideo INT8 format (ComfyUI-native metadata included). Sensitive layers stay in high "
         "precision. LoRAs and VAEs are not quantized.",
-        epilog="exit codes: 0 written and verified, 1 bad input or OUT exists, 2 usage",
+        epilog="exit codes: 0 written and verified, 1 bad input or OUT exists, 2 usage (also an OUT "
+        "not named .safetensors)",
     )
     parser.add_argument("input", type=Path, metavar="IN", help="float or fp8 .safetensors file")
     parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")
@@ -84,6 +86,11 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     from leanvideo.int8.policy import guess_family
     from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
 
+    if args.output.suffix.lower() not in OUT_SUFFIXES and not args.output.is_dir():  # a folder: said below
+        raise UsageError(
+            f"OUT {args.output}: name it .safetensors (ComfyUI's model lists and the INT8 loaders go by "
+            f"the suffix), e.g. {args.output.with_suffix('.safetensors')}"
+        )
     if args.granularity == "block" and args.block_size is None:
         raise UsageError("--granularity block needs --block-size N (input columns per scale, e.g. 64)")
     if args.block_size is not None and args.granularity != "block":

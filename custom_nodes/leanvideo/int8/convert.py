@@ -36,7 +36,7 @@ from .fp8 import (
     scale_weight_key,
 )
 from .policy import plan_quantization, refuse_unquantizable
-from .quantize import Int8Weight, expected_scale_shape, quantize_weight, weight_sqnr_db
+from .quantize import Int8Weight, expected_scale_shape, non_finite_message, quantize_weight, weight_sqnr_db
 from .spec import (
     COMFY_METADATA_KEY,
     COMFY_METADATA_VERSION,
@@ -187,8 +187,12 @@ def _check_target(target: Path) -> None:
         )
     if target.exists():
         raise FileExistsError(f"{target} exists; refusing to overwrite it")
+    if target.is_symlink():
+        raise FileExistsError(f"{target} is a link (to {os.readlink(target)}); refusing to write through it")
     if not target.parent.is_dir():
         raise FileNotFoundError(f"{target}: the folder {target.parent} does not exist")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{target}: cannot write in the folder {target.parent} (permission denied)")
 
 
 def _new_partial(target: Path) -> Path:
@@ -292,6 +296,8 @@ def _stream_quantized(
         writer.begin()
         for done, key in enumerate(keys, 1):
             tensor, grid = _read_exact_with_grid(handle, header, key)
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise Int8FormatError(non_finite_message(f"{source}: tensor {key!r}", tensor))
             layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
             if layer in plan:
                 packed = quantize_weight(tensor, plan[layer], name=key, fp8_grid=grid)

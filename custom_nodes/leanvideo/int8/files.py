@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,24 @@ def _check_path(path: Path) -> None:
         raise Int8FormatError(f"{path}: a folder, not a model file")
     if not path.is_file():
         raise Int8FormatError(f"{path}: no such file")
+    if not os.access(path, os.R_OK):
+        raise Int8FormatError(f"{path}: cannot be read (permission denied for this user)")
+
+
+def _pickle_hint(path: Path) -> str:
+    """What a file that is not safetensors looks like, when it looks like a PyTorch pickle (a zip
+    archive or a pickle stream: ``torch.save``'s formats) renamed to .safetensors."""
+    try:
+        with path.open("rb") as stream:
+            start = stream.read(4)
+    except OSError:
+        return ""
+    if start.startswith((b"PK\x03\x04", b"\x80")):
+        return (
+            "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
+            "because loading it can run code: get the .safetensors release of the model"
+        )
+    return ""
 
 
 def read_header(path: Path) -> FileHeader:
@@ -54,7 +73,8 @@ def read_header(path: Path) -> FileHeader:
             shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in keys}
             metadata = dict(handle.metadata() or {})
     except SafetensorError as error:
-        raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
+        hint = _pickle_hint(path)
+        raise Int8FormatError(f"{path}: not a readable safetensors file ({error}){hint}") from error
     return FileHeader(path=path, metadata=metadata, dtypes=dtypes, shapes=shapes)
 
 

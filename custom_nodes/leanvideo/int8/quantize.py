@@ -81,6 +81,15 @@ def _float_rows(weight: torch.Tensor, config: Int8WeightConfig) -> torch.Tensor:
     )
 
 
+def non_finite_message(name: str, tensor: torch.Tensor) -> str:
+    """What to say of ``tensor`` (named ``name``) when it holds NaN or infinite values."""
+    bad = int((~torch.isfinite(tensor)).sum())
+    return (
+        f"{name}: {bad} of {tensor.numel()} values are NaN or infinite: the model is damaged (a NaN spreads "
+        "to every frame), and quantizing it would hide that; re-download or re-export it"
+    )
+
+
 def quantize_weight(
     weight: torch.Tensor,
     config: Int8WeightConfig,
@@ -110,6 +119,8 @@ def quantize_weight(
         scale = torch.empty((out_features, width), dtype=torch.float32, device=weight.device)
     for start, stop in chunks:
         work = _float_rows(weight[start:stop], config)
+        if not bool(torch.isfinite(work).all()):
+            raise Int8FormatError(non_finite_message(name, weight))
         if config.granularity == "tensor":
             q = work / scale
         else:
