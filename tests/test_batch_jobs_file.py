@@ -129,6 +129,20 @@ def test_an_empty_file_is_refused(folder: Path) -> None:
         read_jobs_file(write_lines(folder / "jobs.jsonl", ""))
 
 
+def test_a_workflow_given_as_the_jobs_file_is_said_to_be_one(folder: Path) -> None:
+    workflow = folder / "wf.api.json"
+    workflow.write_text(json.dumps(WORKFLOW, indent=2), encoding="utf-8")  # many lines, none a job
+    with pytest.raises(WorkflowError) as raised:
+        read_jobs_file(workflow)
+    assert str(raised.value).startswith(f"jobs file {workflow}: this is a workflow, not a jobs file")
+    assert '{"workflow": "wf.api.json"' in str(raised.value)
+    ui = write_lines(folder / "ui.json", json.dumps({"nodes": [], "links": []}))
+    with pytest.raises(WorkflowError, match="this is a workflow, not a jobs file"):
+        read_jobs_file(ui)
+    (job,) = read_jobs_file(write_lines(folder / "one.jsonl", '{"workflow": "wf.api.json"}'))
+    assert job.workflow == workflow
+
+
 def test_a_spreadsheets_csv_with_a_byte_order_mark_and_crlf_is_read(folder: Path) -> None:
     jobs_file = folder / "jobs.csv"
     jobs_file.write_bytes(b"\xef\xbb\xbfid,workflow,set:Sample.seed\r\nb1,wf.api.json,7\r\n")

@@ -275,6 +275,36 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         assert "no batch named 'nosuch'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--per-server", "0"], "--per-server: 0: must be at least 1"),
+        (["--max-attempts", "0"], "--max-attempts: 0: must be at least 1"),
+        (["--timeout", "-1"], "--timeout: -1: must be a positive number of seconds"),
+        (["--grace", "x"], "--grace: 'x' is not a whole number of seconds"),
+        (["--name", "../../evil"], "batch name '../../evil': 1-80 letters"),
+        (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
+        (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
+    ],
+)
+def test_unusable_batch_options_are_usage_errors_and_queue_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    from runner.cli.main import main
+
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"workflow": "w.json"}\n')
+    db = ["--db", f"sqlite:///{tmp_path / 'q.sqlite'}"] if "--db" not in argv else []
+    try:
+        code = main(["batch", "submit", str(jobs), "--server", "http://127.0.0.1:9", *db, *argv])
+    except SystemExit as parser_exit:  # argparse refuses the value itself
+        code = parser_exit.code
+    assert code == 2
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert not Path("/nonexistent").exists()
+    assert not (tmp_path / "q.sqlite").exists()
+
+
 def test_the_progress_table_counts_jobs_that_raised() -> None:
     """A job that raised has no result record and so no server; the table still accounts for it."""
     from rich.console import Console

@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ServerError, WorkflowError
-from runner.graph.workflow import ObjectInfo, Workflow, apply_overrides, load_workflow, validate_workflow
+from runner.graph.workflow import (
+    ObjectInfo,
+    Workflow,
+    apply_overrides,
+    is_ui_workflow,
+    load_workflow,
+    validate_workflow,
+)
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 
@@ -88,6 +95,7 @@ def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[s
         raise WorkflowError(f"jobs file {path}: not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
     except OSError as exc:
         raise WorkflowError(f"jobs file {path}: cannot read it: {exc.strerror or exc}") from exc
+    _refuse_a_workflow(path, text)
     problems: list[str] = []
     rows = _csv_rows(text, problems) if path.suffix.lower() == ".csv" else _jsonl_rows(text, problems)
     jobs: list[JobLine] = []
@@ -150,6 +158,22 @@ def _prepare(
             stated = {f.name: getattr(job, f.name) for f in fields(JobLine)}
             prepared.append(PreparedJob(**stated, prompt=prompt))
     return prepared, problems
+
+
+def _refuse_a_workflow(path: Path, text: str) -> None:
+    """A workflow file given where the jobs file goes is said as such (one line), not as hundreds of
+    lines that are not JSON."""
+    try:
+        whole = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    nodes = whole.values() if isinstance(whole, dict) else ()
+    api = bool(nodes) and all(isinstance(node, dict) and "class_type" in node for node in nodes)
+    if api or is_ui_workflow(whole):
+        raise WorkflowError(
+            f"jobs file {path}: this is a workflow, not a jobs file; a jobs file has one job per line, e.g. "
+            f'{{"workflow": "{path.name}", "set": {{"KSampler.seed": 1}}}}'
+        )
 
 
 def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:

@@ -37,7 +37,7 @@ from dbos import DBOS, DBOSClient, EnqueueOptions
 from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
-from runner.errors import LeanVideoError, UsageError, WorkflowError
+from runner.errors import LeanVideoError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -95,15 +95,24 @@ class JobState:
 def resolve_db_url(given: str | None, workspace_root: Path) -> str:
     """``given``, else ``$LEANVIDEO_DB``, else a SQLite file in the workspace."""
     url = given or os.environ.get(DB_ENV) or f"sqlite:///{(workspace_root / DEFAULT_DB_NAME).resolve()}"
+    where = "--db" if given else f"${DB_ENV}"
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
-        raise WorkflowError(f"--db {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+        raise UsageError(f"{where} {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+    folder = Path(url.removeprefix("sqlite:///")).parent
+    named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
+    if named and url.startswith("sqlite:///") and not folder.is_dir():  # a typo: a queue no one reads
+        raise UsageError(
+            f"{where} {url!r}: the folder {folder} does not exist (sqlite:///relative/file.sqlite, "
+            "sqlite:////absolute/file.sqlite)"
+        )
     return url
 
 
-def check_batch_name(name: str) -> str:
+def check_batch_name(name: str, *, where: str = "batch name") -> str:
+    """``name`` when it can name a batch (it names folders and workflow ids), else :class:`UsageError`."""
     if not BATCH_NAME.match(name):
-        raise WorkflowError(
-            f"batch name {name!r}: 1-80 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        raise UsageError(
+            f"{where} {name!r}: 1-80 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
 

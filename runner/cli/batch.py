@@ -74,7 +74,11 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
 
 
 def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Console) -> int:
-    name = check_batch_name(args.name or args.jobs.stem.split(".")[0])
+    if args.name:
+        name = check_batch_name(args.name)
+    else:
+        derived = args.jobs.stem.split(".")[0]
+        name = check_batch_name(derived, where="batch name (the jobs file's name; give --name)")
     try:
         settings = BatchSettings(
             out_dir=(args.out or Path("leanvideo-out") / f"batch-{name}").resolve(),

@@ -6,6 +6,7 @@ only when ``batch`` runs.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 
@@ -28,10 +29,12 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     submit.add_argument(
         "--add", action="store_true", help="add the file's new jobs to a batch of that name that exists"
     )
-    submit.add_argument("--max-attempts", type=int, default=3, help="tries per job on dead servers (3)")
-    submit.add_argument("--timeout", type=float, default=1800.0, help="seconds per attempt (1800)")
     submit.add_argument(
-        "--health-timeout", type=float, default=30.0, help="seconds a silent server gets mid-job (30)"
+        "--max-attempts", type=_at_least_one, default=3, help="tries per job on dead servers (3)"
+    )
+    submit.add_argument("--timeout", type=_seconds, default=1800.0, help="seconds per attempt (1800)")
+    submit.add_argument(
+        "--health-timeout", type=_seconds, default=30.0, help="seconds a silent server gets mid-job (30)"
     )
     _worker_options(submit)
 
@@ -75,12 +78,47 @@ def _db(parser: argparse.ArgumentParser) -> None:
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--per-server", type=int, default=1, metavar="K", help="jobs at once per server (1)")
+    parser.add_argument(
+        "--per-server", type=_at_least_one, default=1, metavar="K", help="jobs at once per server (1)"
+    )
     parser.add_argument(
         "--worker-id",
         help="this worker's id; a worker that starts under a dead one's id runs its unfinished jobs "
         "(default: host name + a digest of its servers, + the batch name for submit --wait)",
     )
     parser.add_argument(
-        "--grace", type=int, default=600, help="on Ctrl-C, seconds running jobs get to finish (600)"
+        "--grace",
+        type=_whole_seconds,
+        default=600,
+        help="on Ctrl-C, seconds running jobs get to finish (600)",
     )
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a positive number of seconds")
+    return value
+
+
+def _whole_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more seconds")
+    return value
