@@ -7,7 +7,7 @@ branch of the tree to its own exit code so scripts can tell failures apart::
     ├── UsageError                  exit 2   an argument cannot be used (an output folder that is a file)
     ├── WorkspaceError              exit 3   ComfyUI or the venv is missing: run install.py
     ├── ServerError                 exit 4
-    │   ├── PortInUseError                   the port is already bound
+    │   ├── PortInUseError          exit 2   the port asked for is already bound (a UsageError too)
     │   ├── ServerCrashedError               the process exited during start-up
     │   ├── ServerTimeoutError               no answer from /system_stats in time
     │   ├── ServerUnreachableError           the server vanished mid-run and did not come back in time
@@ -57,8 +57,9 @@ class ServerError(LeanVideoError):
     exit_code = 4
 
 
-class PortInUseError(ServerError):
-    """The requested port is already bound by another process."""
+class PortInUseError(UsageError, ServerError):
+    """The requested port is already bound by another process: a ``--port`` that cannot be used (exit 2),
+    and still a server that could not start for whoever catches :class:`ServerError`."""
 
 
 class ServerCrashedError(ServerError):

@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from runner.errors import PortInUseError, ServerCrashedError
+from runner.errors import PortInUseError, ServerCrashedError, ServerError
 from runner.fixtures import FixtureSet
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.ports import port_is_free
@@ -89,8 +89,10 @@ def test_port_in_use_is_a_clear_error(server_config: ServerConfig) -> None:
     with socket.socket() as squatter:
         squatter.bind((server_config.host, server_config.port))
         squatter.listen()
-        with pytest.raises(PortInUseError, match=f"Port {server_config.port}.*already in use"):
+        with pytest.raises(PortInUseError, match=f"Port {server_config.port}.*already in use") as raised:
             ComfyServer(server_config).start()
+    # a --port that cannot be used (exit 2, as in serve, demo and bench), and still a server error
+    assert raised.value.exit_code == 2 and isinstance(raised.value, ServerError)
 
 
 def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) -> None:
