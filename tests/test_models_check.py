@@ -115,6 +115,33 @@ def test_the_cli_exits_1_when_something_is_missing_and_0_when_all_is_there(
     assert main(["models", "check", str(tmp_path / "nope.api.json"), "--models", str(models)]) == 5
 
 
+def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, models = write(tmp_path)
+    (models / "loras").mkdir()
+    (models / "loras" / "L.safetensors").write_bytes(b"x")  # another case
+    (models / "vae").mkdir()
+    (models / "vae" / "te.safetensors").write_bytes(b"x")  # another folder
+    (models / "unet" / "dit-v2.safetensors").write_bytes(b"x")
+    workflow = json.loads(path.read_text(encoding="utf-8"))
+    workflow["6"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "dit-v3.safetensors"}}
+    workflow["7"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": 123}}
+    workflow["8"] = {"class_type": "VAELoader", "inputs": {"vae_name": ["9", 0]}}
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    said = "loras/L.safetensors is there: ComfyUI reads names with their case; use that name"
+    assert by_node["3"].hint == said
+    assert by_node["2"].hint == "it is in vae/te.safetensors; this loader reads text_encoders/, clip/"
+    assert by_node["6"].hint == "close names there: dit-v2.safetensors, dit.safetensors"
+    assert (by_node["7"].status, by_node["7"].hint) == ("invalid", "123 is not a file name")
+    assert by_node["8"].status == "unchecked" and by_node["8"].hint.startswith("linked to node 9")
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "invalid node 7 (CheckpointLoaderSimple.ckpt_name): 123 is not a file name" in out
+    assert "5 file(s) missing; 1 chosen by a link, not checked" in out
+
+
 def test_urls_come_from_the_installed_comfyui_templates() -> None:
     """The shipped Wan 2.1 workflow's VAE and text encoder are named as the templates name them."""
     sources = template_sources()

@@ -69,11 +69,19 @@ def report_lines(report: ModelsReport) -> list[str]:
             size = f"{(file.bytes or 0) / 2**20:.1f} MiB" + (f", sha256 {file.sha256}" if file.sha256 else "")
             found = f"  at {escape(file.path or '?')}" if report.also else ""  # which of the folders
             lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}{found}")
+        elif file.status in ("unchecked", "invalid"):
+            colour = "yellow" if file.status == "unchecked" else "red"
+            lines.append(f"  [{colour}]{file.status}[/] {escape(node)}: {escape(file.hint or '')}")
         else:
             lines.append(f"  [red]missing[/] {escape(where)}  {escape(node)}")
+            if file.hint:
+                lines.append(f"          {escape(file.hint)}")
             cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
             source = escape(file.url) if file.url else "no known URL"
             lines.append(f"          get it from {source}{cited} into {escape(file.target or '?')}")
-    count = report.missing
-    lines.append(f"{count} file(s) missing" if count else f"all {len(report.files)} file(s) present")
+    count, files = report.missing, sum(1 for file in report.files if file.status == "present")
+    unchecked = sum(1 for file in report.files if file.status == "unchecked")
+    lines.append(f"{count} file(s) missing" if count else f"all {files} file(s) present")
+    if unchecked:
+        lines[-1] += f"; {unchecked} chosen by a link, not checked"
     return lines

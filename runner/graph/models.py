@@ -18,7 +18,7 @@ from typing import Any
 
 from runner.graph.subgraph import is_editor_only
 from runner.graph.suggest import MODEL_SUFFIXES
-from runner.graph.workflow import Workflow
+from runner.graph.workflow import Workflow, is_link
 
 __all__ = [
     "MODEL_INPUTS",
@@ -57,6 +57,7 @@ class ModelRef:
     input_name: str
     name: str
     folder: str | None  # None: a file-like value of an input we do not know
+    problem: str | None = None  # a loader's input without a file name: linked, or not a string
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,16 @@ def required_models(workflow: Workflow) -> list[ModelRef]:
     for node_id, node in workflow.items():
         class_type = str(node.get("class_type", ""))
         for input_name, value in (node.get("inputs") or {}).items():
-            if not isinstance(value, str):
-                continue
             folder = MODEL_INPUTS.get((class_type, input_name))
+            if not isinstance(value, str):
+                if folder is not None:  # a loader's file input must not vanish from the report
+                    problem = (
+                        f"linked to node {value[0]}: the file is chosen there, not checked"
+                        if is_link(value)
+                        else f"{value!r} is not a file name"
+                    )
+                    found.append(ModelRef(str(node_id), class_type, input_name, "", folder, problem))
+                continue
             if folder is not None or value.lower().endswith(MODEL_SUFFIXES):
                 found.append(ModelRef(str(node_id), class_type, input_name, value, folder))
     return found

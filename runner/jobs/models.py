@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import json
 import os
@@ -50,6 +51,7 @@ class ModelFile:
     url: str | None = None
     cited_in: str | None = None
     target: str | None = None  # where a missing file goes
+    hint: str | None = None  # a missing file: a near name or another folder that holds it
 
 
 @dataclass
@@ -61,7 +63,8 @@ class ModelsReport:
 
     @property
     def missing(self) -> int:
-        return sum(1 for f in self.files if f.status == "missing")
+        """Files not there, and loader inputs that name no file (not counted: linked ones, ``unchecked``)."""
+        return sum(1 for f in self.files if f.status in ("missing", "invalid"))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,11 +124,15 @@ def check_models(
     sources = {**(templates or {}), **sources}
     report = ModelsReport(str(workflow_path), str(models_dir), also=[str(folder) for folder in also])
     for ref in refs:
+        known = {key: value for key, value in asdict(ref).items() if key != "problem"}
+        if ref.problem is not None:  # a link chooses the file elsewhere; anything else is no file name
+            status = "unchecked" if ref.problem.startswith("linked") else "invalid"
+            report.files.append(ModelFile(**known, status=status, hint=ref.problem))
+            continue
         found = next(
             (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
         )
         source = sources.get(ref.name)
-        known = asdict(ref)
         if found is not None:
             digest = sha256_file(found) if hashes else None
             file = ModelFile(
@@ -139,9 +146,41 @@ def check_models(
                 url=source.url if source else None,
                 cited_in=source.cited_in if source else None,
                 target=str(models_dir / folder) if folder else None,
+                hint=_near(ref.name, ref.folder, (models_dir, *also)),
             )
         report.files.append(file)
     return report
+
+
+def _near(name: str, folder: str | None, roots: Sequence[Path]) -> str | None:
+    """What a user who misnamed or misplaced ``name`` would want to hear: the same name in another
+    case, the file in another models folder, or close names in its own; None when there is none."""
+    wanted = Path(name).name
+    own = MODEL_FOLDERS.get(folder, (folder,)) if folder else ()
+    seen: dict[str, list[str]] = {}  # file name -> "folder/relative path" where it is
+    for root in roots:
+        for subdir in dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs):
+            base = root / subdir
+            if base.is_dir():
+                for path in base.rglob("*"):
+                    if path.is_file():
+                        seen.setdefault(path.name, []).append(f"{subdir}/{path.relative_to(base).as_posix()}")
+    case = [
+        where
+        for file, places in seen.items()
+        if file != wanted and file.lower() == wanted.lower()
+        for where in places
+        if where.split("/")[0] in own
+    ]
+    if case:
+        return f"{', '.join(case[:3])} is there: ComfyUI reads names with their case; use that name"
+    if wanted in seen:
+        reads = "/, ".join(own) or "another folder"
+        return f"it is in {', '.join(seen[wanted][:3])}; this loader reads {reads}/"
+    in_own = [where for places in seen.values() for where in places if where.split("/")[0] in own]
+    names = {where.split("/", 1)[1]: where for where in in_own}
+    close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    return f"close names there: {', '.join(close)}" if close else None
 
 
 def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
