@@ -114,8 +114,9 @@ def test_a_folder_of_another_batch_or_of_the_user_is_never_taken_for_the_jobs(tm
     partial, record = _finished_run(tmp_path, mon, 1)
     assert _publish(mon, partial, record) == record
     assert finished_record(tue) is None
-    assert "holds the results of another job (batch 'mon', job '1'" in str(occupant_problem(tue))
-    assert occupant_problem({**mon, "digest": "other settings"}) is not None
+    assert "holds the results of another job (batch 'mon'); choose" in str(occupant_problem(tue))
+    changed = occupant_problem({**mon, "digest": "changed"})  # same batch and job, another spec
+    assert "holds the results of another job (other settings)" in str(changed)
     partial, record = _finished_run(tmp_path, tue, 2)
     outcome = _publish(tue, partial, record)
     assert (outcome["status"], outcome["fault"]) == ("failed", "output")

@@ -90,9 +90,14 @@ def inspect_folder(job: dict[str, Any]) -> tuple[dict[str, Any] | None, str | No
         return None, f"{folder} already exists and holds no result of this job; nothing in it is touched"
     if _is_this_jobs(record, job):
         return record, None
+    differs = [
+        f"{what} {record.get(key)!r}"
+        for key, what in (("batch", "batch"), ("job_id", "job"))
+        if record.get(key) != job[key]
+    ] or ["other settings"]  # same batch and id: its spec (workflow, overrides) differs
     return None, (
-        f"{folder} holds the results of another job (batch {record.get('batch')!r}, job "
-        f"{record.get('job_id')!r}, other settings); choose another --out or other job ids"
+        f"{folder} holds the results of another job ({', '.join(differs)}); choose another --out or "
+        "other job ids"
     )
 
 
