@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from runner.errors import PromptFailedError
 from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT
 from runner.tracking.outputs import download_file
@@ -140,3 +141,35 @@ def test_a_missing_model_file_is_refused_before_the_prompt_is_queued(
     [error] = answer.json()["node_errors"][node_id]["errors"]
     assert error["type"] == "custom_validation_failed"
     assert error["details"].startswith(f"{file_input} - 'nothere.safetensors' is not in models/")
+
+
+def test_a_node_error_names_the_file_and_the_packages_error_type(comfy_server: ComfyServer) -> None:
+    """A float DiT given to Load Diffusion Model (INT8) with quantize_on_load off: the server's error (the
+    editor's dialog, /history) names the file, says what to do, and gives the error's type by the
+    package's name, not by the folder path ComfyUI imported the pack under."""
+    info = httpx.get(f"{comfy_server.url}/object_info", timeout=30).json()
+
+    def node(class_type: str, **given: Any) -> dict[str, Any]:
+        inputs = info[class_type]["input"]
+        defaults = {
+            name: spec[1]["default"]
+            for section in ("required", "optional")
+            for name, spec in (inputs.get(section) or {}).items()
+            if len(spec) > 1 and "default" in spec[1]
+        }
+        return {"class_type": class_type, "inputs": defaults | given}
+
+    workflow = {
+        "1": node(
+            "LeanVideoDiffusionModelLoaderINT8", unet_name="ltxv-tiny-dit.safetensors", quantize_on_load=False
+        ),
+        "2": node("LeanVideoFreeVRAM", value=["1", 0]),
+    }
+    with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
+        run_prompt(client, workflow, timeout=120)
+    prompt_id = failed.value.result.prompt_id
+    history = httpx.get(f"{comfy_server.url}/history/{prompt_id}", timeout=30).json()
+    [error] = [data for kind, data in history[prompt_id]["status"]["messages"] if kind == "execution_error"]
+    assert error["exception_type"] == "leanvideo.int8.spec.Int8FormatError", error
+    assert "ltxv-tiny-dit.safetensors: holds no INT8 weights" in error["exception_message"]
+    assert "turn on quantize_on_load" in error["exception_message"]

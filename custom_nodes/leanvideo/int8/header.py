@@ -35,6 +35,8 @@ DTYPE_SIZES: dict[str, int] = {"U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F1
 class SafetensorsHeaderError(Int8FormatError):
     """A safetensors file is too short, its header is not valid, or its size disagrees with the header."""
 
+    __module__ = "leanvideo.int8.header"  # as Int8FormatError's: named by the package, not its path
+
 
 @dataclass(frozen=True)
 class StoredHeader:

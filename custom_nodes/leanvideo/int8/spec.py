@@ -48,6 +48,11 @@ _GRANULARITY_OF: dict[str, Granularity] = {
 class Int8FormatError(ValueError):
     """A file or tensor does not follow an INT8 layout we can read; the message names it."""
 
+    # ComfyUI imports the pack under its folder's path as the module name and shows errors as
+    # ``module.Class`` (the editor's error dialog, /history's exception_type): the package's own name,
+    # not "/home/me/ComfyUI/custom_nodes/leanvideo.int8.spec".
+    __module__ = "leanvideo.int8.spec"
+
 
 def is_auxiliary(key: str, dtype: str) -> bool:
     """Whether tensor ``key`` of safetensors dtype ``dtype`` (``'U8'``, ``'BF16'``, …) is an auxiliary
