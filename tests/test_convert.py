@@ -174,6 +174,16 @@ def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
         convert_ui_workflow({"1": {"class_type": "X"}}, OBJECT_INFO)
 
 
+def test_a_damaged_editor_file_is_refused_rather_than_misread() -> None:
+    twice = [node(4, "CheckpointLoaderSimple"), node(4, "LoadImage")]
+    said = r"two nodes have the id 4 \(CheckpointLoaderSimple and LoadImage\)"
+    with pytest.raises(WorkflowError, match=said):
+        convert_ui_workflow({"nodes": twice, "links": []}, OBJECT_INFO)
+    spelled = {**node(5, "CheckpointLoaderSimple"), "widgets_values": "oops"}  # was read as 'o', 'o', …
+    with pytest.raises(WorkflowError, match=r"node 5 \(CheckpointLoaderSimple\): widgets_values is a str"):
+        convert_ui_workflow({"nodes": [spelled], "links": []}, OBJECT_INFO)
+
+
 def test_widget_positions_follow_the_frontend() -> None:
     info = {
         "input": {

@@ -76,7 +76,14 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
     if not isinstance(ui, dict) or not isinstance(ui.get("nodes"), list):
         raise WorkflowError("not an editor (UI) workflow: it has no 'nodes' list")
     flat_nodes, rows = flatten_subgraphs(ui)
-    nodes = {str(node["id"]): node for node in flat_nodes}
+    nodes: dict[str, dict[str, Any]] = {}
+    for node in flat_nodes:
+        if str(node["id"]) in nodes:  # one would silently replace the other
+            raise WorkflowError(
+                f"two nodes have the id {node['id']} ({nodes[str(node['id'])].get('type')} and "
+                f"{node.get('type')}): the file is damaged; save it again from the editor"
+            )
+        nodes[str(node["id"])] = node
     links = {int(row[0]): _link(row) for row in rows}
     graph = _Graph(nodes, links, object_info)
     api: Workflow = {}
@@ -111,6 +118,11 @@ def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
     names = _widget_names(info)
     if isinstance(values, dict):
         return {name: values[name] for name, _, _ in names if name in values}
+    if values is not None and not isinstance(values, list):  # a string would be read letter by letter
+        raise WorkflowError(
+            f"node {node.get('id')} ({node.get('type')}): widgets_values is a {type(values).__name__}, "
+            "not a list of the widgets' values"
+        )
     values = list(values or [])
     found: dict[str, Any] = {}
     index = 0
