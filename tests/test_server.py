@@ -51,6 +51,8 @@ def test_start_ready_stop_leaves_nothing_behind(server_config: ServerConfig) -> 
         assert info["loaded_from"].endswith("custom_nodes/leanvideo")
         assert info["matches_pin"] is True
         assert (server_config.state_dir / "server.json").is_file()
+        # a server with an owner (this block) is not for `leanvideo stop`, which stops background ones
+        assert [r["port"] for r in find_running_servers(server_config.state_dir.parent)] == []
     assert _wait_gone(pid)
     assert port_is_free(server_config.host, server_config.port)
     assert not (server_config.state_dir / "server.json").exists()

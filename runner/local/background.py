@@ -26,7 +26,9 @@ __all__ = ["find_running_servers", "stop_background_server"]
 
 
 def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
-    """Records of background servers started by ``leanvideo serve --background`` that still run."""
+    """Records of background servers started by ``leanvideo serve --background`` that still run (a
+    server that belongs to a running command — ``serve`` in the foreground, ``run``, ``demo``, ``bench``,
+    a ``ComfyServer`` in a script — is not one: stopping it would break that command)."""
     found: list[dict[str, object]] = []
     for path in sorted(servers_dir.glob(f"*/{RECORD_NAME}")):
         try:
@@ -34,11 +36,11 @@ def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
         except (OSError, json.JSONDecodeError):
             continue
         pid = int(record.get("pid") or 0)
-        if pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0)):
+        if not (pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0))):
+            path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
+        elif record.get("background", True):  # records before 2026-12-02 were written by serve only
             record["record_path"] = str(path)
             found.append(record)
-        else:
-            path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
     return found
 
 

@@ -342,6 +342,7 @@ class ComfyServer:
             "log": str(self.log_path),
             "comfyui_dir": str(self.config.comfyui_dir),
             "started": time.time(),
+            "background": self.detach,  # `leanvideo stop` stops only these: the others have an owner
         }
         (self.config.state_dir / RECORD_NAME).write_text(json.dumps(record, indent=2), encoding="utf-8")
 
