@@ -217,7 +217,23 @@ def test_cli_workflow_validate(
     assert {("2", "clip_name"), ("9", "steps"), ("13", None), ("14", "format")} <= where
 
 
-def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer, tmp_path: Path) -> None:
+def _ignore_sigint() -> None:  # as a script's `leanvideo run … &` starts: SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("signals", "background"),
+    [
+        ((signal.SIGINT,), False),
+        ((signal.SIGTERM,), False),  # timeout(1), CI runners, docker, systemd
+        ((signal.SIGINT,), True),  # kill -INT of a command a script started in the background
+        ((signal.SIGINT, signal.SIGINT), False),  # Ctrl-C twice: the second must not cut the cleanup short
+    ],
+    ids=["ctrl-c", "sigterm", "background-kill-int", "ctrl-c-twice"],
+)
+def test_a_signal_to_the_cli_stops_the_job_and_exits_130(
+    comfy_server: ComfyServer, tmp_path: Path, signals: tuple[int, ...], background: bool
+) -> None:
     command = [
         sys.executable,
         "-m",
@@ -229,7 +245,12 @@ def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer
     ]
     command += ["--set", f"11.noise_seed={fresh_seed()}", "--set", "9.steps=3000", "--out", str(tmp_path)]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+        preexec_fn=_ignore_sigint if background else None,
     )
     try:
         deadline = time.monotonic() + 60
@@ -237,7 +258,9 @@ def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer
             assert time.monotonic() < deadline and process.poll() is None, process.communicate()
             time.sleep(0.05)
         time.sleep(0.3)
-        process.send_signal(signal.SIGINT)
+        for number in signals:
+            process.send_signal(number)
+            time.sleep(0.05)
         _, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
@@ -248,3 +271,5 @@ def test_sigint_to_the_cli_stops_the_job_and_exits_130(comfy_server: ComfyServer
     assert "interrupted: prompt" in err and "error:" not in err  # the user's doing, not an error
     queue = httpx.get(f"{comfy_server.url}/queue").json()
     assert queue["queue_running"] == [] and queue["queue_pending"] == []
+    [record] = tmp_path.glob("*/run.json")  # the partial record is written, whatever stopped the run
+    assert json.loads(record.read_text(encoding="utf-8"))["status"] == "cancelled"

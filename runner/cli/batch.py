@@ -35,6 +35,7 @@ from runner.batch.queue import (
 from runner.batch.results import job_row, summarize, write_manifest
 from runner.batch.worker import BatchWorker
 from runner.batch.worker_ids import default_worker_id
+from runner.cli.render import print_json
 from runner.errors import LeanVideoError, PromptTimeoutError, UsageError
 from runner.local.workspace import default_workspace_root
 
@@ -50,11 +51,14 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     if verb == "worker":
         return _worker(args, db_url, err)
     name = check_batch_name(args.name)
+    database = Path(db_url.removeprefix("sqlite:///"))
+    if db_url.startswith("sqlite:///") and not database.exists():  # not made by a verb that only reads
+        raise LeanVideoError(f"no batch named {name!r}: there is no batch database at {database} yet")
     with open_client(db_url) as client:
         if verb == "status":
             jobs = batch_jobs(client, name)
             if args.json:
-                console.print_json(json.dumps([job_row(job) for job in jobs]))
+                print_json(console, [job_row(job) for job in jobs])
             else:
                 console.print(_progress_view(name, jobs, None, None))
             return 0
@@ -62,8 +66,8 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
             jobs = batch_jobs(client, name)
             json_path, csv_path = write_manifest(jobs, _manifest_dir(args.out, name), name)
             if args.json:
-                console.print_json(json_path.read_text(encoding="utf-8"))
-            console.print(f"manifest: {json_path} and {csv_path}", highlight=False)
+                print_json(console, json_path.read_text(encoding="utf-8"))
+            (err if args.json else console).print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
         if verb == "cancel":
             console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.render import failure_label
+from runner.cli.render import failure_label, print_json
 from runner.cli.server_options import override_spec, port_number
 from runner.errors import (
     LeanVideoError,
@@ -173,7 +173,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     err = Console(stderr=True, soft_wrap=True)
     outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
     if args.json:
-        console.print_json(outcome.document_path.read_text(encoding="utf-8"))
+        print_json(console, outcome.document_path.read_text(encoding="utf-8"))
         return bench_exit_code(outcome, err)
     console.print(outcome.markdown_path.read_text(encoding="utf-8"), markup=False, highlight=False)
     if outcome.plot_error:

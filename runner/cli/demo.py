@@ -7,7 +7,6 @@ arguments and renders them: a rich table, or with ``--json`` everything as one J
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from runner.cli.render import print_json
 from runner.cli.server_options import port_number
 from runner.errors import UsageError
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
@@ -48,7 +48,7 @@ def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], con
         console.print("running the tiny LTXV text-to-video demo: LeanVideo INT8, then stock ComfyUI…")
     outcome = run_demo(out, workspace, port=args.port, extra_args=passthrough)
     if args.json:
-        console.print_json(json.dumps(outcome.to_json()))
+        print_json(console, outcome.to_json())
         return 0
     console.print(comparison_table(outcome))
     if measured := outcome.int8.kernels_measured:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.cli.render import print_json
 from runner.local.workspace import find_workspace
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
         return 0
     tables = read_tables(paths)
     if args.json:
-        console.print_json(json.dumps([table.to_json() for table in tables]))
+        print_json(console, [table.to_json() for table in tables])
         return 0
     if not tables:
         where = ", ".join(str(place) for place in places)

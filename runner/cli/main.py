@@ -7,7 +7,6 @@ prompt lost, 5 workflow invalid or rejected, 6 prompt failed, 7 prompt timed out
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -26,7 +25,7 @@ from runner.cli.demo import add_demo_parser, run_demo_command
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
-from runner.cli.render import RunProgress, failure_label, summary_table
+from runner.cli.render import failure_label, print_json, run_progress, summary_table
 from runner.cli.server_options import (
     add_server_arguments,
     existing_folder,
@@ -34,6 +33,7 @@ from runner.cli.server_options import (
     port_number,
     run_options,
 )
+from runner.cli.signals import stop_signals
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.jobs.run import run_workflow
@@ -149,38 +149,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     try:
-        if args.command == "serve":
-            return cmd_serve(args, tuple(passthrough), console)
-        if args.command == "stop":
-            return cmd_stop(args, console)
-        if args.command == "fixtures":
-            return cmd_fixtures(args, console)
-        if args.command == "run":
-            return cmd_run(args, console, err)
-        if args.command == "quantize":
-            return run_quantize(args, console)
-        if args.command == "bench":
-            return run_bench(args, console)
-        if args.command == "workflow":
-            return run_workflow_command(args, console)
-        if args.command == "models":
-            return run_models_command(args, console)
-        if args.command == "kernels":
-            return run_kernels_command(args, console)
-        if args.command == "batch":
-            return cmd_batch(args, console, err)
-        return run_demo_command(args, tuple(passthrough), console)
+        with stop_signals():  # SIGTERM and a background `kill -INT` take Ctrl-C's path too
+            return _dispatch(args, tuple(passthrough), console, err)
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
             err.print(f"partial run record: {exc.record_path}", highlight=False)
         elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too
             error = {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}
-            console.print_json(json.dumps({"error": error}))
+            print_json(console, {"error": error})
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+
+
+def _dispatch(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console, err: Console) -> int:
+    """Run the command ``args`` names; returns its exit code."""
+    if args.command == "serve":
+        return cmd_serve(args, passthrough, console)
+    if args.command == "stop":
+        return cmd_stop(args, console)
+    if args.command == "fixtures":
+        return cmd_fixtures(args, console)
+    if args.command == "run":
+        return cmd_run(args, console, err)
+    if args.command == "quantize":
+        return run_quantize(args, console)
+    if args.command == "bench":
+        return run_bench(args, console)
+    if args.command == "workflow":
+        return run_workflow_command(args, console)
+    if args.command == "models":
+        return run_models_command(args, console)
+    if args.command == "kernels":
+        return run_kernels_command(args, console)
+    if args.command == "batch":
+        return cmd_batch(args, console, err)
+    return run_demo_command(args, passthrough, console)
 
 
 def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
@@ -277,11 +283,11 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
             outcome = run_workflow(path, options)
         except LeanVideoError as exc:
             if exc.record_path is not None:  # machines get the partial record as well
-                console.print_json(Path(exc.record_path).read_text(encoding="utf-8"))
+                print_json(console, Path(exc.record_path).read_text(encoding="utf-8"))
             raise
-        console.print_json(json.dumps(outcome.record))
+        print_json(console, outcome.record)
         return 0
-    with RunProgress(err) as progress:  # its node count comes with the prompt's first event
+    with run_progress(err) as progress:  # its node count comes with the prompt's first event
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
     console.print(f"record: {outcome.record_path}", highlight=False)

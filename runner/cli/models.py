@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from runner.cli.render import print_json
 from runner.cli.server_options import existing_folder
 from runner.errors import WorkspaceError
 from runner.jobs.models import ModelsReport, check_models
@@ -51,7 +51,7 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
         raise WorkspaceError(f"no models folder at {models_dir}")
     report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256)
     if args.json:
-        console.print_json(json.dumps(report.to_json()))
+        print_json(console, report.to_json())
     else:
         for line in report_lines(report):
             console.print(line, highlight=False)

@@ -15,7 +15,6 @@ Wiring (in ``runner/cli/main.py``)::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from collections import Counter
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from runner.cli.render import print_json
 from runner.errors import LeanVideoError, UsageError
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     except (Int8FormatError, FileExistsError, ValueError, OSError) as error:
         raise LeanVideoError(str(error)) from error
     if args.json:
-        console.print_json(json.dumps(report_json(report, family)))
+        print_json(console, report_json(report, family))
     else:
         _render(report, family, console)
         for line in fallback_lines(report, config):

@@ -4,13 +4,15 @@ Only the CLI uses this module; the library itself never prints.
 
 Example::
 
-    with RunProgress(console) as progress:
+    with run_progress(console) as progress:  # bars on a terminal, plain lines off one
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
 """
 
 from __future__ import annotations
 
+import json
+import time
 from types import TracebackType
 from typing import Any
 
@@ -33,7 +35,7 @@ TELEMETRY_ROWS = (
 
 class RunProgress:
     """Two bars fed by client events: nodes done (cached included; their count comes with the prompt's
-    ``started`` event) and the running sampler's steps."""
+    ``started`` event) and the running sampler's steps; :func:`run_progress` picks it on a terminal."""
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
@@ -95,6 +97,70 @@ class RunProgress:
                 return
             total = self._progress.tasks[self._nodes].total
             self._progress.update(self._nodes, completed=total, description="nodes: done")
+
+
+PLAIN_STEP_EVERY_S = 10.0
+
+
+def run_progress(console: Console) -> RunProgress | PlainRunProgress:
+    """The live progress of a prompt on ``console``: bars on a terminal; off one (a CI log, a file),
+    where bars would only show once the prompt ended, plain lines as it goes."""
+    return RunProgress(console) if console.is_terminal else PlainRunProgress(console)
+
+
+class PlainRunProgress:
+    """:class:`RunProgress` as plain lines: each node as it starts, the steps at most every
+    :data:`PLAIN_STEP_EVERY_S` seconds (and the last one), and how the prompt ended."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._total: int | None = None
+        self._done = 0
+        self._node: str | None = None
+        self._last_steps = 0.0
+        self._ended = False
+
+    def __enter__(self) -> PlainRunProgress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        return None
+
+    def _say(self, text: str) -> None:
+        self._console.print(text, highlight=False, markup=False)
+
+    def update(self, event: ClientEvent) -> None:
+        """Apply one :class:`~runner.tracking.events.ClientEvent` (pass this method as ``on_event``)."""
+        if event.kind == "started":
+            self._total = event.value
+            self._say("prompt started" + (f" ({event.value} nodes)" if event.value is not None else ""))
+        elif event.kind == "cached":
+            self._done += 1
+        elif event.kind == "node":
+            self._done += self._node is not None
+            self._node = event.node_id
+            self._say(f"node {event.node_id} {event.class_type} ({self._done + 1}/{self._total or '?'})")
+        elif event.kind == "step" and event.max:
+            now = time.monotonic()
+            if event.value == event.max or now - self._last_steps >= PLAIN_STEP_EVERY_S:
+                self._last_steps = now
+                self._say(f"  steps of node {event.node_id}: {event.value or 0}/{event.max}")
+        elif event.kind in ("error", "interrupted"):
+            self._ended = True
+            what = "failed" if event.kind == "error" else "interrupted"
+            self._say(f"prompt {what} at node {event.node_id}")
+        elif event.kind == "done" and not self._ended:
+            self._say(f"nodes: done ({self._total}/{self._total})" if self._total else "nodes: done")
+
+
+def print_json(console: Console, document: Any) -> None:
+    """``document`` (an object, or JSON text) on ``console``'s stream as plain indented JSON: never
+    coloured, whatever the terminal (a pty, ``FORCE_COLOR``) — ``--json`` output is read by programs."""
+    data = json.loads(document) if isinstance(document, str) else document
+    console.file.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    console.file.flush()
 
 
 def failure_label(error: LeanVideoError) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from runner.cli.render import problems_table
+from runner.cli.render import print_json, problems_table
 from runner.cli.server_options import add_server_arguments, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow
@@ -101,7 +101,7 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
             }
             for p in problems
         ]
-        console.print_json(json.dumps({"file": str(args.file), "valid": not errors, "problems": found}))
+        print_json(console, {"file": str(args.file), "valid": not errors, "problems": found})
     elif problems:
         console.print(
             problems_table(problems, f"{args.file} against ComfyUI {environment['comfyui_version']}")
@@ -117,7 +117,7 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     changes = diff_workflows(a, b)
     if args.json:
         found = [change.to_json() for change in changes]
-        console.print_json(json.dumps({"a": str(args.a), "b": str(args.b), "changes": found}))
+        print_json(console, {"a": str(args.a), "b": str(args.b), "changes": found})
     elif changes:
         for change in changes:
             console.print(str(change), highlight=False, markup=False)

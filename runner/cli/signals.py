@@ -1,0 +1,58 @@
+"""How a command is stopped from outside: Ctrl-C, ``kill -INT``, and SIGTERM (``timeout``, CI runners,
+docker, systemd, Kubernetes) all take Ctrl-C's path.
+
+Without this, SIGTERM killed a command on the spot: ``run`` left its prompt computing on the server and
+an empty run folder, ``quantize`` and ``fixtures`` their hidden ``.partial`` files, and ``serve
+--background`` killed during start-up a server no ``stop`` could find. A command started in the
+background by a script inherits SIGINT ignored, so ``kill -INT`` did nothing. Under
+:func:`stop_signals` both signals raise :class:`KeyboardInterrupt`, whose handlers cancel the prompt,
+write the partial record and remove partial files; a repeat within ``grace_s`` of the first is ignored,
+so a second Ctrl-C does not cut that cleaning up short (one after it stops the cleaning up too).
+
+Example::
+
+    with stop_signals():
+        return run_command(args)
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CLEANUP_GRACE_S = 10.0
+
+
+@contextmanager
+def stop_signals(grace_s: float = CLEANUP_GRACE_S) -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`KeyboardInterrupt` inside the block (see the module docstring);
+    the previous handlers come back after it, unless a signal stopped the block: then both stay ignored
+    while the process ends. Outside the main thread (where Python cannot set handlers) it changes
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    first: list[float] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if first and now - first[0] < grace_s:
+            return  # the first one's cleaning up is under way: let it finish
+        first[:] = [now]
+        raise KeyboardInterrupt
+
+    previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    for number in STOP_SIGNALS:
+        signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            # Once stopped by a signal the command is ending: a repeat arriving between here and the
+            # exit must not turn a clean exit 130 into a death by signal.
+            signal.signal(number, signal.SIG_IGN if first else handler)

@@ -1,0 +1,57 @@
+"""What the CLI writes for programs and logs: --json is plain JSON on any terminal, and the live
+progress off a terminal is plain lines as the prompt goes (bars would show only once it ended)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from runner.cli import render
+from runner.cli.render import PlainRunProgress, RunProgress, print_json, run_progress
+from runner.tracking.events import ClientEvent
+
+
+def test_json_is_plain_on_a_forced_colour_terminal() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, color_system="truecolor")
+    print_json(console, {"a": [1, "é"], "b": None})
+    print_json(console, '{"c": true}')
+    text = buffer.getvalue()
+    assert "\x1b" not in text
+    first, second = text.split("}\n{")
+    assert json.loads(first + "}") == {"a": [1, "é"], "b": None} and json.loads("{" + second) == {"c": True}
+
+
+def test_progress_off_a_terminal_is_plain_lines_with_steps_at_most_every_ten_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    buffer = io.StringIO()
+    clock = iter([100.0, 101.0, 111.5, 112.0])  # the steps' times
+    monkeypatch.setattr(render.time, "monotonic", lambda: next(clock))
+    assert isinstance(run_progress(Console(file=io.StringIO(), force_terminal=True)), RunProgress)
+    with run_progress(Console(file=buffer, width=200)) as progress:
+        assert isinstance(progress, PlainRunProgress)
+        for event in (
+            ClientEvent("started", value=3),
+            ClientEvent("cached", "1", "CheckpointLoaderSimple"),
+            ClientEvent("node", "2", "KSampler"),
+            ClientEvent("step", "2", "KSampler", value=1, max=20),
+            ClientEvent("step", "2", "KSampler", value=2, max=20),  # 1 s later: not shown
+            ClientEvent("step", "2", "KSampler", value=15, max=20),  # 11.5 s after the first shown
+            ClientEvent("step", "2", "KSampler", value=20, max=20),  # the last step always
+            ClientEvent("node", "3", "SaveVideo"),
+            ClientEvent("done"),
+        ):
+            progress.update(event)
+    assert buffer.getvalue().splitlines() == [
+        "prompt started (3 nodes)",
+        "node 2 KSampler (2/3)",
+        "  steps of node 2: 1/20",
+        "  steps of node 2: 15/20",
+        "  steps of node 2: 20/20",
+        "node 3 SaveVideo (3/3)",
+        "nodes: done (3/3)",
+    ]
