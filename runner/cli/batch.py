@@ -32,13 +32,14 @@ from runner.batch.queue import (
     retry_batch,
     submit_batch,
 )
-from runner.batch.results import job_row, summarize, write_manifest
+from runner.batch.results import BatchSummary, job_row, summarize, write_manifest
 from runner.batch.worker import BatchWorker
 from runner.batch.worker_ids import default_worker_id
 from runner.cli.render import print_json
 from runner.errors import LeanVideoError, PromptTimeoutError, UsageError
 from runner.local.workspace import default_workspace_root
 
+PLAIN_EVERY_S = 60.0  # off a terminal, a progress line at least this often
 REFRESH_S = 0.5
 EXIT_SOME_FAILED = 6  # as a failed prompt
 
@@ -104,7 +105,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             console.print("run it with: leanvideo batch worker --server URL … (or submit again with --wait)")
             return 0
         _stop_on_signals()
-        began, first_done = time.monotonic(), None
+        began, first_done, said = time.monotonic(), None, ("", 0.0)
         try:
             with (
                 BatchWorker(
@@ -120,6 +121,8 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                     summary = summarize(states)
                     first_done = first_done if first_done is not None else summary.finished
                     live.update(_progress_view(name, states, pool, (began, first_done)))
+                    if not err.is_terminal:  # a CI log sees the live view only at the end: say it as it goes
+                        said = _say_progress(err, name, summary, said)
                     if summary.all_done:
                         break
                     time.sleep(REFRESH_S)
@@ -214,6 +217,23 @@ def _manifest_dir(out: Path, name: str) -> Path:
             "written (choose another --out)"
         )
     return folder
+
+
+def _say_progress(
+    err: Console, name: str, summary: BatchSummary, said: tuple[str, float]
+) -> tuple[str, float]:
+    """A plain progress line when the counts changed, or :data:`PLAIN_EVERY_S` after the last one;
+    returns what was said last and when."""
+    counts = summary.counts
+    line = (
+        f"batch {name}: {summary.finished}/{summary.total} finished ({counts['success']} succeeded), "
+        f"{counts['running']} running, {counts['queued']} queued"
+    )
+    now = time.monotonic()
+    if line == said[0] and now - said[1] < PLAIN_EVERY_S:
+        return said
+    err.print(line, highlight=False, markup=False)
+    return line, now
 
 
 def _is_manifest_of(path: Path, name: str) -> bool:
