@@ -285,6 +285,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--name", "../../evil"], "batch name '../../evil': 1-80 letters"),
         (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
         (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
+        (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),
     ],
 )
 def test_unusable_batch_options_are_usage_errors_and_queue_nothing(

@@ -37,6 +37,8 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--header", "no-colon"],
         ["--header", "X-Name: café"],
         ["--server", "ftp://x"],
+        ["--server", "notaurl"],
+        ["--server", "http://127.0.0.1:99999"],
         ["--timeout", "0"],
         ["--timeout", "nan"],
     )
@@ -47,3 +49,5 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
     assert "timeout must be a positive number of seconds, got nan" in err
+    assert "server must be an http:// or https:// URL, got 'notaurl'" in err
+    assert "server URL 'http://127.0.0.1:99999': Port out of range" in err

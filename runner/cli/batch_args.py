@@ -6,8 +6,9 @@ only when ``batch`` runs.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
+
+from runner.cli.server_options import positive_seconds, server_url
 
 
 def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,9 +33,12 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     submit.add_argument(
         "--max-attempts", type=_at_least_one, default=3, help="tries per job on dead servers (3)"
     )
-    submit.add_argument("--timeout", type=_seconds, default=1800.0, help="seconds per attempt (1800)")
+    submit.add_argument("--timeout", type=positive_seconds, default=1800.0, help="seconds per attempt (1800)")
     submit.add_argument(
-        "--health-timeout", type=_seconds, default=30.0, help="seconds a silent server gets mid-job (30)"
+        "--health-timeout",
+        type=positive_seconds,
+        default=30.0,
+        help="seconds a silent server gets mid-job (30)",
     )
     _worker_options(submit)
 
@@ -67,7 +71,13 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _servers(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument(
-        "--server", dest="servers", action="append", required=required, metavar="URL", help="repeatable"
+        "--server",
+        dest="servers",
+        type=server_url,
+        action="append",
+        required=required,
+        metavar="URL",
+        help="repeatable",
     )
 
 
@@ -101,16 +111,6 @@ def _at_least_one(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be a positive number of seconds")
     return value
 
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.cli.render import failure_label, print_json
-from runner.cli.server_options import override_spec, port_number
+from runner.cli.server_options import override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -51,6 +51,7 @@ def add_bench_parser(subparsers: Any) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: bench-out/<matrix>)")
     parser.add_argument(
         "--server",
+        type=server_url,
         action="append",
         default=[],
         help="use this running server instead of starting ours (repeat for --load over several); "

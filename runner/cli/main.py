@@ -31,6 +31,7 @@ from runner.cli.server_options import (
     existing_folder,
     override_spec,
     port_number,
+    positive_seconds,
     run_options,
 )
 from runner.cli.signals import stop_signals
@@ -81,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also load the tiny-model helper nodes (for tiny workflows)",
     )
-    serve.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for readiness")
+    serve.add_argument(
+        "--ready-timeout", type=positive_seconds, default=120.0, help="seconds to wait for readiness"
+    )
 
     stop = sub.add_parser("stop", help="stop servers started with `serve --background`")
     stop.add_argument("--port", type=port_number, help="only the server on this port (default: all of them)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, NoReturn
 from runner.errors import WorkflowError
 from runner.graph.workflow import parse_override
 from runner.jobs.run import RunOptions
-from runner.transport.client import DEFAULT_SERVER
+from runner.transport.client import DEFAULT_SERVER, check_server_url
 from runner.transport.retry import DEFAULT_RETRIES
 
 
@@ -30,6 +31,25 @@ def port_number(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
     return port
+
+
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds from the command line, or argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be a positive number of seconds")
+    return value
+
+
+def server_url(text: str) -> str:
+    """A ComfyUI server URL from the command line (``http(s)://HOST[:PORT]``), or argparse's usage error."""
+    try:
+        return check_server_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def existing_folder(text: str) -> Path:
@@ -54,6 +74,7 @@ def override_spec(text: str) -> str:
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
+        type=server_url,
         default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
         help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
     )

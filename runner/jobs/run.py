@@ -33,7 +33,7 @@ from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.tracking.record import build_run_record, collect_server_info, write_run_record
 from runner.tracking.result import PromptResult
-from runner.transport.client import DEFAULT_SERVER, ComfyClient
+from runner.transport.client import DEFAULT_SERVER, ComfyClient, check_server_url
 from runner.transport.retry import DEFAULT_RETRIES, RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -60,8 +60,7 @@ class RunOptions:
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.retries < 0:
             raise ValueError(f"retries must be ≥ 0, got {self.retries}")
-        if not self.server.startswith(("http://", "https://")):
-            raise ValueError(f"server must be an http:// or https:// URL, got {self.server!r}")
+        check_server_url(self.server)
 
     def make_client(self, deadline: float | None = None) -> ComfyClient:
         """A client with these options; ``deadline`` (``time.monotonic()``): no retry starts after it."""

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 import websocket
@@ -272,6 +273,23 @@ class ComfyClient:
         """
         params = {"filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": item["type"]}
         return self._http.stream("GET", "/view", params=params)
+
+
+def check_server_url(url: str) -> str:
+    """``url`` when it can address a ComfyUI server (``http(s)://HOST[:PORT]``), else :class:`ValueError`
+    saying what is wrong with it (a typo must not cost the retries of an unreachable server)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError as exc:
+        raise ValueError(f"server URL {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"server must be an http:// or https:// URL, got {url!r}")
+    if not parts.hostname:
+        raise ValueError(f"server URL {url!r} names no host")
+    if port == 0:
+        raise ValueError(f"server URL {url!r}: port 0 is no port")
+    return url
 
 
 def describe_rejection(body: dict[str, Any]) -> str:
