@@ -20,7 +20,14 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     verbs = batch.add_subparsers(dest="batch_command", required=True, metavar="VERB")
 
-    submit = verbs.add_parser("submit", help="check a jobs file and queue it; --wait runs it here")
+    submit = verbs.add_parser(
+        "submit",
+        help="check a jobs file and queue it; --wait runs it here",
+        epilog="exit codes: 0 queued (with --wait: every job succeeded), 1 the database cannot be used, "
+        "2 usage (an --out or option that cannot be used, a worker id in use), 4 the first server is "
+        "unreachable, 5 jobs file rejected (nothing queued), 6 some jobs did not succeed, 7 only "
+        "timeouts, 130 interrupted",
+    )
     submit.add_argument("jobs", type=Path, help="jobs file: JSONL, or CSV with set:NODE.input columns")
     _servers(submit, required=True)
     _db(submit)
@@ -42,7 +49,12 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     _worker_options(submit)
 
-    worker = verbs.add_parser("worker", help="take jobs from the queue onto these servers until Ctrl-C")
+    worker = verbs.add_parser(
+        "worker",
+        help="take jobs from the queue onto these servers until Ctrl-C",
+        epilog="exit codes: 0 stopped with Ctrl-C or SIGTERM, 1 the database cannot be used, 2 usage (also "
+        "a worker id in use on this machine)",
+    )
     _servers(worker, required=True)
     _db(worker)
     _worker_options(worker)
@@ -51,22 +63,31 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         ("status", "counts and per-server progress"),
         ("cancel", "cancel queued and running jobs"),
     ):
-        parser = verbs.add_parser(verb, help=text)
+        parser = verbs.add_parser(verb, help=text, epilog=READ_VERB_CODES)
         parser.add_argument("name")
         _db(parser)
         if verb == "status":
             parser.add_argument("--json", action="store_true", help="print every job as JSON")
 
-    results = verbs.add_parser("results", help="write results.csv + results.json for a batch")
+    results = verbs.add_parser(
+        "results",
+        help="write results.csv + results.json for a batch",
+        epilog=READ_VERB_CODES.replace("2 usage", "2 usage (also an --out holding files not of this batch)"),
+    )
     results.add_argument("name")
     results.add_argument("--out", type=Path, required=True, help="folder for the manifest")
     results.add_argument("--json", action="store_true", help="also print the manifest rows as JSON")
     _db(results)
 
-    retry = verbs.add_parser("retry", help="requeue cancelled and errored jobs (--failed: failed too)")
+    retry = verbs.add_parser(
+        "retry", help="requeue cancelled and errored jobs (--failed: failed too)", epilog=READ_VERB_CODES
+    )
     retry.add_argument("name")
     retry.add_argument("--failed", action="store_true", help="also run jobs whose result is a failure")
     _db(retry)
+
+
+READ_VERB_CODES = "exit codes: 0 done, 1 no batch of that name (or the database cannot be used), 2 usage"
 
 
 def _servers(parser: argparse.ArgumentParser, *, required: bool) -> None:

@@ -30,9 +30,15 @@ def add_demo_parser(sub: Any) -> None:
         "loaders with Patch Attention and Free VRAM, then through the stock loaders. Prints model file "
         "bytes, peak RSS, sampling and prompt time and the frame PSNR between the two; writes both MP4s, "
         "a run record beside each and a contact sheet PNG. ComfyUI flags after `--` pass through.",
+        epilog="exit codes: 0 done, 2 usage (also a --port in use), 3 not installed, 4 a server did not "
+        "start or was lost, 6 a prompt failed, 130 interrupted",
     )
     demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
-    demo.add_argument("--port", type=port_number, help="server port (default: a free one)")
+    demo.add_argument(
+        "--port",
+        type=port_number,
+        help="the first server's port; the second takes the next one (default: free ones)",
+    )
     demo.add_argument("--json", action="store_true", help="print every figure and path as JSON")
 
 

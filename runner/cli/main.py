@@ -7,7 +7,9 @@ prompt lost, 5 workflow invalid or rejected, 6 prompt failed, 7 prompt timed out
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -50,13 +52,33 @@ EXIT_CODES = (
 )
 
 
+LOG_WIDTH = 200  # off a terminal (a CI log, a file) tables keep whole paths and names, not 80 columns
+
+
+def _console(*, stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or "COLUMNS" in os.environ else LOG_WIDTH
+    return Console(stderr=stderr, soft_wrap=True, width=width)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("leanvideo")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed as a package)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leanvideo",
         description="Run video models in ComfyUI on one GPU, measured honestly.",
-        epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder).",
+        epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder), "
+        "LEANVIDEO_SERVER (default --server), LEANVIDEO_TOKEN (default --token), LEANVIDEO_DB (batch "
+        "database), LEANVIDEO_INT8_KERNEL (force an INT8 kernel on servers started here). Every command "
+        "stops on Ctrl-C or SIGTERM as on Ctrl-C; each command's --help lists its exit codes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -64,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the pinned ComfyUI with the LeanVideo node pack",
         description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
         "e.g. `leanvideo serve -- --async-offload`.",
+        epilog="exit codes: 0 ready (--background) or stopped with Ctrl-C/SIGTERM, 2 usage (also a --port "
+        "in use), 3 not installed, 4 the server did not start or exited on its own",
     )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
@@ -86,10 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--ready-timeout", type=positive_seconds, default=120.0, help="seconds to wait for readiness"
     )
 
-    stop = sub.add_parser("stop", help="stop servers started with `serve --background`")
+    stop = sub.add_parser(
+        "stop",
+        help="stop servers started with `serve --background`",
+        description="Stop servers started with `serve --background` (not those a running command owns).",
+        epilog="exit codes: 0 stopped (or none running), 3 not installed",
+    )
     stop.add_argument("--port", type=port_number, help="only the server on this port (default: all of them)")
 
-    fixtures = sub.add_parser("fixtures", help="write the deterministic tiny random-weight models")
+    fixtures = sub.add_parser(
+        "fixtures",
+        help="write the deterministic tiny random-weight models",
+        epilog="exit codes: 0 written or already current, 2 DIR unusable or a model of yours under a "
+        "fixture's name (never written over), 3 not installed",
+    )
     fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
     fixtures.add_argument("--force", action="store_true", help="rewrite files even when they are current")
 
@@ -149,8 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
-    console = Console(soft_wrap=True)
-    err = Console(stderr=True, soft_wrap=True)
+    console, err = _console(stderr=False), _console(stderr=True)
     try:
         with stop_signals():  # SIGTERM and a background `kill -INT` take Ctrl-C's path too
             return _dispatch(args, tuple(passthrough), console, err)
