@@ -272,3 +272,11 @@ def test_a_workflow_file_nested_too_deeply_is_a_clear_error(tmp_path: Path) -> N
     path.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(WorkflowError, match=r"deep\.json is not a workflow: its JSON is nested too deeply"):
         load_workflow(path)
+
+
+def test_a_list_that_is_no_link_is_a_problem(workflow: dict[str, Any]) -> None:
+    workflow["3"]["inputs"]["text"] = [[[[1]]]]
+    workflow["5"]["inputs"]["seed"] = [5, 0]  # a node id must be a string
+    found = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, OBJECT_INFO)}
+    assert found[("3", "text")] == '[[[[1]]]] is neither a value nor a link ["node id", output index]'
+    assert found[("5", "seed")].startswith("[5, 0] is neither a value nor a link")
