@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runner.cli.server_options import positive_seconds, server_url
+from runner.cli.server_options import number_type, positive_seconds, server_url
 
 
 def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,6 +87,8 @@ def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     _db(retry)
 
 
+_at_least_one = number_type(int, "whole number", least=1, rule="at least 1")
+_whole_seconds = number_type(int, "whole number of seconds", least=0, rule="0 or more seconds")
 READ_VERB_CODES = "exit codes: 0 done, 1 no batch of that name (or the database cannot be used), 2 usage"
 
 
@@ -123,23 +125,3 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         default=600,
         help="on Ctrl-C, seconds running jobs get to finish (600)",
     )
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
-
-
-def _whole_seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more seconds")
-    return value

@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -202,27 +202,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console, err: Console) -> int:
     """Run the command ``args`` names; returns its exit code."""
-    if args.command == "serve":
-        return cmd_serve(args, passthrough, console)
-    if args.command == "stop":
-        return cmd_stop(args, console)
-    if args.command == "fixtures":
-        return cmd_fixtures(args, console)
-    if args.command == "run":
-        return cmd_run(args, console, err)
-    if args.command == "quantize":
-        return run_quantize(args, console)
-    if args.command == "bench":
-        return run_bench(args, console)
-    if args.command == "workflow":
-        return run_workflow_command(args, console)
-    if args.command == "models":
-        return run_models_command(args, console)
-    if args.command == "kernels":
-        return run_kernels_command(args, console)
-    if args.command == "batch":
-        return cmd_batch(args, console, err)
-    return run_demo_command(args, passthrough, console)
+    commands: dict[str, Callable[[], int]] = {
+        "serve": lambda: cmd_serve(args, passthrough, console),
+        "stop": lambda: cmd_stop(args, console),
+        "fixtures": lambda: cmd_fixtures(args, console),
+        "run": lambda: cmd_run(args, console, err),
+        "quantize": lambda: run_quantize(args, console),
+        "bench": lambda: run_bench(args, console),
+        "workflow": lambda: run_workflow_command(args, console),
+        "models": lambda: run_models_command(args, console),
+        "kernels": lambda: run_kernels_command(args, console),
+        "batch": lambda: cmd_batch(args, console, err),
+        "demo": lambda: run_demo_command(args, passthrough, console),
+    }
+    return commands[args.command]()
 
 
 def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:

@@ -6,8 +6,9 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from runner.errors import WorkflowError
 from runner.graph.workflow import parse_override
@@ -33,15 +34,26 @@ def port_number(text: str) -> int:
     return port
 
 
-def positive_seconds(text: str) -> float:
-    """A positive, finite number of seconds from the command line, or argparse's usage error."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be a positive number of seconds")
-    return value
+N = TypeVar("N", int, float)
+
+
+def number_type(kind: type[N], what: str, *, least: N, rule: str) -> Callable[[str], N]:
+    """An argparse ``type``: a finite ``kind`` (``what`` it is, for the error) that is ``least`` or more,
+    else argparse's usage error saying ``rule``."""
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+        if not math.isfinite(value) or value < least:
+            raise argparse.ArgumentTypeError(f"{text}: must be {rule}")
+        return value
+
+    return parse
+
+
+positive_seconds = number_type(float, "number of seconds", least=1e-9, rule="a positive number of seconds")
 
 
 def server_url(text: str) -> str:
