@@ -218,10 +218,15 @@ def _run_on_server(
         except WorkflowError as error:
             raise WorkflowError(f"{error}; nothing was run") from error
     on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
-    if not measured.checked:  # every variant, before the first run: a bad matrix runs nothing
+    if not measured.checked:  # every variant that will run, before the first run: a bad matrix runs nothing
         measured.checked = True
-        runnable = [v for v in matrix.variants if not (on_cpu and v.skip_on_cpu)]
-        if problems := matrix_problems(runnable, base, object_info, settings.overrides):
+        runnable = [
+            v
+            for v in matrix.variants
+            if not (on_cpu and v.skip_on_cpu) and not (settings.servers and v.server_args)
+        ]
+        here = group[0].server_args
+        if problems := matrix_problems(runnable, base, object_info, settings.overrides, server_args=here):
             listed = "\n  ".join(problems)
             raise WorkflowError(f"{matrix.path}: {len(problems)} problem(s); nothing was run:\n  {listed}")
     extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]

@@ -188,8 +188,8 @@ def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(
 def test_every_mistake_of_a_matrix_is_listed_before_any_run(
     comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A bad ``set`` or ``insert`` in any variant, the second group's included: exit 5, all named with
-    their variant, nothing queued, no report (they used to fail their variant after the others ran)."""
+    """A bad ``set`` or ``insert`` in any variant that would run: exit 5, all named with their variant,
+    nothing queued, no report (they used to fail their variant after the others ran)."""
     workflow = (REPO_ROOT / "workflows" / "ltxv_tiny_t2v.api.json").as_posix()
     matrix = tmp_path / "bad.toml"
     matrix.write_text(
@@ -199,10 +199,17 @@ workflow = "{workflow}"
 name = "base"
 set = ["Nope.steps=2", "9.stepz=1"]
 [[variant]]
+name = "inserted"
+[[variant.insert]]
+id = "x"
+class_type = "NoSuchNode"
+link_input = "model"
+target = "11.model"
+[[variant]]
 name = "other server"
 server_args = ["--async-offload"]
 [[variant.insert]]
-id = "x"
+id = "y"
 class_type = "NoSuchNode"
 link_input = "model"
 target = "11.model"
@@ -217,7 +224,8 @@ target = "11.model"
     assert "3 problem(s); nothing was run" in err
     assert "variant 'base': no node 'Nope' in the workflow" in err
     assert "variant 'base': --set '9.stepz=1'" in err and "has no input 'stepz'" in err
-    assert "variant 'other server': node x (NoSuchNode): unknown node type" in err
+    assert "variant 'inserted': node x (NoSuchNode): unknown node type" in err
+    assert "other server" not in err  # with --server it would not run: not its mistake to stop the bench
     assert not (out / "bench.json").exists() and not (out / "report.md").exists()
     assert httpx.get(f"{comfy_server.url}/history").json() == history
 

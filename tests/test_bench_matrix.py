@@ -371,3 +371,34 @@ def test_a_failure_cell_keeps_a_list_of_problems_apart_and_cuts_at_a_word() -> N
     assert cut == "allocation allocation allocation …" and len(cut) <= 40
     path = protocol.one_line(FileNotFoundError("/srv/" + "x" * 400), width=40)
     assert path == "/srv/" + "x" * 33 + " …"  # a long word is cut, not dropped
+
+
+def test_a_variant_of_another_server_is_checked_for_its_overrides_only_before_the_runs() -> None:
+    from benchmarks.matrix import Insertion, Variant
+    from benchmarks.preflight import matrix_problems
+
+    base = {
+        "1": {"class_type": "Loader", "inputs": {}},
+        "2": {"class_type": "Sampler", "inputs": {"model": ["1", 0], "steps": 4}},
+        "3": {"class_type": "Save", "inputs": {"samples": ["2", 0]}},
+    }
+    info = {
+        "Loader": {"input": {}, "output": ["MODEL"]},
+        "Sampler": {
+            "input": {"required": {"model": ["MODEL", {}], "steps": ["INT", {"min": 1}]}},
+            "output": ["LATENT"],
+        },
+        "Save": {"input": {"required": {"samples": ["LATENT", {}]}}, "output": [], "output_node": True},
+    }
+    patch = Insertion("p", "OnlyOnItsServer", (), "model", "2.model")
+    variants = [
+        Variant("here", overrides=("2.steps=0",), inserts=(patch,)),
+        Variant("there", overrides=("2.stepz=1",), inserts=(patch,), server_args=("--flag",)),
+    ]
+    problems = matrix_problems(variants, base, info)
+    assert problems[0].startswith("variant 'here': --set '2.steps=0'")
+    assert problems[1].startswith("variant 'there': --set '2.stepz=1'")
+    assert len(problems) == 2  # 'here' is not validated further (its override failed), 'there' not here
+    assert matrix_problems([Variant("clean", inserts=(patch,))], base, info, ("2.steps=3",)) == [
+        "variant 'clean': node p (OnlyOnItsServer): unknown node type; the server has: Loader, Sampler, Save"
+    ]

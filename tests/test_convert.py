@@ -179,6 +179,9 @@ def test_a_damaged_editor_file_is_refused_rather_than_misread() -> None:
     said = r"two nodes have the id 4 \(CheckpointLoaderSimple and LoadImage\)"
     with pytest.raises(WorkflowError, match=said):
         convert_ui_workflow({"nodes": twice, "links": []}, OBJECT_INFO)
+    with_subgraphs = {"nodes": twice, "links": [], "definitions": {"subgraphs": [{"id": "s", "nodes": []}]}}
+    with pytest.raises(WorkflowError, match=said):  # the flattening of subgraphs kept only one of them
+        convert_ui_workflow(with_subgraphs, OBJECT_INFO)
     spelled = {**node(5, "CheckpointLoaderSimple"), "widgets_values": "oops"}  # was read as 'o', 'o', …
     with pytest.raises(WorkflowError, match=r"node 5 \(CheckpointLoaderSimple\): widgets_values is a str"):
         convert_ui_workflow({"nodes": [spelled], "links": []}, OBJECT_INFO)

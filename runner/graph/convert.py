@@ -76,14 +76,7 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
     if not isinstance(ui, dict) or not isinstance(ui.get("nodes"), list):
         raise WorkflowError("not an editor (UI) workflow: it has no 'nodes' list")
     flat_nodes, rows = flatten_subgraphs(ui)
-    nodes: dict[str, dict[str, Any]] = {}
-    for node in flat_nodes:
-        if str(node["id"]) in nodes:  # one would silently replace the other
-            raise WorkflowError(
-                f"two nodes have the id {node['id']} ({nodes[str(node['id'])].get('type')} and "
-                f"{node.get('type')}): the file is damaged; save it again from the editor"
-            )
-        nodes[str(node["id"])] = node
+    nodes = {str(node["id"]): node for node in flat_nodes}  # ids made unique by flatten_subgraphs
     links = {int(row[0]): _link(row) for row in rows}
     graph = _Graph(nodes, links, object_info)
     api: Workflow = {}

@@ -24,6 +24,8 @@ import copy
 import itertools
 from typing import Any
 
+from runner.errors import WorkflowError
+
 SUBGRAPH_INPUT_NODE = -10
 SUBGRAPH_OUTPUT_NODE = -20
 MODE_MUTED = 2  # a node's ``mode`` in UI workflows: muted (never runs), bypassed (inputs pass through)
@@ -55,13 +57,28 @@ def link_rows(rows: list[Any]) -> list[LinkRow]:
     return [[row.get(key) for key in keys] if isinstance(row, dict) else list(row) for row in rows]
 
 
+def nodes_by_id(nodes: list[Node], where: str = "") -> dict[str, Node]:
+    """``nodes`` by id; two with one id (a damaged file: one would silently replace the other) is a
+    :class:`WorkflowError` naming them (``where``: the subgraph they are in)."""
+    found: dict[str, Node] = {}
+    for node in nodes:
+        node_id = str(node.get("id"))
+        if node_id in found:
+            raise WorkflowError(
+                f"two nodes{where} have the id {node_id} ({found[node_id].get('type')} and "
+                f"{node.get('type')}): the file is damaged; save it again from the editor"
+            )
+        found[node_id] = node
+    return found
+
+
 def flatten_subgraphs(ui: dict[str, Any]) -> tuple[list[Node], list[LinkRow]]:
     """The nodes and links of ``ui`` with every active subgraph instance expanded; see the module
     docstring. Without subgraphs the graph comes back as it is."""
     definitions = {str(sub.get("id")): sub for sub in (ui.get("definitions") or {}).get("subgraphs") or []}
     rows = link_rows(ui.get("links") or [])
     if not definitions:
-        return list(ui["nodes"]), rows
+        return list(nodes_by_id(ui["nodes"]).values()), rows
     flattener = _Flattener(definitions, start=max((int(r[0]) for r in rows), default=0) + 1)
     flattener.add_scope(ui["nodes"], rows, prefix="", boundary=None, depth=0)
     return flattener.nodes, flattener.links
@@ -85,7 +102,7 @@ class _Flattener:
         """Add one graph's nodes under ``prefix``. ``boundary`` gives, for an inner graph, the ids of
         the reroutes standing for its inputs and the new ids of the links into its outputs (filled in)."""
         renamed = {int(row[0]): next(self.ids) for row in rows}
-        by_id = {str(node["id"]): node for node in nodes}
+        by_id = nodes_by_id(nodes, f" of subgraph {prefix.rstrip(':')}" if prefix else "")
         expanded = {
             node_id: f"{prefix}{node_id}"
             for node_id, node in by_id.items()
