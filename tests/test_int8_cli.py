@@ -187,3 +187,13 @@ def test_a_pickle_under_a_safetensors_name_is_said_to_be_one(
     torch.save({"w": torch.ones(2)}, renamed)  # never loaded: only its first bytes are looked at
     code, err = _fail(capsys, str(renamed), str(tmp_path / "out.safetensors"))
     assert code == 1 and "looks like a PyTorch pickle checkpoint" in " ".join(err.split())
+
+
+def test_a_damaged_safetensors_file_is_not_called_a_pickle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damaged = tmp_path / "model.safetensors"
+    header = b'{"w":{"dtype":"F32","shape":[64],"data_offsets":[0,256]}}'.ljust(128)  # length 0x80
+    damaged.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 100)  # data cut short
+    code, err = _fail(capsys, str(damaged), str(tmp_path / "out.safetensors"))
+    assert code == 1 and f"{damaged}: not a readable safetensors file" in err and "pickle" not in err

@@ -191,3 +191,15 @@ def test_a_weight_with_nan_or_inf_is_refused_naming_it(value: float) -> None:
     for granularity in ("row", "tensor"):
         with pytest.raises(Int8FormatError, match=said):
             quantize_weight(weight, Int8WeightConfig(granularity=granularity), name="blocks.0.w.weight")
+
+
+def test_quantize_on_load_refuses_nan_in_kept_tensors_too() -> None:
+    from leanvideo.int8.convert import quantize_state_dict
+
+    tensors = {
+        "blocks.0.w.weight": torch.randn(64, 32),
+        "blocks.0.norm.bias": torch.tensor([1.0, float("inf")]),
+    }
+    said = r"tensor 'blocks\.0\.norm\.bias': 1 of 2 values are NaN or infinite"
+    with pytest.raises(Int8FormatError, match=said):
+        quantize_state_dict(tensors, {"blocks.0.w": Int8WeightConfig(granularity="row")})

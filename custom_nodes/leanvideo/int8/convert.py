@@ -36,7 +36,7 @@ from .fp8 import (
     scale_weight_key,
 )
 from .policy import plan_quantization, refuse_unquantizable
-from .quantize import Int8Weight, expected_scale_shape, non_finite_message, quantize_weight, weight_sqnr_db
+from .quantize import Int8Weight, check_finite, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
     COMFY_METADATA_KEY,
     COMFY_METADATA_VERSION,
@@ -90,6 +90,7 @@ def quantize_state_dict(
             kept = kept_dtype(scale is not None)
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
         if layer is None or layer not in plan:
+            check_finite(tensor, f"tensor {key!r}")
             result[key] = tensor.to(kept)
             continue
         if grid is None:
@@ -296,15 +297,15 @@ def _stream_quantized(
         writer.begin()
         for done, key in enumerate(keys, 1):
             tensor, grid = _read_exact_with_grid(handle, header, key)
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise Int8FormatError(non_finite_message(f"{source}: tensor {key!r}", tensor))
             layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else ""
-            if layer in plan:
-                packed = quantize_weight(tensor, plan[layer], name=key, fp8_grid=grid)
+            where = f"{source}: tensor {key!r}"
+            if layer in plan:  # quantize_weight refuses NaN and infinities itself
+                packed = quantize_weight(tensor, plan[layer], name=where, fp8_grid=grid)
                 report.layer_sqnr_db[layer] = weight_sqnr_db(tensor, packed)
                 write_int8_layer(writer, layer, packed)
                 del packed  # before the next tensor is read: peak stays ≈ one float + one int8 tensor
             else:
+                check_finite(tensor, where)
                 writer.write(key, tensor.to(_kept_dtype(header, key)))
             del tensor
             if progress is not None:

@@ -52,10 +52,15 @@ def _pickle_hint(path: Path) -> str:
     archive or a pickle stream: ``torch.save``'s formats) renamed to .safetensors."""
     try:
         with path.open("rb") as stream:
-            start = stream.read(4)
+            start = stream.read(9)
+        size = path.stat().st_size
     except OSError:
         return ""
-    if start.startswith((b"PK\x03\x04", b"\x80")):
+    # A safetensors file starts with its header's length, then "{": a damaged one whose length byte
+    # happens to be 0x80 is not a pickle.
+    declared = int.from_bytes(start[:8].ljust(8, b"\0"), "little")
+    pickled = start[:1] == b"\x80" and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") and declared > size
+    if start.startswith(b"PK\x03\x04") or pickled:
         return (
             "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
             "because loading it can run code: get the .safetensors release of the model"

@@ -90,6 +90,12 @@ def non_finite_message(name: str, tensor: torch.Tensor) -> str:
     )
 
 
+def check_finite(tensor: torch.Tensor, name: str) -> None:
+    """:class:`Int8FormatError` when the float ``tensor`` (named ``name``) holds NaN or infinities."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        raise Int8FormatError(non_finite_message(name, tensor))
+
+
 def quantize_weight(
     weight: torch.Tensor,
     config: Int8WeightConfig,
@@ -111,26 +117,32 @@ def quantize_weight(
     grid = None
     if fp8_grid is not None and not config.convrot and config.granularity != "tensor":
         grid = _row_grid(fp8_grid.to(weight.device, torch.float32), out_features, where=name)
+    # amax carries a NaN or an infinity through: checked on the maxima, with one sync per weight
+    finite = torch.ones((), dtype=torch.bool, device=weight.device)
     if config.granularity == "tensor":
         amax = max(float(_float_rows(weight[a:b], config).abs().amax()) for a, b in chunks)
+        if not math.isfinite(amax):
+            raise Int8FormatError(non_finite_message(name, weight))
         scale = torch.tensor(max(amax, _MIN_SCALE) / QMAX, dtype=torch.float32, device=weight.device)
     else:
         width = 1 if config.granularity == "row" else in_features // (config.block_size or in_features)
         scale = torch.empty((out_features, width), dtype=torch.float32, device=weight.device)
     for start, stop in chunks:
         work = _float_rows(weight[start:stop], config)
-        if not bool(torch.isfinite(work).all()):
-            raise Int8FormatError(non_finite_message(name, weight))
         if config.granularity == "tensor":
             q = work / scale
         else:
             blocks = _groups(work, stop - start, config.block_size or in_features)
-            chosen = blocks.abs().amax(dim=2, keepdim=True).clamp_min(_MIN_SCALE) / QMAX
+            chosen = blocks.abs().amax(dim=2, keepdim=True)
+            finite &= torch.isfinite(chosen).all()
+            chosen = chosen.clamp_min(_MIN_SCALE) / QMAX
             if grid is not None:
                 chosen = _choose_scales(blocks, chosen, grid[start:stop] if grid.ndim else grid)
             scale[start:stop] = chosen.squeeze(2)
             q = (blocks / chosen).reshape(stop - start, in_features)
         qdata[start:stop] = q.round_().clamp_(-QMAX, QMAX).to(torch.int8)
+    if not bool(finite):
+        raise Int8FormatError(non_finite_message(name, weight))
     return Int8Weight(qdata=qdata, scale=scale, config=config)
 
 
