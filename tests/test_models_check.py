@@ -139,7 +139,7 @@ def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_
     assert main(["models", "check", str(path), "--models", str(models)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "invalid node 7 (CheckpointLoaderSimple.ckpt_name): 123 is not a file name" in out
-    assert "5 file(s) missing; 1 chosen by a link, not checked" in out
+    assert "5 file(s) missing or invalid; 1 chosen by a link, not checked" in out
 
 
 def test_urls_come_from_the_installed_comfyui_templates() -> None:

@@ -98,7 +98,7 @@ def resolve_db_url(given: str | None, workspace_root: Path) -> str:
     where = "--db" if given else f"${DB_ENV}"
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
         raise UsageError(f"{where} {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
-    folder = Path(url.removeprefix("sqlite:///")).parent
+    folder = Path(url.removeprefix("sqlite:///").partition("?")[0]).parent
     named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
     if named and url.startswith("sqlite:///") and not folder.is_dir():  # a typo: a queue no one reads
         raise UsageError(

@@ -52,7 +52,7 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     if verb == "worker":
         return _worker(args, db_url, err)
     name = check_batch_name(args.name)
-    database = Path(db_url.removeprefix("sqlite:///"))
+    database = Path(db_url.removeprefix("sqlite:///").partition("?")[0])
     if db_url.startswith("sqlite:///") and not database.exists():  # not made by a verb that only reads
         raise LeanVideoError(f"no batch named {name!r}: there is no batch database at {database} yet")
     with open_client(db_url) as client:

@@ -10,12 +10,10 @@ import argparse
 import importlib.metadata
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
@@ -87,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
         "e.g. `leanvideo serve -- --async-offload`.",
         epilog="exit codes: 0 ready (--background) or stopped with Ctrl-C/SIGTERM, 2 usage (also a --port "
-        "in use), 3 not installed, 4 the server did not start or exited on its own",
+        "in use), 3 not installed, 4 the server did not start, or exited with an error",
     )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
@@ -253,11 +251,7 @@ def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: C
         console.print(f"stop it with: leanvideo stop --port {args.port}")
         return 0
 
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
+    try:  # Ctrl-C and SIGTERM (stop_signals) both stop it
         code = server.wait()
     except KeyboardInterrupt:
         console.print("stopping…")

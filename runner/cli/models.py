@@ -23,7 +23,7 @@ def add_models_parser(sub: Any) -> None:
     check = models_sub.add_parser(
         "check",
         help="list every model file a workflow loads: present (size) or missing (URL and folder)",
-        epilog="exit codes: 0 every file present, 1 something missing, 2 --models is no folder, "
+        epilog="exit codes: 0 every file present, 1 something missing or invalid, 2 --models is no folder, "
         "3 the workspace has no models folder, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
@@ -81,7 +81,7 @@ def report_lines(report: ModelsReport) -> list[str]:
             lines.append(f"          get it from {source}{cited} into {escape(file.target or '?')}")
     count, files = report.missing, sum(1 for file in report.files if file.status == "present")
     unchecked = sum(1 for file in report.files if file.status == "unchecked")
-    lines.append(f"{count} file(s) missing" if count else f"all {files} file(s) present")
+    lines.append(f"{count} file(s) missing or invalid" if count else f"all {files} file(s) present")
     if unchecked:
         lines[-1] += f"; {unchecked} chosen by a link, not checked"
     return lines

@@ -50,7 +50,7 @@ def add_quantize_parser(subparsers: Any) -> None:
         "OUT in the LeanVideo INT8 format (ComfyUI-native metadata included). Sensitive layers stay in high "
         "precision. LoRAs and VAEs are not quantized.",
         epilog="exit codes: 0 written and verified, 1 bad input or OUT exists, 2 usage (also an OUT "
-        "not named .safetensors)",
+        "not named .safetensors), 130 interrupted (nothing left behind)",
     )
     parser.add_argument("input", type=Path, metavar="IN", help="float or fp8 .safetensors file")
     parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")

@@ -8,6 +8,8 @@ background by a script inherits SIGINT ignored, so ``kill -INT`` did nothing. Un
 :func:`stop_signals` both signals raise :class:`KeyboardInterrupt`, whose handlers cancel the prompt,
 write the partial record and remove partial files; a repeat within ``grace_s`` of the first is ignored,
 so a second Ctrl-C does not cut that cleaning up short (one after it stops the cleaning up too).
+``batch submit --wait`` and ``batch worker`` keep handlers of their own inside (``runner/cli/batch.py``),
+under which every signal raises.
 
 Example::
 
@@ -17,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -41,8 +44,9 @@ def stop_signals(grace_s: float = CLEANUP_GRACE_S) -> Iterator[None]:
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        if first and now - first[0] < grace_s:
-            return  # the first one's cleaning up is under way: let it finish
+        if first and now - first[0] < grace_s:  # the first one's cleaning up is under way: let it finish
+            os.write(2, b"still stopping (cancelling, removing partial files); a moment\n")
+            return
         first[:] = [now]
         raise KeyboardInterrupt
 

@@ -32,7 +32,8 @@ def add_workflow_parser(sub: Any) -> None:
     validate = workflow_sub.add_parser(
         "validate",
         help="check a workflow against /object_info: unknown nodes, bad or missing inputs, missing models",
-        epilog="exit codes: 0 valid (warnings allowed), 4 server unreachable, 5 invalid",
+        epilog="exit codes: 0 valid (warnings allowed), 2 usage (a --server that is no URL), 4 server "
+        "unreachable, 5 invalid",
     )
     validate.add_argument(
         "file", type=Path, help="workflow JSON (API format, or an editor file: converted first)"
@@ -51,7 +52,8 @@ def add_workflow_parser(sub: Any) -> None:
     diff = workflow_sub.add_parser(
         "diff",
         help="semantic differences between two workflows: nodes, inputs, links (not a text diff)",
-        epilog="exit codes: 0 same, 1 different, 4 server unreachable (UI files only), 5 unreadable file. "
+        epilog="exit codes: 0 same, 1 different, 2 usage, 4 server unreachable (UI files only), 5 unreadable "
+        "file. "
         "Editor (UI) files are converted to API format with the server's /object_info first.",
     )
     diff.add_argument("a", type=Path, help="the old workflow (API or UI format)")

@@ -123,6 +123,7 @@ def check_models(
         templates = template_sources()
     sources = {**(templates or {}), **sources}
     report = ModelsReport(str(workflow_path), str(models_dir), also=[str(folder) for folder in also])
+    index: dict[str, list[str]] | None = None
     for ref in refs:
         known = {key: value for key, value in asdict(ref).items() if key != "problem"}
         if ref.problem is not None:  # a link chooses the file elsewhere; anything else is no file name
@@ -139,6 +140,7 @@ def check_models(
                 **known, status="present", path=str(found), bytes=found.stat().st_size, sha256=digest
             )
         else:
+            index = index if index is not None else _model_index((models_dir, *also))  # read once
             folder = ref.folder or (source.directory if source else None)
             file = ModelFile(
                 **known,
@@ -146,18 +148,15 @@ def check_models(
                 url=source.url if source else None,
                 cited_in=source.cited_in if source else None,
                 target=str(models_dir / folder) if folder else None,
-                hint=_near(ref.name, ref.folder, (models_dir, *also)),
+                hint=_near(ref.name, ref.folder, index),
             )
         report.files.append(file)
     return report
 
 
-def _near(name: str, folder: str | None, roots: Sequence[Path]) -> str | None:
-    """What a user who misnamed or misplaced ``name`` would want to hear: the same name in another
-    case, the file in another models folder, or close names in its own; None when there is none."""
-    wanted = Path(name).name
-    own = MODEL_FOLDERS.get(folder, (folder,)) if folder else ()
-    seen: dict[str, list[str]] = {}  # file name -> "folder/relative path" where it is
+def _model_index(roots: Sequence[Path]) -> dict[str, list[str]]:
+    """Every file of the models folders under ``roots``: its name -> ``"folder/relative path"``s."""
+    seen: dict[str, list[str]] = {}
     for root in roots:
         for subdir in dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs):
             base = root / subdir
@@ -165,6 +164,15 @@ def _near(name: str, folder: str | None, roots: Sequence[Path]) -> str | None:
                 for path in base.rglob("*"):
                     if path.is_file():
                         seen.setdefault(path.name, []).append(f"{subdir}/{path.relative_to(base).as_posix()}")
+    return seen
+
+
+def _near(name: str, folder: str | None, seen: dict[str, list[str]]) -> str | None:
+    """What a user who misnamed or misplaced ``name`` would want to hear, from the models folders'
+    files ``seen``: the same name in another case, the file in another models folder, or close names
+    in its own; None when there is none."""
+    wanted = Path(name).name
+    own = MODEL_FOLDERS.get(folder, (folder,)) if folder else ()
     case = [
         where
         for file, places in seen.items()
