@@ -319,3 +319,9 @@ def test_cli_converts_the_shipped_ltxv_template(
     written = out.read_text()
     assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 2
     assert "refusing to overwrite it" in capsys.readouterr().err and out.read_text() == written
+
+
+def test_a_list_widget_value_is_wrapped_as_the_editor_submits_it() -> None:
+    listed = node(7, "CheckpointLoaderSimple", widgets=[["a.safetensors", "b.safetensors"]])
+    api = convert_ui_workflow({"nodes": [listed], "links": []}, OBJECT_INFO)
+    assert api["7"]["inputs"]["ckpt_name"] == {"__value__": ["a.safetensors", "b.safetensors"]}

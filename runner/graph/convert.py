@@ -121,6 +121,8 @@ def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
     index = 0
     for name, spec, options in names:
         found[name] = values[index] if index < len(values) else _default(spec, options)
+        if isinstance(found[name], list):  # as the editor submits a list value: a bare list is a link
+            found[name] = {"__value__": found[name]}
         index += 1
         # The frontend adds a control widget when asked, or by name when the input says nothing.
         if options.get("control_after_generate", name in SEED_NAMES):

@@ -362,8 +362,13 @@ def _check_link(
 
 def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], value: Any) -> list[Problem]:
     if isinstance(value, list):  # ComfyUI reads every list as a link and would reject it as a bad one
-        message = f'{json.dumps(value)[:80]} is neither a value nor a link ["node id", output index]'
+        message = (
+            f'{json.dumps(value)[:80]} is neither a value nor a link ["node id", output index] (a list '
+            'value goes as {"__value__": [...]})'
+        )
         return [Problem(node_id, class_type, name, message)]
+    if isinstance(value, dict) and "__value__" in value:  # a list value, as the editor wraps it
+        value = value["__value__"]
     options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
     choices = _choices(spec[0], options)
     if (
