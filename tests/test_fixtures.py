@@ -192,12 +192,23 @@ def test_a_model_of_the_users_under_a_fixture_name_is_never_written_over(tmp_pat
     fixtures.int8_checkpoint.write_bytes(b"not even safetensors")
     fixtures.lora.parent.mkdir(parents=True)
     fixtures.lora.symlink_to(fixtures.text_encoder)
-    before = {path: path.read_bytes() for path in (fixtures.text_encoder, fixtures.int8_checkpoint)}
+    hidden = tmp_path / "models" / "unet" / fixtures.diffusion_model.name  # ComfyUI's other DiT folder
+    hidden.parent.mkdir(parents=True)
+    save_file(weights, str(hidden))
+    before = {path: path.read_bytes() for path in (fixtures.text_encoder, fixtures.int8_checkpoint, hidden)}
     for force in (False, True):
         with pytest.raises(ForeignModelError) as raised:
             write_fixtures(fixtures.models_dir, tmp_path / "no-comfyui", force=force)
         assert raised.value.exit_code == 2
-        assert raised.value.paths == [fixtures.text_encoder, fixtures.lora, fixtures.int8_checkpoint]
+        assert raised.value.paths == {
+            fixtures.text_encoder: "not written by `leanvideo fixtures` (no 'leanvideo_fixture' stamp in its "
+            "metadata)",
+            fixtures.lora: "a link, which is not written through",
+            fixtures.int8_checkpoint: "damaged, unreadable or not safetensors: it cannot be told from a tiny "
+            "model, so it is kept",
+            hidden: "a model of yours that ComfyUI would no longer load: it finds the tiny one of that name "
+            "first",
+        }
         assert str(fixtures.text_encoder) in str(raised.value)
         assert {path: path.read_bytes() for path in before} == before
         assert not fixtures.checkpoint.exists() and not fixtures.diffusion_model.exists()

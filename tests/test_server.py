@@ -200,3 +200,11 @@ def test_a_users_own_comfyui_brings_its_models_and_nodes(
     assert "users-clip-vision.safetensors" in info["CLIPVisionLoader"]["input"]["required"]["clip_name"][0]
     log = config.log_path.read_text(encoding="utf-8", errors="replace")
     assert "IMPORT FAILED" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_the_fixtures_know_comfyuis_other_folders_for_their_models() -> None:
+    from runner.fixtures import ALIAS_FOLDERS
+    from runner.local.server import MODEL_FOLDERS
+
+    for folder, aliases in ALIAS_FOLDERS.items():
+        assert MODEL_FOLDERS[folder] == (folder, *aliases)
