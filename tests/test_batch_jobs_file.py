@@ -62,11 +62,13 @@ def test_every_bad_line_is_named_with_its_field_in_one_error(folder: Path) -> No
         '{"id": "../f", "workflow": "wf.api.json"}',
         '{"id": "g", "workflow": "wf.api.json", "set": {"seed": 1}}',
         "[1, 2]",
+        '{"id": "h", "workflow": "wf.api.json", "set": {"1.steps": 1, "1.steps": 2}}',
+        '{"id": "i", "workflow": "wf.api.json", "set": {"1.text": [[1]]}}',
     )
     with pytest.raises(WorkflowError) as caught:
         read_jobs_file(jobs_file)
     message = str(caught.value)
-    assert "8 problem(s); nothing was queued" in message
+    assert "10 problem(s); nothing was queued" in message
     for expected in (
         "line 2: not valid JSON",
         "line 3: id 'a' is already used on line 1",
@@ -77,6 +79,8 @@ def test_every_bad_line_is_named_with_its_field_in_one_error(folder: Path) -> No
         "line 7: id '../f' must be",
         "line 8: set 'seed': expected NODE.input",
         "line 9: expected a JSON object, got list",
+        "line 10: key '1.steps' appears twice in one object",
+        "line 11: set '1.text': [[1]] is no input value (a text goes in quotes)",
     ):
         assert expected in message
 

@@ -283,6 +283,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--timeout", "-1"], "--timeout: -1: must be a positive number of seconds"),
         (["--grace", "x"], "--grace: 'x' is not a whole number of seconds"),
         (["--name", "../../evil"], "batch name '../../evil': 1-80 letters"),
+        (["--name", ""], "batch name '': 1-80 letters"),
         (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
         (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
         (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),

@@ -44,6 +44,7 @@ from runner.graph.workflow import (
     apply_overrides,
     is_ui_workflow,
     load_workflow,
+    refuse_duplicate_keys,
     validate_workflow,
 )
 from runner.transport.client import ComfyClient
@@ -182,9 +183,12 @@ def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw)
+            row = json.loads(raw, object_pairs_hook=refuse_duplicate_keys)
         except json.JSONDecodeError as exc:
             problems.append(f"line {number}: not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        except ValueError as exc:  # a key given twice
+            problems.append(f"line {number}: {exc}")
             continue
         except RecursionError:
             problems.append(f"line {number}: not a job: its JSON is nested too deeply")
@@ -257,6 +261,10 @@ def _overrides(line: int, given: Any, problems: list[str]) -> tuple[str, ...]:
     for target, value in given.items():
         if "." not in str(target).strip(".") or not str(target).rpartition(".")[2]:
             problems.append(f"line {line}: set {target!r}: expected NODE.input (e.g. Sample.noise_seed)")
+            continue
+        if isinstance(value, (list, dict)):  # would be sent as its JSON text, or read as a link
+            shown = json.dumps(value)[:60]
+            problems.append(f"line {line}: set {target!r}: {shown} is no input value (a text goes in quotes)")
             continue
         raw = value if isinstance(value, str) else json.dumps(value)
         specs.append(f"{target}={raw}")

@@ -79,7 +79,7 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
 
 
 def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Console) -> int:
-    if args.name:
+    if args.name is not None:  # an empty --name (an unset $NAME in a script) is refused, not defaulted
         name = check_batch_name(args.name)
     else:
         derived = args.jobs.stem.split(".")[0]

@@ -77,7 +77,7 @@ def read_json_file(path: Path, what: str = "workflow file") -> Any:
     except OSError as exc:
         raise WorkflowError(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=refuse_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise WorkflowError(f"{what} {path} is not valid JSON: {exc}") from exc
     except ValueError as exc:
@@ -86,7 +86,8 @@ def read_json_file(path: Path, what: str = "workflow file") -> Any:
         raise WorkflowError(f"{what} {path} is not a workflow: its JSON is nested too deeply") from exc
 
 
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``json.loads`` ``object_pairs_hook``: an object with a key given twice is a :class:`ValueError`."""
     found: dict[str, Any] = {}
     for key, value in pairs:
         if key in found:
