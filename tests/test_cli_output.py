@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 from rich.console import Console
@@ -55,3 +56,33 @@ def test_progress_off_a_terminal_is_plain_lines_with_steps_at_most_every_ten_sec
         "node 3 SaveVideo (3/3)",
         "nodes: done (3/3)",
     ]
+
+
+def test_stop_signals_raise_once_then_let_the_cleanup_finish_and_respect_nohup() -> None:
+    import os
+    import signal
+
+    from runner.cli.signals import stop_signals
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with stop_signals():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN  # left as nohup set it
+            assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]
+        assert {n: signal.getsignal(n) for n in before} == before  # no signal came: all restored
+        with pytest.raises(KeyboardInterrupt), stop_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        with stop_signals():  # a repeat within the grace is swallowed while the first is handled
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+            except KeyboardInterrupt:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # stopped by a signal: ignored while exiting
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -228,8 +228,9 @@ def _ignore_sigint() -> None:  # as a script's `leanvideo run … &` starts: SIG
         ((signal.SIGTERM,), False),  # timeout(1), CI runners, docker, systemd
         ((signal.SIGINT,), True),  # kill -INT of a command a script started in the background
         ((signal.SIGINT, signal.SIGINT), False),  # Ctrl-C twice: the second must not cut the cleanup short
+        ((signal.SIGHUP,), False),  # the ssh session went away
     ],
-    ids=["ctrl-c", "sigterm", "background-kill-int", "ctrl-c-twice"],
+    ids=["ctrl-c", "sigterm", "background-kill-int", "ctrl-c-twice", "sighup"],
 )
 def test_a_signal_to_the_cli_stops_the_job_and_exits_130(
     comfy_server: ComfyServer, tmp_path: Path, signals: tuple[int, ...], background: bool

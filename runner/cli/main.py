@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder), "
         "LEANVIDEO_SERVER (default --server), LEANVIDEO_TOKEN (default --token), LEANVIDEO_DB (batch "
         "database), LEANVIDEO_INT8_KERNEL (force an INT8 kernel on servers started here). Every command "
-        "stops on Ctrl-C or SIGTERM as on Ctrl-C; each command's --help lists its exit codes.",
+        "takes SIGTERM and SIGHUP (unless under nohup) as Ctrl-C; each command's --help lists its exit "
+        "codes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -85,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
         "e.g. `leanvideo serve -- --async-offload`.",
         epilog="exit codes: 0 ready (--background) or stopped with Ctrl-C/SIGTERM, 2 usage (also a --port "
-        "in use), 3 not installed, 4 the server did not start, or exited with an error",
+        "in use), 3 not installed, 4 the server did not start, or exited with an error, 130 interrupted "
+        "while it started",
     )
     serve.add_argument(
         "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
@@ -120,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fixtures",
         help="write the deterministic tiny random-weight models",
         epilog="exit codes: 0 written or already current, 2 DIR unusable or a model of yours under a "
-        "fixture's name (never written over), 3 not installed",
+        "fixture's name (never written over), 3 not installed, 130 interrupted (nothing half-written)",
     )
     fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
     fixtures.add_argument("--force", action="store_true", help="rewrite files even when they are current")

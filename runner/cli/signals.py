@@ -1,5 +1,6 @@
-"""How a command is stopped from outside: Ctrl-C, ``kill -INT``, and SIGTERM (``timeout``, CI runners,
-docker, systemd, Kubernetes) all take Ctrl-C's path.
+"""How a command is stopped from outside: Ctrl-C, ``kill -INT``, SIGTERM (``timeout``, CI runners,
+docker, systemd, Kubernetes) and SIGHUP (a closed terminal or ssh session, unless under ``nohup``) all
+take Ctrl-C's path.
 
 Without this, SIGTERM killed a command on the spot: ``run`` left its prompt computing on the server and
 an empty run folder, ``quantize`` and ``fixtures`` their hidden ``.partial`` files, and ``serve
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh went away
 CLEANUP_GRACE_S = 10.0
 
 
@@ -52,6 +53,8 @@ def stop_signals(grace_s: float = CLEANUP_GRACE_S) -> Iterator[None]:
 
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
     for number in STOP_SIGNALS:
+        if number == signal.SIGHUP and previous[number] == signal.SIG_IGN:
+            continue  # nohup asked for the command to outlive its terminal
         signal.signal(number, interrupt)
     try:
         yield
