@@ -53,6 +53,8 @@ def test_start_ready_stop_leaves_nothing_behind(server_config: ServerConfig) -> 
         assert (server_config.state_dir / "server.json").is_file()
         # a server with an owner (this block) is not for `leanvideo stop`, which stops background ones
         assert [r["port"] for r in find_running_servers(server_config.state_dir.parent)] == []
+        owned = find_running_servers(server_config.state_dir.parent, owned=True)
+        assert [r["port"] for r in owned] == [server_config.port]  # what `stop` names instead
     assert _wait_gone(pid)
     assert port_is_free(server_config.host, server_config.port)
     assert not (server_config.state_dir / "server.json").exists()

@@ -268,6 +268,13 @@ def cmd_stop(args: argparse.Namespace, console: Console) -> int:
     records = [r for r in find_running_servers(ws.servers_dir) if args.port in (None, r["port"])]
     if not records:
         console.print("no LeanVideo server running" + (f" on port {args.port}" if args.port else ""))
+        for owned in find_running_servers(ws.servers_dir, owned=True):
+            if args.port in (None, owned["port"]):
+                console.print(
+                    f"(ComfyUI on port {owned['port']} belongs to a running command — serve in the "
+                    "foreground, demo, bench or a script — and stops with it)",
+                    highlight=False,
+                )
         return 0
     for record in records:
         stop_background_server(record)

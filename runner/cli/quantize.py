@@ -119,7 +119,7 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
             TimeElapsedColumn(),
             console=console,
             transient=True,
-            disable=args.json,
+            disable=args.json or not console.is_terminal,  # off a terminal it only leaves a blank line
         ) as progress:
             task = progress.add_task("tensors", total=None)
 

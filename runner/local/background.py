@@ -25,10 +25,11 @@ from runner.local.server import RECORD_NAME, terminate_process_group
 __all__ = ["find_running_servers", "stop_background_server"]
 
 
-def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
+def find_running_servers(servers_dir: Path, *, owned: bool = False) -> list[dict[str, object]]:
     """Records of background servers started by ``leanvideo serve --background`` that still run (a
     server that belongs to a running command — ``serve`` in the foreground, ``run``, ``demo``, ``bench``,
-    a ``ComfyServer`` in a script — is not one: stopping it would break that command)."""
+    a ``ComfyServer`` in a script — is not one: stopping it would break that command). ``owned``: those
+    servers instead."""
     found: list[dict[str, object]] = []
     for path in sorted(servers_dir.glob(f"*/{RECORD_NAME}")):
         try:
@@ -38,7 +39,7 @@ def find_running_servers(servers_dir: Path) -> list[dict[str, object]]:
         pid = int(record.get("pid") or 0)
         if not (pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0))):
             path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
-        elif record.get("background", True):  # records before 2026-12-02 were written by serve only
+        elif record.get("background", True) != owned:  # records before 2026-12-02: serve's only
             record["record_path"] = str(path)
             found.append(record)
     return found
