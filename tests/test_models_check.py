@@ -128,6 +128,10 @@ def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_
     workflow["6"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "dit-v3.safetensors"}}
     workflow["7"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": 123}}
     workflow["8"] = {"class_type": "VAELoader", "inputs": {"vae_name": ["9", 0]}}
+    workflow["9"] = {"class_type": "UpscaleModelLoader", "inputs": {"model_name": ""}}
+    workflow["10"] = {"class_type": "LoraLoader", "inputs": {"lora_name": "deep.safetensors"}}
+    (models / "loras" / "styles").mkdir()
+    (models / "loras" / "styles" / "deep.safetensors").write_bytes(b"x")
     path.write_text(json.dumps(workflow), encoding="utf-8")
     by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
     said = "loras/L.safetensors is there: ComfyUI reads names with their case; use that name"
@@ -136,10 +140,12 @@ def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_
     assert by_node["6"].hint == "close names there: dit-v2.safetensors, dit.safetensors"
     assert (by_node["7"].status, by_node["7"].hint) == ("invalid", "123 is not a file name")
     assert by_node["8"].status == "unchecked" and by_node["8"].hint.startswith("linked to node 9")
+    assert (by_node["9"].status, by_node["9"].hint) == ("invalid", "'' is not a file name")
+    assert by_node["10"].hint == "it is in loras/styles/deep.safetensors: name it styles/deep.safetensors"
     assert main(["models", "check", str(path), "--models", str(models)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "invalid node 7 (CheckpointLoaderSimple.ckpt_name): 123 is not a file name" in out
-    assert "5 file(s) missing or invalid; 1 chosen by a link, not checked" in out
+    assert "7 file(s) missing or invalid; 1 chosen by a link, not checked" in out
 
 
 def test_urls_come_from_the_installed_comfyui_templates() -> None:

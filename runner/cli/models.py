@@ -77,8 +77,11 @@ def report_lines(report: ModelsReport) -> list[str]:
             if file.hint:
                 lines.append(f"          {escape(file.hint)}")
             cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
-            source = escape(file.url) if file.url else "no known URL"
-            lines.append(f"          get it from {source}{cited} into {escape(file.target or '?')}")
+            target = escape(file.target or "?")
+            if file.url:
+                lines.append(f"          get it from {escape(file.url)}{cited} into {target}")
+            else:
+                lines.append(f"          no known download URL; it goes in {target}")
     count, files = report.missing, sum(1 for file in report.files if file.status == "present")
     unchecked = sum(1 for file in report.files if file.status == "unchecked")
     lines.append(f"{count} file(s) missing or invalid" if count else f"all {files} file(s) present")

@@ -77,7 +77,7 @@ def required_models(workflow: Workflow) -> list[ModelRef]:
         class_type = str(node.get("class_type", ""))
         for input_name, value in (node.get("inputs") or {}).items():
             folder = MODEL_INPUTS.get((class_type, input_name))
-            if not isinstance(value, str):
+            if not isinstance(value, str) or (folder is not None and not value.strip()):
                 if folder is not None:  # a loader's file input must not vanish from the report
                     problem = (
                         f"linked to node {value[0]}: the file is chosen there, not checked"

@@ -182,6 +182,10 @@ def _near(name: str, folder: str | None, seen: dict[str, list[str]]) -> str | No
     ]
     if case:
         return f"{', '.join(case[:3])} is there: ComfyUI reads names with their case; use that name"
+    inside = [where for where in seen.get(wanted, []) if where.split("/")[0] in own]
+    if inside:  # in a subfolder of the right folder: ComfyUI names it by its path there
+        relative = inside[0].split("/", 1)[1]
+        return f"it is in {inside[0]}: name it {relative}"
     if wanted in seen:
         reads = "/, ".join(own) or "another folder"
         return f"it is in {', '.join(seen[wanted][:3])}; this loader reads {reads}/"
