@@ -202,6 +202,7 @@ def run_attempt(
             base, "server", {"node_id": None, "class_type": None, "message": "the worker is stopping"}
         )
     stop = cancelled if in_flight is None else lambda: in_flight.closed or bool(cancelled and cancelled())
+    where = (job["job_id"], server)
     try:
         with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
             try:
@@ -219,9 +220,12 @@ def run_attempt(
     except LeanVideoError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
-        what = fault if fault == "cancelled" else f"{fault} fault"
-        say = logger.info if fault == "cancelled" else logger.warning
-        say("job %s on %s: %s: %s", job["job_id"], server, what, error["message"])
+        if in_flight is not None and in_flight.closed:  # the worker stopped and took the prompt off
+            logger.info("job %s on %s: stopped with the worker; it runs again with that worker id", *where)
+        else:
+            what = fault if fault == "cancelled" else f"{fault} fault"
+            say = logger.info if fault == "cancelled" else logger.warning
+            say("job %s on %s: %s: %s", *where, what, error["message"])
         return _failed(base, fault, error, prompt_id, round(time.monotonic() - began, 3))
     final = job_dir(job)
     record = {
