@@ -10,10 +10,12 @@ import argparse
 import importlib.metadata
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -40,7 +42,7 @@ from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.jobs.run import run_workflow
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import find_workspace
+from runner.local.workspace import REPO_ROOT, find_workspace
 
 DEFAULT_PORT = 8188
 EXIT_CODES = (
@@ -59,11 +61,34 @@ def _console(*, stderr: bool) -> Console:
     return Console(stderr=stderr, soft_wrap=True, width=width)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package's version and, in a git checkout, its commit (a ``git pull`` does not
+    change the version an editable install reports)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     try:
-        return importlib.metadata.version("leanvideo")
+        version = importlib.metadata.version("leanvideo")
     except importlib.metadata.PackageNotFoundError:
-        return "(not installed as a package)"
+        version = "(not installed as a package)"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return version
+    return f"{version} (commit {commit})" if commit else version
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "codes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
