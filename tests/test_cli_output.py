@@ -86,3 +86,21 @@ def test_stop_signals_raise_once_then_let_the_cleanup_finish_and_respect_nohup()
         for number, handler in before.items():
             signal.signal(number, handler)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def test_version_names_the_package_version_and_the_commit(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+    import subprocess
+
+    from runner.cli.main import main
+    from runner.local.workspace import REPO_ROOT
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    commit = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith(f"leanvideo {importlib.metadata.version('leanvideo')}")
+    assert not commit or printed.endswith(f"(commit {commit})")
