@@ -171,6 +171,23 @@ def test_second_call_is_cheap_and_rewrites_nothing(fixtures: FixtureSet, comfyui
 
 
 @pytest.mark.integration
+def test_files_a_killed_writer_left_are_removed(fixtures: FixtureSet, comfyui_dir: Path) -> None:
+    before = {path: path.stat().st_mtime_ns for path in fixtures.paths()}
+    leftovers = [
+        fixtures.int8_checkpoint.with_name(f".{fixtures.int8_checkpoint.name}.773170a8.partial"),
+        fixtures.text_encoder.with_name(f".{fixtures.text_encoder.name}.4242.partial"),
+    ]
+    for leftover in leftovers:
+        leftover.write_bytes(b"half a model")
+    theirs = fixtures.checkpoint.with_name(".other-model.safetensors.1.partial")  # not a fixture's
+    theirs.write_bytes(b"kept")
+    write_fixtures(fixtures.models_dir, comfyui_dir)
+    assert not any(leftover.exists() for leftover in leftovers) and theirs.read_bytes() == b"kept"
+    assert {path: path.stat().st_mtime_ns for path in fixtures.paths()} == before
+    theirs.unlink()
+
+
+@pytest.mark.integration
 def test_damaged_file_is_rewritten(forced_fixtures: FixtureSet, comfyui_dir: Path) -> None:
     lora = forced_fixtures.lora
     expected = sha256_file(lora)
