@@ -104,3 +104,31 @@ def test_version_names_the_package_version_and_the_commit(capsys: pytest.Capture
     printed = capsys.readouterr().out.strip()
     assert printed.startswith(f"leanvideo {importlib.metadata.version('leanvideo')}")
     assert not commit or printed.endswith(f"(commit {commit})")
+
+
+def test_a_usage_error_with_json_is_a_json_error_object_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.cli.main import main
+
+    for argv in (["run", "x.json", "--set", "foo", "--json"], ["run", "x.json", "--header", "x", "--json"]):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        assert refused.value.code == 2
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error["type"] == "UsageError" and error["exit_code"] == 2 and "expected" in error["message"]
+
+
+def test_a_reader_that_goes_away_is_sigpipes_exit_not_a_traceback() -> None:
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli.main", "kernels", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # like `| head` that has read all it wanted before anything came
+    process.stdout = None
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and "Traceback" not in err, err

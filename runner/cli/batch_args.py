@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from runner.cli.server_options import number_type, positive_seconds, server_url
 
 
-def add_batch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_batch_parser(sub: Any) -> None:
     batch = sub.add_parser(
         "batch",
         help="run a jobs file (one workflow × many settings) over many ComfyUI servers, durably",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -29,6 +31,8 @@ from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import failure_label, print_json, run_progress, summary_table
 from runner.cli.server_options import (
+    Parser,
+    UsageExit,
     add_server_arguments,
     existing_folder,
     override_spec,
@@ -92,7 +96,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="leanvideo",
         description="Run video models in ComfyUI on one GPU, measured honestly.",
         epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder), "
@@ -204,7 +208,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in args_list:
         cut = args_list.index("--")
         args_list, passthrough = args_list[:cut], args_list[cut + 1 :]
-    args = build_parser().parse_args(args_list)
+    try:
+        args = build_parser().parse_args(args_list)
+    except UsageExit as refused:
+        if "--json" in args_list:  # scripts reading --json get the error as JSON too
+            print(json.dumps({"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}}))
+        raise
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
@@ -212,6 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stop_signals():  # SIGTERM and a background `kill -INT` take Ctrl-C's path too
             return _dispatch(args, tuple(passthrough), console, err)
+    except UsageExit as refused:
+        if getattr(args, "json", False):
+            print_json(console, {"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}})
+        raise
+    except BrokenPipeError:  # stdout's reader went away (`| head`): what a shell says of SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 128 + signal.SIGPIPE
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:

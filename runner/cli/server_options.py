@@ -17,10 +17,29 @@ from runner.transport.client import DEFAULT_SERVER, check_server_url
 from runner.transport.retry import DEFAULT_RETRIES
 
 
+class UsageExit(SystemExit):
+    """Exit 2 for arguments that cannot be used, said on stderr as argparse says it; ``message`` is kept
+    so that ``--json`` can print it as the error object too."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors raise :class:`UsageExit` (its sub-parsers are of this class
+    too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise UsageExit(message)
+
+
 def _usage_error(message: str) -> NoReturn:
     """Exit 2 the way argparse does for a bad argument."""
     sys.stderr.write(f"leanvideo: error: {message}\n")
-    raise SystemExit(2)
+    raise UsageExit(message)
 
 
 def port_number(text: str) -> int:
