@@ -152,3 +152,21 @@ def test_rows_that_differ_only_in_dtype_are_told_apart(
     printed = " ".join(capsys.readouterr().out.split())
     assert "kitchen: slower than w8a16 (on 64x64/≤16 bfloat16, 64x64/≤16 float32)" in printed
     assert "int_mm: slower (on 64x64/≤256 bfloat16)" in printed
+
+
+def test_a_workspace_where_no_server_ran_yet_has_no_table_and_no_models_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runner.local.workspace import find_workspace
+
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(find_workspace().comfyui_dir))
+    monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(tmp_path))  # as install.py leaves it: no servers/, models/
+    assert main(["kernels"]) == 0
+    assert "no INT8 kernel table under" in capsys.readouterr().out
+    assert main(["kernels", "--json"]) == 0 and json.loads(capsys.readouterr().out) == []
+    assert main(["kernels", "--clear"]) == 0
+    assert "no INT8 kernel table to remove" in capsys.readouterr().out
+    workflow = Path(__file__).resolve().parents[1] / "workflows" / "ltxv_tiny_t2v.api.json"
+    assert main(["models", "check", str(workflow), "--json"]) == 1  # missing files, each with its folder
+    report = json.loads(capsys.readouterr().out)
+    assert report["missing"] >= 1 and all(f["target"] for f in report["files"] if f["status"] == "missing")

@@ -22,7 +22,8 @@ def add_kernels_parser(sub: Any) -> None:
     kernels = sub.add_parser(
         "kernels",
         help="the INT8 kernel each layer shape runs on (path=auto measures them), per device",
-        epilog="exit codes: 0 shown or cleared (also with no table yet), 1 a path is missing or no table",
+        epilog="exit codes: 0 shown or cleared (also when no server measured yet), 1 a PATH is missing or "
+        "not a table, 3 not installed",
     )
     kernels.add_argument(
         "paths",
@@ -43,7 +44,8 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     # Imported here: the table's fingerprint needs torch, which the rest of the CLI imports only on use.
     from runner.jobs.kernel_tables import clear_tables, find_tables, read_tables
 
-    places = args.paths or [find_workspace().servers_dir]
+    servers = find_workspace().servers_dir if not args.paths else None
+    places = args.paths or ([servers] if servers is not None and servers.is_dir() else [])  # none ran yet
     paths = find_tables(places)
     if args.clear:
         for path in clear_tables(paths):
@@ -56,7 +58,7 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
         print_json(console, [table.to_json() for table in tables])
         return 0
     if not tables:
-        where = ", ".join(str(place) for place in places)
+        where = ", ".join(str(place) for place in places) or str(servers)
         console.print(
             f"no INT8 kernel table under {escape(where)}: path=auto measures at first use"
             + ("" if args.paths else " (a bench's servers keep theirs in its --out: leanvideo kernels OUT)"),

@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from runner.cli.render import print_json
 from runner.cli.server_options import existing_folder
-from runner.errors import WorkspaceError
 from runner.jobs.models import ModelsReport, check_models
 from runner.local.workspace import find_workspace
 
@@ -23,8 +22,8 @@ def add_models_parser(sub: Any) -> None:
     check = models_sub.add_parser(
         "check",
         help="list every model file a workflow loads: present (size) or missing (URL and folder)",
-        epilog="exit codes: 0 every file present, 1 something missing or invalid, 2 --models is no folder, "
-        "3 the workspace has no models folder, 5 bad workflow",
+        epilog="exit codes: 0 every file present, 1 something missing or invalid (also when the workspace "
+        "has no models folder yet), 2 --models is no folder, 3 not installed, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
     check.add_argument(
@@ -47,8 +46,6 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
         workspace = find_workspace()
         models_dir = workspace.user_models_dir or workspace.models_dir
         also = (workspace.models_dir,) if workspace.user_models_dir and workspace.models_dir.is_dir() else ()
-    if not models_dir.is_dir():
-        raise WorkspaceError(f"no models folder at {models_dir}")
     report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256)
     if args.json:
         print_json(console, report.to_json())
