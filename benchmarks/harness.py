@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
 import time
@@ -212,11 +211,6 @@ def _run_on_server(
     with ComfyClient(url) as client:
         measured.environment = measured.environment or collect_environment(client)
         object_info = client.get_json("/object_info")
-    if settings.overrides:  # a bad --set fails every variant: say so before any run
-        try:
-            apply_overrides(copy.deepcopy(base), list(settings.overrides), object_info)
-        except WorkflowError as error:
-            raise WorkflowError(f"{error}; nothing was run") from error
     on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
     if not measured.checked:  # every variant that will run, before the first run: a bad matrix runs nothing
         measured.checked = True

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,25 +36,40 @@ def matrix_problems(
     the variants of that server the errors ``workflow validate`` would report on the result (warnings
     are not problems). A variant of a server started with other flags, which may have other nodes or
     models, is checked here for its inserts and overrides only; its own server checks the rest."""
-    problems: list[str] = []
+    problems = _override_problems(copy.deepcopy(base), overrides, object_info, "")  # the command line's, once
+    line_refused = bool(problems)
     for variant in variants:
-        where = f"variant {variant.name!r}"
+        where = f"variant {variant.name!r}: "
         try:
             workflow = variant.build_workflow(base)
         except WorkflowError as error:
-            problems.append(f"{where}: {error}")
+            problems.append(f"{where}{error}")
             continue
-        bad_override = False
-        for spec in (*variant.overrides, *overrides):
-            try:
-                apply_overrides(workflow, [spec], object_info)
-            except WorkflowError as error:
-                problems.append(f"{where}: {error}")
-                bad_override = True
-        if not bad_override and variant.server_args == server_args:  # (else reported again as a bad value)
-            problems += [
-                f"{where}: {problem}"
-                for problem in validate_workflow(workflow, object_info)
-                if problem.kind == "error"
-            ]
+        found = _override_problems(workflow, variant.overrides, object_info, where, label="set")
+        if found or line_refused:  # the rest would only report the same mistakes again, as bad values
+            problems += found
+            continue
+        problems += _override_problems(workflow, overrides, object_info, where)
+        if variant.server_args == server_args:
+            found = validate_workflow(workflow, object_info)
+            problems += [f"{where}{problem}" for problem in found if problem.kind == "error"]
+    return problems
+
+
+def _override_problems(
+    workflow: dict[str, Any],
+    specs: Iterable[str],
+    object_info: dict[str, Any],
+    where: str,
+    label: str = "--set",
+) -> list[str]:
+    """Each override of ``specs`` that ``workflow`` (changed in place by the others) does not take, said
+    as ``label`` (``set`` for a matrix's own, ``--set`` for the command line's)."""
+    problems = []
+    for spec in specs:
+        try:
+            apply_overrides(workflow, [spec], object_info)
+        except WorkflowError as error:
+            said = str(error).removeprefix(f"--set {spec!r}: ")  # named here once, as the source says
+            problems.append(f"{where}{label} {spec!r}: {said}")
     return problems

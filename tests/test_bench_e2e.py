@@ -222,8 +222,8 @@ target = "11.model"
     err = " ".join(capsys.readouterr().err.split())  # as one line: the console wraps long ones
     assert code == 5, err
     assert "3 problem(s); nothing was run" in err
-    assert "variant 'base': no node 'Nope' in the workflow" in err
-    assert "variant 'base': --set '9.stepz=1'" in err and "has no input 'stepz'" in err
+    assert "variant 'base': set 'Nope.steps=2': no node 'Nope' in the workflow" in err
+    assert "variant 'base': set '9.stepz=1'" in err and "has no input 'stepz'" in err
     assert "variant 'inserted': node x (NoSuchNode): unknown node type" in err
     assert "other server" not in err  # with --server it would not run: not its mistake to stop the bench
     assert not (out / "bench.json").exists() and not (out / "report.md").exists()
