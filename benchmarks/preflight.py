@@ -51,8 +51,8 @@ def matrix_problems(
             continue
         problems += _override_problems(workflow, overrides, object_info, where)
         if variant.server_args == server_args:
-            found = validate_workflow(workflow, object_info)
-            problems += [f"{where}{problem}" for problem in found if problem.kind == "error"]
+            checked = validate_workflow(workflow, object_info)
+            problems += [f"{where}{problem}" for problem in checked if problem.kind == "error"]
     return problems
 
 

@@ -64,8 +64,9 @@ def test_a_batch_spreads_over_two_servers_and_its_manifest_lists_every_file(
     last = done.stderr.splitlines(keepends=True)[-1]  # the progress view's last line (not a terminal)
     assert last.startswith(tuple(servers)) and last.endswith("0\n"), repr(last)
     said = [line for line in done.stderr.splitlines() if " finished (" in line]  # as it went
-    assert said[0].startswith("batch four: 0/4 finished (0 succeeded)"), done.stderr
-    assert "batch four: 4/4 finished (4 succeeded), 0 running, 0 queued" in said
+    assert said[0].startswith("batch four: 0/4 finished (0 succeeded, 0 failed)"), done.stderr
+    assert "batch four: 4/4 finished (4 succeeded, 0 failed), 0 running on servers, 0 waiting" in said
+    assert all(int(line.split(", ")[-2].split()[0]) <= 2 for line in said)  # two servers, one slot each
     records = assert_exactly_once(jobs_of(db_url, "four"), out, 4)
     assert {r["server"] for r in records} == set(servers)
     assert all(r["attempts"] == 1 and r["server_seconds"] > 0 for r in records)

@@ -330,3 +330,17 @@ def test_the_progress_table_counts_jobs_that_raised() -> None:
     console = Console(width=120, record=True)
     console.print(_progress_view("n", jobs, None, None))
     assert "3/3 done · 1 ok · 1 failed · 1 cancelled · 0 running" in console.export_text()
+
+
+def test_status_names_the_worker_that_holds_running_jobs() -> None:
+    """After a worker stopped (its jobs stay running on the queue), status says whose id resumes them."""
+    from rich.console import Console
+
+    from runner.batch.queue import JobState
+    from runner.cli.batch import _progress_view
+
+    jobs = [JobState("a", "n/a", "running", None, 1, None, worker="vm-2172df9e")]
+    console = Console(width=200, record=True)
+    console.print(_progress_view("n", jobs, None, None))
+    text = console.export_text()
+    assert "running jobs are held by worker vm-2172df9e" in text and "--worker-id" in text

@@ -55,7 +55,8 @@ def test_serve_background_then_stop(workspace: Workspace, free_port: int) -> Non
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"pid {pid} still alive after stop"
         time.sleep(0.2)
-    assert _cli("stop", "--port", str(free_port)).stdout.startswith("no LeanVideo server running")
+    again = _cli("stop", "--port", str(free_port)).stdout
+    assert again.startswith("no server started with `serve --background` runs")
 
 
 def test_serve_on_a_taken_port_exits_2_with_a_clear_message(workspace: Workspace, free_port: int) -> None:

@@ -42,7 +42,13 @@ def drop_note(partial: Path) -> None:
     (partial / NOTE).unlink(missing_ok=True)
 
 
-def take_off_orphans(job: dict[str, Any], partial_root: Path, *, keep_folders: bool = False) -> list[str]:
+def take_off_orphans(
+    job: dict[str, Any],
+    partial_root: Path,
+    *,
+    keep_folders: bool = False,
+    why: str = "a worker killed mid-job",
+) -> list[str]:
     """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
     remove their folders (unless ``keep_folders``: a live worker may still be writing there); returns
     the prompt ids. A note of another batch's job of the same id (one ``--out`` for two batches) is left
@@ -54,10 +60,11 @@ def take_off_orphans(job: dict[str, Any], partial_root: Path, *, keep_folders: b
             continue
         prompt_id, server = str(note.get("prompt_id")), str(note.get("server"))
         logger.warning(
-            "job %s: prompt %s on %s, of an attempt that did not finish (a worker killed mid-job): %s",
+            "job %s: prompt %s on %s, of an attempt that did not finish (%s): %s",
             job["job_id"],
             prompt_id,
             server,
+            why,
             _take_off(server, prompt_id),
         )
         if not keep_folders:

@@ -301,7 +301,8 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
     for status in client.list_workflows(workflow_ids=ids, load_output=False):
         spec = status.input["args"][0] if status.input else None
         if isinstance(spec, dict) and "out_dir" in spec:
-            take_off_orphans(spec, Path(spec["out_dir"]) / PARTIAL_DIR, keep_folders=True)
+            partial = Path(spec["out_dir"]) / PARTIAL_DIR
+            take_off_orphans(spec, partial, keep_folders=True, why="the job was cancelled")
     return len(ids)
 
 

@@ -102,7 +102,11 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             highlight=False,
         )
         if not args.wait:
-            console.print("run it with: leanvideo batch worker --server URL … (or submit again with --wait)")
+            if queued or any(job.state in ("queued", "running") for job in list_jobs(client, name)):
+                next_step = "run it with: leanvideo batch worker --server URL … (or submit again with --wait)"
+            else:
+                next_step = f"nothing to run: every job of batch {name} has ended (batch status {name})"
+            console.print(next_step, highlight=False)
             return 0
         _stop_on_signals()
         began, first_done, said = time.monotonic(), None, ("", 0.0)
@@ -122,7 +126,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                     first_done = first_done if first_done is not None else summary.finished
                     live.update(_progress_view(name, states, pool, (began, first_done)))
                     if not err.is_terminal:  # a CI log sees the live view only at the end: say it as it goes
-                        said = _say_progress(err, name, summary, said)
+                        said = _say_progress(err, name, summary, pool, said)
                     if summary.all_done:
                         break
                     time.sleep(REFRESH_S)
@@ -202,6 +206,16 @@ def _progress_view(
         )
     if counts["error"]:  # a job that raised left no result record, so no server is charged with it
         table.add_row("no server (the job raised)", "—", "—", "0", str(counts["error"]))
+    holders = sorted({job.worker for job in jobs if job.state == "running" and job.worker})
+    if pool is None and holders:  # `batch status`: whose running jobs they are, to resume a stopped one
+        return Group(
+            Text(line),
+            table,
+            Text(
+                f"running jobs are held by worker {', '.join(holders)}; a stopped worker's jobs resume when "
+                "a worker with its --worker-id starts"
+            ),
+        )
     return Group(Text(line), table)
 
 
@@ -220,14 +234,18 @@ def _manifest_dir(out: Path, name: str) -> Path:
 
 
 def _say_progress(
-    err: Console, name: str, summary: BatchSummary, said: tuple[str, float]
+    err: Console, name: str, summary: BatchSummary, pool: ServerPool, said: tuple[str, float]
 ) -> tuple[str, float]:
     """A plain progress line when the counts changed, or :data:`PLAIN_EVERY_S` after the last one;
     returns what was said last and when."""
     counts = summary.counts
+    on_servers = sum(server.running for server in pool.snapshot())
+    waiting = max(counts["running"] - on_servers, 0)  # taken from the queue, waiting for a free slot
     line = (
-        f"batch {name}: {summary.finished}/{summary.total} finished ({counts['success']} succeeded), "
-        f"{counts['running']} running, {counts['queued']} queued"
+        f"batch {name}: {summary.finished}/{summary.total} finished ({counts['success']} succeeded, "
+        f"{counts['failed'] + counts['error']} failed"
+        + (f", {counts['cancelled']} cancelled" if counts["cancelled"] else "")
+        + f"), {on_servers} running on servers, {counts['queued'] + waiting} waiting"
     )
     now = time.monotonic()
     if line == said[0] and now - said[1] < PLAIN_EVERY_S:

@@ -100,10 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="leanvideo",
         description="Run video models in ComfyUI on one GPU, measured honestly.",
         epilog="Environment: LEANVIDEO_WORKSPACE (workspace folder), LEANVIDEO_COMFYUI (ComfyUI folder), "
-        "LEANVIDEO_SERVER (default --server), LEANVIDEO_TOKEN (default --token), LEANVIDEO_DB (batch "
-        "database), LEANVIDEO_INT8_KERNEL (force an INT8 kernel on servers started here). Every command "
-        "takes SIGTERM and SIGHUP (unless under nohup) as Ctrl-C; each command's --help lists its exit "
-        "codes.",
+        "LEANVIDEO_SERVER (default --server of run and workflow), LEANVIDEO_TOKEN (default --token), "
+        "LEANVIDEO_DB (batch database), LEANVIDEO_INT8_KERNEL (force an INT8 kernel on servers started "
+        "here). Every command takes SIGTERM and SIGHUP (unless under nohup) as Ctrl-C; each command's "
+        "--help lists its exit codes.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     parser.add_argument("--version", action=_VersionAction)
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="run an API-format workflow on a server: progress, timings, outputs, run record",
+        help="run a workflow (API or editor file) on a server: progress, timings, outputs, run record",
         description="Submit WORKFLOW to a running ComfyUI, follow it (surviving websocket drops), download "
         "every output into a folder of its own and write run.json beside them.",
         epilog=EXIT_CODES,
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=override_spec,
         default=[],
         metavar="NODE.input=VALUE",
-        help="change an input; NODE is a node id, title or unique class (KSampler.seed=42, 11.noise_seed=7)",
+        help="change an input; NODE is a node id, title or unique class (Sample.noise_seed=42, 9.steps=4)",
     )
     run.add_argument(
         "--out",
@@ -308,12 +308,13 @@ def cmd_stop(args: argparse.Namespace, console: Console) -> int:
     ws = find_workspace()
     records = [r for r in find_running_servers(ws.servers_dir) if args.port in (None, r["port"])]
     if not records:
-        console.print("no LeanVideo server running" + (f" on port {args.port}" if args.port else ""))
+        where = f" on port {args.port}" if args.port else ""
+        console.print(f"no server started with `serve --background` runs{where}", highlight=False)
         for owned in find_running_servers(ws.servers_dir, owned=True):
             if args.port in (None, owned["port"]):
                 console.print(
-                    f"(ComfyUI on port {owned['port']} belongs to a running command — serve in the "
-                    "foreground, demo, bench or a script — and stops with it)",
+                    f"ComfyUI on port {owned['port']} belongs to a running command (serve in the foreground, "
+                    "demo, bench or a script) and stops with it",
                     highlight=False,
                 )
         return 0
