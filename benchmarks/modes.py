@@ -174,8 +174,8 @@ def soak_verdict(
     if all(r.peak_vram_bytes is not None for r in measured):
         series["peak_vram_bytes"] = [float(r.peak_vram_bytes or 0) for r in measured]
     verdicts = {}
-    for name, values in series.items():
-        verdict, change = drift_verdict(values, tolerance=tolerance)
+    for name, values in series.items():  # memory drifts when it grows; time either way
+        verdict, change = drift_verdict(values, tolerance=tolerance, grows_only=name != "total_s")
         verdicts[name] = {"verdict": verdict, "relative_change": change, "rounds": values}
     # Time is noisy; memory growth is what a soak is for.
     memory = [v["verdict"] for k, v in verdicts.items() if k != "total_s"]

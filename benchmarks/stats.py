@@ -156,7 +156,9 @@ def bootstrap_speedup(
     return Speedup(ratio, percentile(ratios, tail), percentile(ratios, 100 - tail), confidence)
 
 
-def drift_verdict(values: Sequence[float], *, tolerance: float = 0.05) -> tuple[str, float]:
+def drift_verdict(
+    values: Sequence[float], *, tolerance: float = 0.05, grows_only: bool = False
+) -> tuple[str, float]:
     """``("stable" | "drifting", relative change)`` of a per-round series (soak mode).
 
     Two views, the larger change wins, over the median of the first half's rounds after the first
@@ -167,8 +169,9 @@ def drift_verdict(values: Sequence[float], *, tolerance: float = 0.05) -> tuple[
     - a level shift: the median of the last third against that reference; it sees memory that jumped
       and stayed up for the last rounds, which the median slope can miss.
 
-    More than ``tolerance`` (5 %) is a drift. Memory that settles after round 0, or one late outlier,
-    is not.
+    More than ``tolerance`` (5 %) is a drift; with ``grows_only`` (memory: a soak looks for leaks) only
+    a rise is, and memory the process gave back is no drift. Memory that settles after round 0, or one
+    late outlier, is not.
     """
     if len(values) < 2:
         raise ValueError("a drift verdict needs at least two rounds")
@@ -179,7 +182,8 @@ def drift_verdict(values: Sequence[float], *, tolerance: float = 0.05) -> tuple[
     climb = slope * (n - 1) / reference
     shift = (statistics.median(values[-max(1, n // 3) :]) - reference) / reference
     change = max(climb, shift, key=abs)
-    return ("drifting" if abs(change) > tolerance else "stable"), change
+    drift = change if grows_only else abs(change)
+    return ("drifting" if drift > tolerance else "stable"), change
 
 
 def smallest_p_value(n_baseline: int, n_variant: int) -> float:
