@@ -82,11 +82,12 @@ def encode_header(
     return struct.pack("<Q", len(encoded)) + encoded, ranges
 
 
-def read_stored_header(path: Path) -> StoredHeader:
+def read_stored_header(path: Path, *, whole: bool = True) -> StoredHeader:
     """The header of the safetensors file ``path``, without its data.
 
-    Raises :class:`SafetensorsHeaderError` when the file is truncated, its header is not valid, or the
-    file's size is not what the header says.
+    Raises :class:`SafetensorsHeaderError` when the file is truncated, its header is not valid, or (with
+    ``whole``; without it, the header of a file whose data was cut short is read too) the file's size is
+    not what the header says.
     """
     with path.open("rb") as stream:
         prefix = stream.read(8)
@@ -102,6 +103,8 @@ def read_stored_header(path: Path) -> StoredHeader:
         raise SafetensorsHeaderError(f"{str(path)!r} has an unreadable header: {error}") from error
     if not isinstance(fields, dict):
         raise SafetensorsHeaderError(f"{str(path)!r} has a header that is not an object")
+    if not whole:
+        return StoredHeader(fields=fields, data_start=8 + length)
     entries = [entry for key, entry in fields.items() if key != METADATA]
     try:
         data_end = max((int(entry["data_offsets"][1]) for entry in entries), default=0)
