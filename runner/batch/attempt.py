@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.batch.orphans import drop_note, note_prompt, take_off_orphans
+from runner.batch.orphans import drop_note, note_prompt, read_json_object, take_off_orphans
 from runner.errors import (
     LeanVideoError,
     PromptCancelledError,
@@ -85,7 +85,7 @@ def inspect_folder(job: dict[str, Any]) -> tuple[dict[str, Any] | None, str | No
     folder = job_dir(job)
     if not folder.exists():
         return None, None
-    record = _read_record(folder / RESULT_NAME)
+    record = read_json_object(folder / RESULT_NAME)
     if record is None:
         return None, f"{folder} already exists and holds no result of this job; nothing in it is touched"
     if _is_this_jobs(record, job):
@@ -99,14 +99,6 @@ def inspect_folder(job: dict[str, Any]) -> tuple[dict[str, Any] | None, str | No
         f"{folder} holds the results of another job ({', '.join(differs)}); choose another --out or "
         "other job ids"
     )
-
-
-def _read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _is_this_jobs(record: dict[str, Any], job: dict[str, Any]) -> bool:

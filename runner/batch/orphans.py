@@ -55,7 +55,7 @@ def take_off_orphans(
     alone."""
     taken = []
     for folder in sorted(partial_root.glob(f"{glob.escape(str(job['job_id']))}-*")):
-        note = _read(folder / NOTE)
+        note = read_json_object(folder / NOTE)
         if note is None or (note.get("batch"), note.get("job_id")) != (job["batch"], job["job_id"]):
             continue
         prompt_id, server = str(note.get("prompt_id")), str(note.get("server"))
@@ -73,12 +73,14 @@ def take_off_orphans(
     return taken
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (a note, a job's ``result.json``); None when there is none: missing,
+    unreadable, half-written, or not an object."""
     try:
-        note = json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return note if isinstance(note, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def _take_off(server: str, prompt_id: str) -> str:

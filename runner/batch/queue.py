@@ -98,14 +98,21 @@ def resolve_db_url(given: str | None, workspace_root: Path) -> str:
     where = "--db" if given else f"${DB_ENV}"
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
         raise UsageError(f"{where} {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
-    folder = Path(url.removeprefix("sqlite:///").partition("?")[0]).parent
+    database = sqlite_file(url)
     named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
-    if named and url.startswith("sqlite:///") and not folder.is_dir():  # a typo: a queue no one reads
+    if named and database is not None and not database.parent.is_dir():  # a typo: a queue no one reads
         raise UsageError(
-            f"{where} {url!r}: the folder {folder} does not exist (sqlite:///relative/file.sqlite, "
+            f"{where} {url!r}: the folder {database.parent} does not exist (sqlite:///relative/file.sqlite, "
             "sqlite:////absolute/file.sqlite)"
         )
     return url
+
+
+def sqlite_file(db_url: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH[?options]`` URL; None for another database."""
+    if not db_url.startswith("sqlite:///"):
+        return None
+    return Path(db_url.removeprefix("sqlite:///").partition("?")[0])
 
 
 def check_batch_name(name: str, *, where: str = "batch name") -> str:
@@ -121,8 +128,8 @@ def check_batch_name(name: str, *, where: str = "batch name") -> str:
 def open_client(db_url: str) -> Iterator[DBOSClient]:
     """A client of the queue's database, created (and its schema migrated) on first use."""
     try:
-        if db_url.startswith("sqlite:///"):
-            Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        if (database := sqlite_file(db_url)) is not None:
+            database.parent.mkdir(parents=True, exist_ok=True)
         DBOS.migrate(db_url)
         client = DBOSClient(system_database_url=db_url, application_name=APP_NAME)
     except Exception as exc:  # SQLAlchemy / psycopg errors: the database cannot be used

@@ -30,6 +30,7 @@ from runner.batch.queue import (
     redact_db_url,
     resolve_db_url,
     retry_batch,
+    sqlite_file,
     submit_batch,
 )
 from runner.batch.results import BatchSummary, job_row, summarize, write_manifest
@@ -52,8 +53,8 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     if verb == "worker":
         return _worker(args, db_url, err)
     name = check_batch_name(args.name)
-    database = Path(db_url.removeprefix("sqlite:///").partition("?")[0])
-    if db_url.startswith("sqlite:///") and not database.exists():  # not made by a verb that only reads
+    database = sqlite_file(db_url)
+    if database is not None and not database.exists():  # not made by a verb that only reads
         raise LeanVideoError(f"no batch named {name!r}: there is no batch database at {database} yet")
     with open_client(db_url) as client:
         if verb == "status":
