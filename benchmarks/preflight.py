@@ -20,7 +20,8 @@ from typing import Any
 
 from benchmarks.matrix import Variant
 from runner.errors import WorkflowError
-from runner.graph.workflow import apply_overrides, validate_workflow
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import apply_overrides
 
 
 def matrix_problems(

@@ -11,7 +11,7 @@ import pytest
 from runner.cli.main import main
 from runner.errors import WorkflowError
 from runner.graph.convert import convert_ui_workflow
-from runner.graph.workflow import validate_workflow
+from runner.graph.validate import validate_workflow
 from runner.local.server import ComfyServer
 
 OBJECT_INFO: dict[str, Any] = {

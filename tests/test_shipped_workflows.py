@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runner.graph.workflow import load_workflow, validate_workflow
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import load_workflow
 from runner.local.server import ComfyServer
 from runner.local.workspace import WORKFLOWS_DIR
 from runner.tracking.record import workflow_digest

@@ -41,7 +41,8 @@ from runner.fixtures.layouts import LayoutRequest, read_layouts
 from runner.fixtures.ltxv import LTXV_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG
 from runner.fixtures.tensors import read_safetensors_header
 from runner.graph.models import required_models
-from runner.graph.workflow import apply_overrides, load_workflow, validate_workflow
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import apply_overrides, load_workflow
 from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT, WORKFLOWS_DIR, Workspace
 from tests.scratch import scratch_dir

@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 
 from runner.errors import WorkflowError
-from runner.graph.workflow import (
-    apply_overrides,
-    find_seeds,
-    load_workflow,
-    parse_override,
-    validate_workflow,
-)
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import apply_overrides, find_seeds, load_workflow, parse_override
 
 OBJECT_INFO: dict[str, Any] = {
     "CheckpointLoaderSimple": {

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import ServerError, WorkflowError
+from runner.graph.validate import validate_workflow
 from runner.graph.workflow import (
     ObjectInfo,
     Workflow,
@@ -45,7 +46,6 @@ from runner.graph.workflow import (
     is_ui_workflow,
     load_workflow,
     refuse_duplicate_keys,
-    validate_workflow,
 )
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from runner.errors import LeanVideoError, PromptCancelledError
-from runner.graph.workflow import Problem
+from runner.graph.validate import Problem
 from runner.tracking.events import ClientEvent, phase_of
 
 # Figures of the node pack's per-prompt telemetry record shown in the summary.

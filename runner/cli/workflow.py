@@ -15,13 +15,8 @@ from runner.cli.server_options import add_server_arguments, override_spec, run_o
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow
 from runner.graph.diff import diff_workflows, summarize
-from runner.graph.workflow import (
-    api_workflow,
-    apply_overrides,
-    is_ui_workflow,
-    read_json_file,
-    validate_workflow,
-)
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
 from runner.jobs.run import collect_environment
 
 

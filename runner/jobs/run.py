@@ -27,7 +27,8 @@ from typing import Any
 
 from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow
-from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file, validate_workflow
+from runner.graph.validate import validate_workflow
+from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt

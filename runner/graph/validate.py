@@ -1,0 +1,156 @@
+"""A whole API-format workflow checked against ``/object_info`` before it is submitted: unknown nodes,
+missing or invalid inputs, bad links, lists that are no links, and model files the server does not have.
+
+Example::
+
+    errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import WorkflowError
+from runner.graph.suggest import MODEL_SUFFIXES, close_hint, fixture_hint
+from runner.graph.workflow import ObjectInfo, Workflow, coerce_value, input_choices, input_spec, is_link
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding; ``node_id`` and ``input_name`` say where."""
+
+    node_id: str
+    class_type: str
+    input_name: str | None
+    message: str
+    kind: str = "error"
+
+    def __str__(self) -> str:
+        if not self.node_id:  # the workflow as a whole
+            return self.message
+        where = f"node {self.node_id} ({self.class_type})"
+        return (
+            f"{where} input {self.input_name!r}: {self.message}"
+            if self.input_name
+            else f"{where}: {self.message}"
+        )
+
+
+def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Problem]:
+    """Check a workflow before submitting: unknown nodes, missing or invalid inputs, bad links and
+    model files the server does not have (values missing from ``/object_info`` choice lists)."""
+    problems: list[Problem] = []
+    infos = [object_info.get(str(node.get("class_type"))) or {} for node in workflow.values()]
+    if all(infos) and not any(info.get("output_node") for info in infos):  # unknown nodes: said below
+        problems.append(
+            Problem("", "", None, "no output node (SaveImage, a video saver, …): the server would reject it")
+        )
+    for node_id, node in workflow.items():
+        class_type = str(node.get("class_type"))
+        info = object_info.get(class_type)
+        if info is None:
+            hint = fixture_hint(class_type) or close_hint(class_type, object_info)
+            problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
+            continue
+        inputs = node.get("inputs") or {}
+        required = ((info.get("input") or {}).get("required")) or {}
+        for name in required:
+            if name not in inputs:
+                problems.append(Problem(node_id, class_type, name, "required input is missing"))
+        for name, value in inputs.items():
+            spec = input_spec(object_info, class_type, name)
+            if spec is None:
+                problems.append(
+                    Problem(node_id, class_type, name, "not an input of this node; ignored", "warning")
+                )
+            elif is_link(value):
+                problems += _check_link(workflow, object_info, node_id, class_type, name, spec, value)
+            else:
+                problems += _check_value(node_id, class_type, name, spec, value)
+    return problems
+
+
+def _check_link(
+    workflow: Workflow,
+    object_info: ObjectInfo,
+    node_id: str,
+    class_type: str,
+    name: str,
+    spec: list[Any],
+    link: list[Any],
+) -> list[Problem]:
+    source_id, index = str(link[0]), link[1]
+    source = workflow.get(source_id)
+    if source is None:
+        return [
+            Problem(node_id, class_type, name, f"is linked to node {source_id}, which is not in the workflow")
+        ]
+    outputs = (object_info.get(str(source.get("class_type"))) or {}).get("output")
+    if outputs is None:
+        return []  # the source's own problem is reported on the source
+    if not isinstance(index, int) or not 0 <= index < len(outputs):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"is linked to output {index} of node {source_id}, which has {len(outputs)} output(s)",
+            )
+        ]
+    produced, wanted = outputs[index], spec[0]
+    comparable = isinstance(wanted, str) and isinstance(produced, str) and "*" not in (wanted, produced)
+    if comparable and wanted != "COMBO" and not set(produced.split(",")) & set(wanted.split(",")):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"expects {wanted} but node {source_id} output {index} is {produced}",
+            )
+        ]
+    return []
+
+
+def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], value: Any) -> list[Problem]:
+    if isinstance(value, list):  # ComfyUI reads every list as a link and would reject it as a bad one
+        message = (
+            f'{json.dumps(value)[:80]} is neither a value nor a link ["node id", output index] (a list '
+            'value goes as {"__value__": [...]})'
+        )
+        return [Problem(node_id, class_type, name, message)]
+    if isinstance(value, dict) and "__value__" in value:  # a list value, as the editor wraps it
+        value = value["__value__"]
+    options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    choices = input_choices(spec[0], options)
+    if (
+        choices is not None
+        and value not in choices
+        and isinstance(value, str)
+        and value.lower().endswith(MODEL_SUFFIXES)
+    ):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"model file {value!r} does not exist on the server{close_hint(value, choices)}",
+            )
+        ]
+    if choices is not None and not choices and options.get("image_upload"):
+        return [
+            Problem(
+                node_id,
+                class_type,
+                name,
+                f"file {value!r} does not exist in the server's input folder: put it there (ComfyUI's "
+                "input/, or upload it in the editor's Load Image node); the shipped workflows' images are "
+                "in workflows/input/",
+            )
+        ]
+    try:
+        coerce_value(spec, value, where="value")
+    except WorkflowError as exc:
+        return [Problem(node_id, class_type, name, str(exc).removeprefix("value").lstrip(": "))]
+    return []
