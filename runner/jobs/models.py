@@ -33,6 +33,7 @@ from runner.local.server import MODEL_FOLDERS
 __all__ = ["ModelFile", "ModelsReport", "check_models", "template_documents", "template_sources"]
 
 TEMPLATE_DISTRIBUTIONS = "comfyui-workflow-templates"
+ALL_FOLDERS = tuple(dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs))  # each once, in order
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _model_index(roots: Sequence[Path]) -> dict[str, list[str]]:
     """Every file of the models folders under ``roots``: its name -> ``"folder/relative path"``s."""
     seen: dict[str, list[str]] = {}
     for root in roots:
-        for subdir in dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs):
+        for subdir in ALL_FOLDERS:
             base = root / subdir
             if base.is_dir():
                 for path in base.rglob("*"):
@@ -209,10 +210,7 @@ def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
 
 def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
     """The file ``name`` in ``folder`` (or its aliases; any folder when unknown), or None."""
-    if folder:
-        subdirs = MODEL_FOLDERS.get(folder, (folder,))
-    else:  # every folder, each once, in a fixed order
-        subdirs = tuple(dict.fromkeys(d for dirs in MODEL_FOLDERS.values() for d in dirs))
+    subdirs = MODEL_FOLDERS.get(folder, (folder,)) if folder else ALL_FOLDERS
     # As ComfyUI reads the name: "../" cannot climb out of the folder (symlinked files still count)
     inside = os.path.relpath(os.path.join("/", name), "/")
     for subdir in subdirs:

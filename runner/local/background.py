@@ -39,7 +39,7 @@ def find_running_servers(servers_dir: Path, *, owned: bool = False) -> list[dict
         pid = int(record.get("pid") or 0)
         if not (pid > 0 and _is_comfyui_process(pid, int(record.get("port") or 0))):
             path.unlink(missing_ok=True)  # stale: the process is gone or the pid was reused
-        elif record.get("background", True) != owned:  # records before 2026-12-02: serve's only
+        elif record.get("background", True) != owned:  # records before 2026-12-01: serve's only
             record["record_path"] = str(path)
             found.append(record)
     return found
