@@ -197,3 +197,50 @@ def test_a_damaged_safetensors_file_is_not_called_a_pickle(
     damaged.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 100)  # data cut short
     code, err = _fail(capsys, str(damaged), str(tmp_path / "out.safetensors"))
     assert code == 1 and f"{damaged}: not a readable safetensors file" in err and "pickle" not in err
+
+
+def test_a_quantized_fixture_is_the_users_file_not_a_fixture(tiny_models: FixtureSet, tmp_path: Path) -> None:
+    from runner.fixtures import STAMP_KEY
+    from runner.fixtures.tensors import read_safetensors_metadata
+
+    assert STAMP_KEY in read_safetensors_metadata(tiny_models.diffusion_model)
+    target = tmp_path / "dit-int8.safetensors"
+    code, output = _run(str(tiny_models.diffusion_model), str(target))
+    assert code == 0, output
+    metadata = read_safetensors_metadata(target)
+    # `leanvideo fixtures` rewrites a file with the stamp: the user's quantized model must not carry it
+    assert STAMP_KEY not in metadata and "config" in metadata
+
+
+def test_a_killed_quantize_leaves_nothing_the_next_one_keeps(tiny_models: FixtureSet, tmp_path: Path) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    target = tmp_path / "dit-int8.safetensors"
+    # A writer killed mid-file (SIGKILL): its partial file stays, named with its host and pid
+    script = (
+        "import os, sys\nfrom pathlib import Path\nfrom leanvideo.int8.convert import quantize_file\n"
+        "def stop(key, done, total):\n"
+        "    if done == 3: print('writing', flush=True); os.kill(os.getpid(), 9)\n"
+        "quantize_file(Path(sys.argv[1]), Path(sys.argv[2]), family='ltxv', progress=stop)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(tiny_models.diffusion_model), str(target)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as killed:  # fmt: skip
+        out, err = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL and "writing" in out, err
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    assert left.name.startswith(f".{target.name}.{socket.gethostname()}-{killed.pid}.")
+    assert left.stat().st_size > 0
+    # A live writer's file, another host's and a file of the user's stay
+    alive = tmp_path / f".{target.name}.{socket.gethostname()}-{os.getpid()}.0badc0de.partial"
+    other_host = tmp_path / f".{target.name}.elsewhere-1.0badc0de.partial"
+    for path in (alive, other_host):
+        path.write_text("in use")
+    code, output = _run(str(tiny_models.diffusion_model), str(target))
+    assert code == 0, output
+    assert f"removed {left}" in " ".join(output.split()) and "killed" in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, alive.name, other_host.name])

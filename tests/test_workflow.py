@@ -249,6 +249,21 @@ def test_a_text_input_takes_the_value_exactly_as_typed(workflow: dict[str, Any],
     assert workflow["6"]["inputs"]["filename_prefix"] == typed
 
 
+@pytest.mark.parametrize(
+    ("choices", "typed", "expected"),
+    [(["1.5", "1.50"], "1.50", "1.50"), (["1.5", "1.50"], "1.5", "1.5"), (["true", "x"], "true", "true"),
+     (["007.safetensors", "7"], "7", "7"), ([8, 16], "16", 16)],
+)  # fmt: skip
+def test_a_choice_is_taken_as_typed_where_the_server_spells_it_so(
+    workflow: dict[str, Any], choices: list[Any], typed: str, expected: Any
+) -> None:
+    info = copy.deepcopy(OBJECT_INFO)
+    info["KSampler"]["input"]["required"]["sampler_name"] = ["COMBO", {"options": choices}]
+    apply_overrides(workflow, [f"Sample.sampler_name={typed}"], info)
+    assert workflow["5"]["inputs"]["sampler_name"] == expected
+    assert type(workflow["5"]["inputs"]["sampler_name"]) is type(expected)
+
+
 def test_a_text_input_of_a_node_the_server_does_not_describe_stays_text(workflow: dict[str, Any]) -> None:
     apply_overrides(workflow, ["Positive.text=1.50", "Sample.steps=4"], {})
     assert workflow["3"]["inputs"]["text"] == "1.50"

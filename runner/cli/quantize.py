@@ -86,6 +86,8 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     from leanvideo.int8.policy import guess_family
     from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
 
+    from runner.fixtures import STAMP_KEY as FIXTURE_STAMP
+
     if args.output.suffix.lower() not in OUT_SUFFIXES and not args.output.is_dir():  # a folder: said below
         raise UsageError(
             f"OUT {args.output}: name it .safetensors (ComfyUI's model lists and the INT8 loaders go by "
@@ -126,14 +128,21 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
             def advance(key: str, done: int, total: int) -> None:
                 progress.update(task, completed=done, total=total)
 
-            report = quantize_file(args.input, args.output, family=family, config=config, progress=advance)
+            report = quantize_file(
+                args.input,
+                args.output,
+                family=family,
+                config=config,
+                progress=advance,
+                drop_metadata=(FIXTURE_STAMP,),  # the user's file is no fixture `fixtures` may rewrite
+            )
     except (Int8FormatError, FileExistsError, ValueError, OSError) as error:
         raise LeanVideoError(str(error)) from error
     if args.json:
         print_json(console, report_json(report, family))
     else:
         _render(report, family, console)
-        for line in fallback_lines(report, config):
+        for line in fallback_lines(report, config) + _removed_lines(report):
             console.print(f"[yellow]note:[/] {line}", highlight=False)
     return 0
 
@@ -156,6 +165,13 @@ def fallback_lines(report: QuantizeReport, config: Int8WeightConfig) -> list[str
     return lines
 
 
+def _removed_lines(report: QuantizeReport) -> list[str]:
+    return [
+        f"removed {path}, which a quantize of {report.target.name} killed before it ended had left"
+        for path in report.removed_partials
+    ]
+
+
 def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
     from leanvideo.int8.spec import FORMAT_VERSION
 
@@ -171,6 +187,7 @@ def report_json(report: QuantizeReport, family: str) -> dict[str, Any]:
         "verified": report.verified,
         "fp8_tensors": report.fp8_tensors,  # the SQNR of those is against their exact dequantized values
         "fp8_rotated_layers": report.rotated_layers,  # fp8 layers rotated because it cut their error
+        "removed_partials": [str(path) for path in report.removed_partials],  # killed writers' files
         "layers": len(values),
         "layouts": dict(Counter(c.granularity for c in report.layer_configs.values())),
         "rotated": sum(c.convrot for c in report.layer_configs.values()),

@@ -188,9 +188,8 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
                 known = input_names(object_info, class_type)
                 hint = close_hint(name, known, "inputs", "its inputs")
                 raise WorkflowError(f"{where} has no input {name!r}{hint}")
-            value = coerce_value(
-                spec_list, typed if spec_list[0] == "STRING" else value, where=f"{where} input {name!r}"
-            )
+            given = _as_given(spec_list, value, typed)
+            value = coerce_value(spec_list, given, where=f"{where} input {name!r}")
         elif isinstance(inputs.get(name), str):
             value = typed  # a node the server does not describe: text stays text
         elif name not in inputs:
@@ -203,6 +202,18 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
         applied.append(Override(spec, node_id, name, value, inputs.get(name)))
         inputs[name] = value
     return applied
+
+
+def _as_given(spec: list[Any], value: Any, typed: str) -> Any:
+    """The override's value for an input declared by ``spec``: the text as typed for a text input and
+    for a choice spelled so (a file ``1.50``, a mode ``true``), else ``value`` as JSON read it."""
+    kind = spec[0]
+    if kind == "STRING":
+        return typed
+    choices = input_choices(kind, spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {})
+    if choices is not None and value not in choices and typed in choices:
+        return typed
+    return value
 
 
 def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +47,7 @@ from .spec import (
     Int8WeightConfig,
     is_auxiliary,
 )
+from .target import check_target, move_without_overwriting, new_partial, remove_dead_partials
 from .writer import StreamingWriter
 
 logger = logging.getLogger(__name__)
@@ -139,6 +138,7 @@ class QuantizeReport:
     fp8_tensors: int = 0  # fp8 tensors of the source, dequantized exactly (SQNR is against those values)
     rotated_layers: list[str] = field(default_factory=list)  # fp8 layers rotated because it paid
     layer_configs: dict[str, Int8WeightConfig] = field(default_factory=dict)  # as written, per layer
+    removed_partials: list[Path] = field(default_factory=list)  # left by killed writers of target
 
     @property
     def size_ratio(self) -> float:
@@ -152,8 +152,13 @@ def quantize_file(
     family: str,
     config: Int8WeightConfig | None = None,
     progress: Progress | None = None,
+    drop_metadata: Collection[str] = (),
 ) -> QuantizeReport:
     """Stream ``source`` (a float or fp8 safetensors file) into ``target`` in the LeanVideo INT8 format.
+
+    The source's metadata entries are copied, except the keys in ``drop_metadata`` (a stamp that marks
+    a generated file as such must not mark the user's new file). The hidden files of writers of
+    ``target`` killed on this host are removed first (``report.removed_partials``).
 
     fp8 weights are dequantized exactly and quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight`
     (a first pass reads them to settle which layers to rotate). Refuses to overwrite ``target``. A
@@ -161,7 +166,7 @@ def quantize_file(
     after it. Auxiliary uint8 blobs (a text encoder's ``spiece_model`` tokenizer, see
     :func:`~leanvideo.int8.spec.is_auxiliary`) are copied unchanged.
     """
-    _check_target(target)
+    check_target(target)
     header = read_header(source)
     plan = _plan_file(source, header, family, config or Int8WeightConfig())
     report = QuantizeReport(source=source, target=target, source_bytes=source.stat().st_size, target_bytes=0)
@@ -169,56 +174,17 @@ def quantize_file(
     report.layer_configs = dict(plan)
     # A name of our own beside the target (never a file of the user's), moved into place only where
     # nothing has appeared meanwhile.
-    partial = _new_partial(target)
+    report.removed_partials = remove_dead_partials(target)
+    partial = new_partial(target)
     try:
-        _stream_quantized(source, partial, header, plan, report, progress)
+        _stream_quantized(source, partial, header, plan, report, progress, drop_metadata)
         _verify(source, partial, plan)
-        _move_without_overwriting(partial, target)
+        move_without_overwriting(partial, target)
     finally:
         partial.unlink(missing_ok=True)
     report.verified = True
     report.target_bytes = target.stat().st_size
     return report
-
-
-def _check_target(target: Path) -> None:
-    if target.is_dir():
-        raise IsADirectoryError(
-            f"{target} is a folder; name the new file, e.g. {target / 'model-int8.safetensors'}"
-        )
-    if target.exists():
-        raise FileExistsError(f"{target} exists; refusing to overwrite it")
-    if target.is_symlink():
-        raise FileExistsError(f"{target} is a link (to {os.readlink(target)}); refusing to write through it")
-    if not target.parent.is_dir():
-        raise FileNotFoundError(f"{target}: the folder {target.parent} does not exist")
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{target}: cannot write in the folder {target.parent} (permission denied)")
-
-
-def _new_partial(target: Path) -> Path:
-    """A new empty file of our own beside ``target``, with the permissions the umask gives any new file
-    (``mkstemp`` makes it 0600: a ComfyUI server running as another user could not read the model)."""
-    while True:
-        path = target.parent / f".{target.name}.{secrets.token_hex(4)}.partial"
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            continue
-        return path
-
-
-def _move_without_overwriting(partial: Path, target: Path) -> None:
-    """``partial`` becomes ``target``, unless ``target`` appeared since the start (then it is kept)."""
-    appeared = f"{target} appeared while quantizing; refusing to overwrite it"
-    try:
-        os.link(partial, target)  # fails when target exists: nothing is ever replaced
-    except FileExistsError as exc:
-        raise FileExistsError(appeared) from exc
-    except OSError:  # a file system without hard links: check, then rename
-        if target.exists():
-            raise FileExistsError(appeared) from None
-        os.replace(partial, target)
 
 
 def _plan_file(
@@ -277,6 +243,7 @@ def _stream_quantized(
     plan: Mapping[str, Int8WeightConfig],
     report: QuantizeReport,
     progress: Progress | None,
+    drop_metadata: Collection[str] = (),
 ) -> None:
     """Write ``partial``: the planned layers quantized (their SQNR into ``report``, against the exact
     float weight: an fp8 weight is dequantized first), fp8 tensors that stay float written exactly
@@ -286,7 +253,12 @@ def _stream_quantized(
     with (
         TensorReader(source) as handle,
         StreamingWriter(
-            partial, int8_metadata(dict(plan), header.metadata, fp8_scales=bool(_fp8_layers(header, plan)))
+            partial,
+            int8_metadata(
+                dict(plan),
+                {key: value for key, value in header.metadata.items() if key not in drop_metadata},
+                fp8_scales=bool(_fp8_layers(header, plan)),
+            ),
         ) as writer,
     ):
         for layer, layer_config in plan.items():  # declare the int8 layout before any data is written
