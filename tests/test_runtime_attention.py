@@ -65,6 +65,7 @@ def fake_backend(**limits: Any) -> AttentionBackend:
         ({"head_dims": frozenset({64, 128})}, {}, "head dim 16"),
         ({"dtypes": frozenset({torch.float16})}, {}, "dtype torch.float32"),
         ({"supports_mask": False}, {"mask": torch.zeros(N, M)}, "mask present"),
+        ({"key_block": 64, "max_key_padding": 0.01}, {}, "7 keys, not a multiple of 64: fake would count 57"),
     ],
 )
 def test_unsupported_calls_go_to_the_original_attention_and_log_once(
@@ -247,12 +248,48 @@ def test_a_broken_sageattention_is_reported_as_a_failed_import(
     assert available_modes() == ["auto", "sdpa", "sage"]
 
 
+@pytest.mark.parametrize(
+    ("keys", "taken"), [(64, True), (128, True), (6480, True), (3000, True), (1000, False), (100, False)]
+)
+def test_a_partial_last_key_block_is_taken_only_where_its_error_is_small(keys: int, taken: bool) -> None:
+    backend = fake_backend(key_block=64, max_key_padding=0.01)  # SageAttention 1.x's, see make_sage_backend
+    q, k = torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, keys, 64)
+    reason = backend.unsupported_reason(q, k, None)
+    assert (reason is None) is taken, reason
+
+
+def test_sageattention_1_gets_the_key_block_rule_and_2_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leanvideo.attention_ops import make_sage_backend
+
+    fake_sage_package(tmp_path, "def sageattn(q, k, v, **kw):\n    return q\n", monkeypatch)
+    sage, _ = import_sage()
+    assert make_sage_backend(sage, "sageattn").key_block == 64  # no version known: taken as 1.x
+    monkeypatch.setattr(sage, "__version__", "2.2.0", raising=False)
+    assert make_sage_backend(sage, "sageattn").key_block is None
+
+
+@pytest.mark.gpu
+def test_sage_on_cuda_falls_back_where_its_last_key_block_is_mostly_empty() -> None:
+    sage = pytest.importorskip("sageattention")
+    backend, plan = resolve_backend("sage", cuda_available=True, sage=sage)
+    assert backend is not None, plan
+    q, k, v = (t.cuda() for t in qkv(torch.float16, d=64))  # 7 keys: 57 of the 64 slots empty
+    override = AttentionOverride(backend)
+    out = override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True)
+    if backend.key_block:  # sageattention 1.x
+        assert out.tolist() == [-1.0] and list(override.calls) != ["backend"]
+
+
 @pytest.mark.gpu
 def test_sage_on_cuda_matches_sdpa_and_leaves_k_alone() -> None:
     sage = pytest.importorskip("sageattention")
     backend, plan = resolve_backend("sage", cuda_available=True, sage=sage)
     assert backend is not None, plan
     q, k, v = (t.cuda() for t in qkv(torch.float16, d=64))
+    generator = torch.Generator().manual_seed(1)  # 128 keys: SageAttention 1.x's blocks are full
+    k, v = (torch.randn(B, H, 128, 64, generator=generator).to("cuda", torch.float16) for _ in range(2))
     k_before = k.clone()
     override = AttentionOverride(backend)
     out = override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True)

@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import logging
 import threading
 from collections import Counter
@@ -55,6 +56,11 @@ SAGE_VARIANTS: tuple[str, ...] = (
 )
 SAGE_HEAD_DIMS = frozenset({64, 96, 128})
 HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
+# SageAttention 1.x reads keys in blocks of 64 and counts the empty slots of a last, partial block in
+# its softmax (masked loads give a score of 0, not -inf): with its K smoothing (mean subtracted), that
+# shrinks the output by at most empty/keys. Calls where that exceeds SAGE1_MAX_KEY_PADDING fall back.
+SAGE1_KEY_BLOCK = 64
+SAGE1_MAX_KEY_PADDING = 0.01
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class AttentionBackend:
     dtypes: frozenset[torch.dtype] | None = None
     supports_mask: bool = True
     writes_k: bool = False
+    key_block: int | None = None  # keys read in blocks of this many, a partial last one miscounted
+    max_key_padding: float = 0.0  # the share of empty key slots (to keys) that is still taken
 
     def unsupported_reason(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str | None:
         """Why this backend cannot take the call (q/k in ``[B, H, N, D]``), or None when it can."""
@@ -79,6 +87,12 @@ class AttentionBackend:
             return f"dtype {q.dtype} not supported by {self.name}"
         if mask is not None and not self.supports_mask:
             return f"attention mask present ({self.name} would ignore it)"
+        keys = k.shape[-2]
+        if self.key_block and (empty := -keys % self.key_block) > self.max_key_padding * keys:
+            return (
+                f"{keys} keys, not a multiple of {self.key_block}: {self.name} would count {empty} empty key "
+                f"slots in its softmax (output up to {100 * empty / keys:.1f} % low)"
+            )
         return None
 
 
@@ -126,6 +140,7 @@ def make_sage_backend(module: Any, function_name: str) -> AttentionBackend:
         return function(q, k, v, tensor_layout="HND", is_causal=False)
 
     head_dims = SAGE_HEAD_DIMS if function_name == "sageattn" else frozenset({64, 128})
+    version_1 = function_name == "sageattn" and (sage_version(module) or "1.").startswith("1.")
     return AttentionBackend(
         name=function_name,
         kernel=kernel,
@@ -134,7 +149,20 @@ def make_sage_backend(module: Any, function_name: str) -> AttentionBackend:
         dtypes=HALF_DTYPES,
         supports_mask=False,
         writes_k=True,  # smooth_k subtracts K's mean in place
+        key_block=SAGE1_KEY_BLOCK if version_1 else None,
+        max_key_padding=SAGE1_MAX_KEY_PADDING,
     )
+
+
+def sage_version(module: Any) -> str | None:
+    """The installed sageattention's version (1.0.6 has no ``__version__``: its distribution's)."""
+    found = getattr(module, "__version__", None)
+    if isinstance(found, str):
+        return found
+    try:
+        return importlib.metadata.version("sageattention")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 SDPA_BACKEND = AttentionBackend(name="sdpa", kernel=sdpa_kernel)

@@ -130,11 +130,21 @@ def _quantize_loaded(
         wanted = "text encoder" if family == "text_encoder" else "diffusion model"
         found = describe_misplaced(loaded.tensors, source=str(loaded.path), wanted=wanted)
         raise Int8FormatError(found or f"{loaded.path}: no layer of family {family!r} to quantize")
-    logger.info("Quantizing %d %s layers of %s on load", len(plan), family, loaded.path)
-    try:
-        return quantize_state_dict(loaded.tensors, plan, consume=True)  # the read tensors go as they convert
+    device = quantize_device()
+    where = device or "cpu"
+    logger.info("Quantizing %d %s layers of %s on load, on %s", len(plan), family, loaded.path, where)
+    try:  # the read tensors go as they convert
+        return quantize_state_dict(loaded.tensors, plan, consume=True, device=device)
     except Int8FormatError as error:  # a damaged weight: name the file it is in
         raise Int8FormatError(f"{loaded.path}: {error}") from error
+
+
+def quantize_device() -> torch.device | None:
+    """ComfyUI's GPU, where quantizing on load is tens of times faster than on the CPU (one weight at
+    a time there; the int8 results come back to the CPU, where ComfyUI loads a model from); None
+    where ComfyUI computes on the CPU."""
+    device = comfy.model_management.get_torch_device()
+    return device if device.type == "cuda" else None
 
 
 def read_for_loading(path: Path, options: Int8LoadOptions, keys: list[str] | None = None) -> LoadedFile:

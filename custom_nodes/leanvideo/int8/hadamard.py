@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -64,6 +65,14 @@ def rotate_groups(tensor: torch.Tensor, group: int, kind: str = "regular") -> to
             f"Last dimension {width} of shape {tuple(tensor.shape)} is not a multiple of {group}"
         )
     dtype = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-    matrix = hadamard_matrix(group, kind=kind, dtype=dtype, device=tensor.device)
+    if torch.compiler.is_compiling():  # a constant of the traced graph
+        matrix = hadamard_matrix(group, kind=kind, dtype=dtype, device=tensor.device)
+    else:  # eager, per call of a rotated layer: built once per device (on a GPU, no copy and sync a call)
+        matrix = _cached_matrix(group, kind, dtype, tensor.device)
     grouped = tensor.to(dtype).reshape(*tensor.shape[:-1], width // group, group)
     return (grouped @ matrix).reshape(tensor.shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_matrix(size: int, kind: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return hadamard_matrix(size, kind=kind, dtype=dtype, device=device)
