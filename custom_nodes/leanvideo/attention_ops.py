@@ -57,8 +57,10 @@ SAGE_VARIANTS: tuple[str, ...] = (
 SAGE_HEAD_DIMS = frozenset({64, 96, 128})
 HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
 # SageAttention 1.x reads keys in blocks of 64 and counts the empty slots of a last, partial block in
-# its softmax (masked loads give a score of 0, not -inf): with its K smoothing (mean subtracted), that
-# shrinks the output by at most empty/keys. Calls where that exceeds SAGE1_MAX_KEY_PADDING fall back.
+# its softmax (masked loads give a score of 0, not -inf). With its K smoothing (mean subtracted) each
+# real key weighs exp2(0) or more on average (Jensen), so the denominator grows by at most empty/keys and
+# the output shrinks by at most empty/(keys + empty). Calls where empty/keys exceeds
+# SAGE1_MAX_KEY_PADDING fall back.
 SAGE1_KEY_BLOCK = 64
 SAGE1_MAX_KEY_PADDING = 0.01
 
@@ -91,7 +93,7 @@ class AttentionBackend:
         if self.key_block and (empty := -keys % self.key_block) > self.max_key_padding * keys:
             return (
                 f"{keys} keys, not a multiple of {self.key_block}: {self.name} would count {empty} empty key "
-                f"slots in its softmax (output up to {100 * empty / keys:.1f} % low)"
+                f"slots in its softmax (output up to {100 * empty / (keys + empty):.1f} % low)"
             )
         return None
 
