@@ -9,7 +9,8 @@ power of two, weight layout), it runs every candidate kernel of :mod:`.linear` o
    reason, on a CPU: every W8A8 kernel where ``torch._int_mm`` runs its scalar loop (no AVX-512 VNNI,
    :func:`.linear.int_mm_cpu_fallback`: measuring it would cost seconds per shape to lose), and
    ``int_mm_fused`` anyway (compiling it costs every server seconds there, for a few %);
-2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised; each kernel's
+2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised, on a GPU after
+   :data:`CUDA_CALLS_PER_SAMPLE` calls back to back; each kernel's
    fastest call counts, so load from other processes hurts every candidate alike; a kernel whose best
    of its first :data:`EARLY_STOP_MIN_SAMPLES` calls is slower than :data:`EARLY_STOP_RATIO` × ``w8a16``
    has lost and is not run again);
@@ -40,7 +41,7 @@ from types import ModuleType
 import torch
 
 from .device import describe_device
-from .kernel_table import Choice, current_fingerprint, load_table, save_table
+from .kernel_table import Choice, ShapeClass, current_fingerprint, describe_choice, load_table, save_table
 from .linear import (
     KERNELS,
     MATMUL_ROUTES,
@@ -63,6 +64,11 @@ EARLY_STOP_RATIO = 3.0
 # runs at 0.14×)
 EARLY_STOP_MIN_SAMPLES = 3
 DEFAULT_RUNS = 5
+# On a GPU each timed sample is this many calls back to back, then one sync: a model runs its layers
+# without a sync between them, and one call per sync would charge a kernel of several launches their
+# latency (tens of µs beside a 0.2 ms matmul), which the GPU hides in a model.
+CUDA_CALLS_PER_SAMPLE = 8
+AGREEMENT_ROWS = 256  # evenly spaced output rows the agreement is measured on: an estimate suffices
 RunKernel = Callable[[torch.Tensor, Int8Weight, "torch.Tensor | None"], torch.Tensor]
 Unsupported = Callable[[torch.Tensor, Int8Weight], "str | None"]
 OnChoice = Callable[[str, Choice], None]
@@ -122,63 +128,6 @@ def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, Kerne
         )
 
     return {name: impl(name) for name in KERNELS}
-
-
-@dataclass(frozen=True)
-class ShapeClass:
-    """What a kernel choice is valid for; ``rows`` is the activation row count rounded up to a power of 2."""
-
-    device: str
-    dtype: str
-    out_features: int
-    in_features: int
-    rows: int
-    layout: str
-
-    @classmethod
-    def of(cls, x: torch.Tensor, packed: Int8Weight, device: str) -> ShapeClass:
-        rows = max(1, x.numel() // max(1, x.shape[-1]))
-        config = packed.config
-        layout = config.granularity + (f"+convrot{config.convrot_group}" if config.convrot else "")
-        out_features, in_features = packed.qdata.shape
-        return cls(
-            device,
-            str(x.dtype).removeprefix("torch."),
-            out_features,
-            in_features,
-            1 << (rows - 1).bit_length(),
-            layout,
-        )
-
-    @property
-    def weight_shape(self) -> str:
-        return f"{self.out_features}x{self.in_features}"
-
-    @property
-    def key(self) -> str:
-        return f"{self.device}|{self.dtype}|{self.weight_shape}|rows<={self.rows}|{self.layout}"
-
-    @classmethod
-    def from_key(cls, key: str) -> ShapeClass:
-        """The shape class a :attr:`key` names; ``ValueError`` for a string that is no such key."""
-        parts = key.rsplit("|", 4)
-        if len(parts) != 5 or not parts[3].startswith("rows<="):
-            raise ValueError(f"shape class key {key!r} is not device|dtype|OUTxIN|rows<=N|layout")
-        device, dtype, shape, rows, layout = parts
-        out_features, in_features = (int(n) for n in shape.split("x"))
-        return cls(device, dtype, out_features, in_features, int(rows.removeprefix("rows<=")), layout)
-
-
-def describe_choice(key: str, choice: Choice) -> str:
-    """One line: the shape class, the kernel, and each timed kernel relative to ``w8a16``."""
-    shape = ShapeClass.from_key(key)
-    dtype, rows, layout = shape.dtype, f"rows<={shape.rows}", shape.layout
-    ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
-    times = f" [{ratios} of w8a16]" if ratios else ""
-    rejected = "; ".join(f"{k}: {why}" for k, why in choice.rejected.items())
-    return f"{shape.weight_shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
-        f" — {rejected}" if rejected else ""
-    )
 
 
 class KernelDispatcher:
@@ -248,7 +197,9 @@ class KernelDispatcher:
             self._remember(shape, choice, persist=False)
             return self.kernels[choice.kernel].run(x, packed, bias)
         choice, output = self._measure(x, packed, bias)
-        self._remember(shape, choice, persist=True)
+        # A kernel that raised (out of memory, a failed compile) may run in the next server: a choice
+        # made without it holds for this process only, and the next one measures again.
+        self._remember(shape, choice, persist=not _errored(choice))
         return output
 
     def _measure(
@@ -256,7 +207,10 @@ class KernelDispatcher:
     ) -> tuple[Choice, torch.Tensor]:
         sync = _synchronizer(x.device)
         rejected: dict[str, str] = {}
-        outputs: dict[str, torch.Tensor] = {}
+        # Only w8a16's output is kept (for the agreement of the others): first use runs in a prompt,
+        # whose peak memory must not hold every candidate's output.
+        reference: torch.Tensor | None = None
+        candidates: list[str] = []
         for name in ("w8a16", *[k for k in self.kernels if k != "w8a16"]):
             kernel = self.kernels[name]
             # asked first: telling whether comfy-kitchen can run a shape imports it
@@ -275,16 +229,20 @@ class KernelDispatcher:
                 rejected[name] = f"error: {type(exc).__name__}: {exc}"
                 logger.warning("INT8 kernel %s failed on %s: %s", name, tuple(x.shape), exc)
                 continue
-            if name != "w8a16" and (why := _disagreement(outputs["w8a16"], output)) is not None:
+            if reference is None:
+                reference = output
+            elif (why := _disagreement(reference, output)) is not None:
                 rejected[name] = f"inaccurate: {why}"
                 continue
-            outputs[name] = output
-        seconds = self._time_rounds(list(outputs), x, packed, bias, sync)
+            del output
+            candidates.append(name)
+        seconds = self._time_rounds(candidates, x, packed, bias, sync)
         best = min(seconds, key=seconds.__getitem__)  # ties go to w8a16, timed first
         for name, value in seconds.items():
             if name != "w8a16" and name != best and value >= seconds["w8a16"]:
                 rejected[name] = "slower than w8a16"
-        return Choice(best, "measured", seconds, rejected), outputs[best]
+        output = reference if best == "w8a16" else self.kernels[best].run(x, packed, bias)
+        return Choice(best, "measured", seconds, rejected), output
 
     def _time_rounds(
         self,
@@ -301,6 +259,7 @@ class KernelDispatcher:
         its neighbour every time. A kernel whose best of its first ``EARLY_STOP_MIN_SAMPLES`` calls
         is past ``EARLY_STOP_RATIO`` × ``w8a16`` has lost and sits out the remaining rounds."""
         times: dict[str, list[float]] = {name: [] for name in names}
+        calls = CUDA_CALLS_PER_SAMPLE if x.device.type == "cuda" else 1
         for round_index in range(self.runs):
             for name in names if round_index % 2 == 0 else names[::-1]:
                 samples = times[name]
@@ -311,9 +270,10 @@ class KernelDispatcher:
                 ):
                     continue
                 started = time.perf_counter()
-                self.kernels[name].run(x, packed, bias)
+                for _ in range(calls):
+                    self.kernels[name].run(x, packed, bias)
                 sync()
-                times[name].append(time.perf_counter() - started)
+                times[name].append((time.perf_counter() - started) / calls)
         return {name: min(values) for name, values in times.items()}
 
     def _remember(self, shape: ShapeClass, choice: Choice, *, persist: bool) -> None:
@@ -322,7 +282,7 @@ class KernelDispatcher:
         if persist and self.cache_path is not None:
             # Merge with what other processes measured since this table was read.
             on_disk = load_table(self.cache_path, self.fingerprint)
-            measured = {k: c for k, c in self._table.items() if c.source == "measured"}
+            measured = {k: c for k, c in self._table.items() if c.source == "measured" and not _errored(c)}
             save_table(self.cache_path, self.fingerprint, on_disk | measured)
         if self.on_choice is not None:
             try:
@@ -359,6 +319,10 @@ class KernelDispatcher:
         return "\n".join(lines)
 
 
+def _errored(choice: Choice) -> bool:
+    return any(why.startswith("error:") for why in choice.rejected.values())
+
+
 def _synchronizer(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
@@ -369,7 +333,10 @@ def _disagreement(reference: torch.Tensor, output: torch.Tensor) -> str | None:
     if output.shape != reference.shape or output.dtype != reference.dtype:
         got, expected = (f"{tuple(t.shape)} {t.dtype}" for t in (output, reference))
         return f"output {got}, expected {expected}"
-    agreement = sqnr_db(reference.float(), output.float())
+    rows = reference.reshape(-1, reference.shape[-1]) if reference.ndim else reference.reshape(1, 1)
+    step = max(1, rows.shape[0] // AGREEMENT_ROWS)
+    sample = output.reshape(rows.shape)[::step]
+    agreement = sqnr_db(rows[::step].float(), sample.float())
     return None if agreement >= MIN_AGREEMENT_DB else f"{agreement:.1f} dB against w8a16"
 
 

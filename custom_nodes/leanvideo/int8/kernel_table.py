@@ -2,7 +2,7 @@
 
 The file holds a ``fingerprint`` (schema version, torch version, comfy-kitchen version or ``null``) and
 ``entries``: one :class:`Choice` per shape class key (device, dtype, weight shape, row bucket, weight
-layout; see :class:`.dispatch.ShapeClass`). A file whose fingerprint differs from the running one is
+layout; see :class:`ShapeClass`). A file whose fingerprint differs from the running one is
 ignored and rewritten at the next measurement, so upgrading torch or comfy-kitchen measures again. A
 file that cannot be read or parsed is ignored the same way (and the reason logged).
 
@@ -21,9 +21,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .quantize import Int8Weight
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,63 @@ class Choice:
             seconds={str(k): float(v) for k, v in data.get("seconds", {}).items()},
             rejected={str(k): str(v) for k, v in data.get("rejected", {}).items()},
         )
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """What a kernel choice is valid for; ``rows`` is the activation row count rounded up to a power of 2."""
+
+    device: str
+    dtype: str
+    out_features: int
+    in_features: int
+    rows: int
+    layout: str
+
+    @classmethod
+    def of(cls, x: torch.Tensor, packed: Int8Weight, device: str) -> ShapeClass:
+        rows = max(1, x.numel() // max(1, x.shape[-1]))
+        config = packed.config
+        layout = config.granularity + (f"+convrot{config.convrot_group}" if config.convrot else "")
+        out_features, in_features = packed.qdata.shape
+        return cls(
+            device,
+            str(x.dtype).removeprefix("torch."),
+            out_features,
+            in_features,
+            1 << (rows - 1).bit_length(),
+            layout,
+        )
+
+    @property
+    def weight_shape(self) -> str:
+        return f"{self.out_features}x{self.in_features}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.device}|{self.dtype}|{self.weight_shape}|rows<={self.rows}|{self.layout}"
+
+    @classmethod
+    def from_key(cls, key: str) -> ShapeClass:
+        """The shape class a :attr:`key` names; ``ValueError`` for a string that is no such key."""
+        parts = key.rsplit("|", 4)
+        if len(parts) != 5 or not parts[3].startswith("rows<="):
+            raise ValueError(f"shape class key {key!r} is not device|dtype|OUTxIN|rows<=N|layout")
+        device, dtype, shape, rows, layout = parts
+        out_features, in_features = (int(n) for n in shape.split("x"))
+        return cls(device, dtype, out_features, in_features, int(rows.removeprefix("rows<=")), layout)
+
+
+def describe_choice(key: str, choice: Choice) -> str:
+    """One line: the shape class, the kernel, and each timed kernel relative to ``w8a16``."""
+    shape = ShapeClass.from_key(key)
+    dtype, rows, layout = shape.dtype, f"rows<={shape.rows}", shape.layout
+    ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
+    times = f" [{ratios} of w8a16]" if ratios else ""
+    rejected = "; ".join(f"{k}: {why}" for k, why in choice.rejected.items())
+    return f"{shape.weight_shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
+        f" — {rejected}" if rejected else ""
+    )
 
 
 def kitchen_version() -> str | None:

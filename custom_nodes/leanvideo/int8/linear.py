@@ -188,6 +188,7 @@ class FusedW8A8:
 
     def __init__(self) -> None:
         self._compiled: W8A8Rows | None = None
+        self._failed: str | None = None  # why compiling failed: not tried again for every shape class
 
     def __call__(
         self,
@@ -199,13 +200,19 @@ class FusedW8A8:
     ) -> torch.Tensor:
         if torch.compiler.is_compiling():
             return w8a8_rows(rows, weight_t, weight_scale, bias, dtype)
+        if self._failed is not None:
+            raise RuntimeError(f"torch.compile failed on an earlier call: {self._failed}")
         if self._compiled is None:
             self._compiled = torch.compile(w8a8_rows, dynamic=True)
         # Detached: the same storage, but no longer a view. Of a view, torch.compile guards the tensor
         # it was viewed from too, which differs from layer to layer, and every new one would compile
         # again until torch's recompile limit (8 per function) left the kernel unfused.
         detached = None if bias is None else bias.detach()
-        return self._compiled(rows.detach(), weight_t.detach(), weight_scale.detach(), detached, dtype)
+        try:
+            return self._compiled(rows.detach(), weight_t.detach(), weight_scale.detach(), detached, dtype)
+        except torch._dynamo.exc.TorchDynamoException as exc:  # compiling (tracing, Inductor, Triton)
+            self._failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
 
 
 def linear_w8a16(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
