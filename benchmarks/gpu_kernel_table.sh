@@ -15,6 +15,9 @@
 #                         next call, finds comfy-kitchen there and its matrix's auto can choose it
 #   TOKENS=4096           activation rows of the table (also ROWS2=16384 for a second, larger table)
 #   RUNS=9                timed calls per kernel and shape (3 with --cpu)
+#   BUDGET_S=270          the whole call's seconds: a table that would not end 15 s before it is cut
+#                         short or left out (named at the end), so that the hand-back always happens
+#                         inside a device call's timeout_s of 300
 #   PYTHON=python3
 #
 # 1. install the kit; import comfy-kitchen from it (when it does not import, the table goes on without it)
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$KERNELS_KIT" ] || { echo "--kernels DIR is required (python -m benchmarks.kernel_kit build)" >&2; exit 2; }
-START=$(date +%s)
+START=$(date +%s) BUDGET_S="${BUDGET_S:-270}"
 PY="${PYTHON:-python3}" SITE="${SITE:-$PWD/.device-kernels}"
 if [ "$CPU" = 1 ]; then
   DEVICE=cpu TOKENS="${TOKENS:-64}" ROWS2="${ROWS2:-}" MODELS=ltxv-mid RUNS="${RUNS:-3}"
@@ -49,7 +52,10 @@ RESULTS="${RESULTS:-${TMPDIR:-/tmp}/leanvideo-kernels-$(date -u +%Y%m%d-%H%M%S)}
 HANDBACK="${OUT:-$RESULTS/handback}"
 mkdir -p "$RESULTS" "$HANDBACK"
 LOG="$RESULTS/log.txt"
+exec 3>&1 4>&2
 exec > >(tee -a "$LOG") 2>&1
+TEE_PID=$!
+left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 FAILED=()  # the tables that failed, said at the end and in the exit status
 finish() {
   echo "== 3. hand back: $HANDBACK (done in $(($(date +%s) - START)) s)"
@@ -58,6 +64,10 @@ finish() {
   if [ ${#FAILED[@]} -gt 0 ]; then
     echo "FAILED: ${FAILED[*]}"
   fi
+  # the tee may still be writing the last lines: stop feeding it and let it end (2 s at most: a process
+  # still holding the pipe would keep it open) before the log is copied
+  exec 1>&3 2>&4
+  for _ in $(seq 20); do kill -0 "$TEE_PID" 2>/dev/null || break; sleep 0.1; done
   cp "$LOG" "$HANDBACK/log.txt"
   [ ${#FAILED[@]} -eq 0 ] || exit 1
 }
@@ -83,9 +93,15 @@ else
   echo "== 2. INT8 linear layers: each kernel and auto vs bf16 on the GPU"
 fi
 table() {  # table NAME [int8_bench options…]; its files are handed back as soon as it ends
-  local name="$1"; shift
-  # 150 s: the first table also compiles int_mm_fused (Triton, a cold cache); later ones reuse it
-  timeout 150 "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
+  local name="$1" limit=$(($(left) - 15)); shift
+  # 150 s at most: the first table also compiles int_mm_fused (Triton, a cold cache); later ones reuse it
+  [ "$limit" -le 150 ] || limit=150
+  if [ "$limit" -lt 20 ]; then
+    echo "table$name: skipped, $(left) s of the $BUDGET_S s budget left"
+    FAILED+=("table$name (no time left)")
+    return
+  fi
+  timeout "$limit" "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
     --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
     >"$RESULTS/int8_linear$name.txt" 2>&1 || { echo "int8_bench$name failed or timed out"; FAILED+=("table$name"); }
   grep -A50 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"

@@ -73,7 +73,9 @@ RESULTS="${RESULTS:-${TMPDIR:-/tmp}/leanvideo-proof-$(date -u +%Y%m%d-%H%M%S)}"
 HANDBACK="${OUT:-$RESULTS/handback}"
 mkdir -p "$RESULTS"
 LOG="$RESULTS/log.txt"
+exec 3>&1 4>&2
 exec > >(tee -a "$LOG") 2>&1
+TEE_PID=$!
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 FAILED=()  # the steps that failed, said at the end and in the exit status
 
@@ -84,6 +86,11 @@ finish() {
   echo "== 3. hand back ($(left) s left): $HANDBACK"
   # said before the hand-back, so that the log handed back names the failed steps too
   [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
+  # the tee may still be writing the last lines: stop feeding it and let it end (2 s at most: a process
+  # still holding the pipe would keep it open) before the log is handed back; later lines go to both
+  exec 1>&3 2>&4
+  for _ in $(seq 20); do kill -0 "$TEE_PID" 2>/dev/null || break; sleep 0.1; done
+  exec > >(tee -a "$LOG") 2>&1
   if ! "$PY" -m benchmarks.proof_report "$RESULTS" --into "$HANDBACK" --families "$FAMILIES" --log "$LOG"; then
     echo "FAILED: proof_report (the hand-back above is incomplete)"
     FAILED+=("proof_report")
@@ -169,9 +176,14 @@ for family in $FAMILIES; do
   echo "== 2. $family: $matrix, $WARMUPS warmup + $REPEATS repeat(s) per variant ($(left) s left)"
   # --budget-s: no run starts after it (the report covers what ran); `timeout` is only the hard stop,
   # 30 s before the budget's end so that the hand-back still happens.
-  status=0 runs_until=$(($(left) - RUN_RESERVE_S))
+  status=0 runs_until=$(($(left) - RUN_RESERVE_S)) hard_stop=$(($(left) - 30))
   [ "$runs_until" -ge 10 ] || runs_until=10
-  timeout "$(($(left) - 30))" "${LEANVIDEO[@]}" bench "$matrix" --out "$RESULTS/$family" \
+  if [ "$hard_stop" -lt 10 ]; then  # `timeout 0` would mean no limit at all
+    echo "== $family: its matrix is not run, $(left) s of the ${BUDGET_S} s budget left"
+    FAILED+=("$family (no time left)")
+    continue
+  fi
+  timeout "$hard_stop" "${LEANVIDEO[@]}" bench "$matrix" --out "$RESULTS/$family" \
     --repeats "$REPEATS" --warmups "$WARMUPS" --budget-s "$runs_until" "${BENCH_EXTRA[@]}" || status=$?
   if [ "$status" -ne 0 ]; then
     echo "$family: bench exited $status (4: a server stopped answering; 6: a variant failed; 7: nothing measured in the budget; 124: stopped at the hard limit)"

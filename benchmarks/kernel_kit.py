@@ -58,6 +58,9 @@ from runner.install.pin import sha256_file
 KIT_SCHEMA = "leanvideo.kernel_kit"
 KIT_VERSION = 1
 PACKAGE = "comfy-kitchen"
+# The release whose CUDA int8_linear was read and rehearsed (its needs: 2-D float input, int8 weight,
+# float32 scales, compute capability 7.5+); a newer one is taken only by changing this on purpose.
+PINNED_VERSION = "0.2.40"
 MANIFEST = "kernels.json"
 DEFAULT_MAX_MIB = 60.0  # a call carries 64 MiB, the repository included
 DEFAULT_PRESET = 9  # xz's 64 MiB dictionary: what finds the repeats between GPU architectures' code
@@ -71,7 +74,7 @@ def build_kernel_kit(
         raise KitError(f"{out} already holds a kernel kit; remove it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="leanvideo-kernels-") as tmp:
-        wheel = download_wheel(Requirement(PACKAGE), target, Path(tmp))
+        wheel = download_wheel(Requirement(f"{PACKAGE}=={PINNED_VERSION}"), target, Path(tmp))
         wheel_path = Path(tmp) / wheel.file
         archive = out / f"{wheel.name.replace('-', '_')}-{wheel.version}.files.tar.xz"
         record_sha, files, unpacked = _repack(wheel_path, archive, preset)
