@@ -61,9 +61,39 @@ def test_a_full_stream_gives_node_step_and_server_window_timings() -> None:
     assert by_id["1"].cached and by_id["3"].cached and by_id["1"].seconds == 0.0
     assert round(by_id["11"].seconds, 6) == 0.5 and by_id["11"].steps == 2
     assert [round(s, 6) for s in by_id["11"].step_seconds] == [0.3, 0.1]
-    assert round(by_id["14"].seconds, 6) == 0.3
+    assert round(by_id["14"].seconds, 6) == 0.2  # until execution_success, not until done
     phases = phase_seconds(tracker.timings)
     assert phases["sampling"] == 0.5 and phases["vae_decode"] == 0.3 and phases["model_load"] == 0.0
+
+
+def test_the_last_node_ends_when_the_server_says_the_prompt_did_not_when_the_news_arrives() -> None:
+    """The end of a prompt can reach the client a second or more after the server finished (seen
+    0.5–1.8 s): that time was the last node's, making node times add up to more than the server ran."""
+    tracker = PromptTracker(PID, WORKFLOW)
+    feed(
+        tracker,
+        [
+            (0.1, "execution_start", {"prompt_id": PID, "timestamp": 10_000}),
+            (0.2, "executing", {"prompt_id": PID, "node": "12"}),
+            (1.0, "executing", {"prompt_id": PID, "node": "14"}),
+            (2.9, "execution_success", {"prompt_id": PID, "timestamp": 11_100}),  # ended at 1.2 here
+            (3.0, "executing", {"prompt_id": PID, "node": None}),
+        ],
+    )
+    by_id = {t.node_id: t for t in tracker.timings}
+    assert round(by_id["14"].seconds, 6) == 0.2 and round(by_id["12"].seconds, 6) == 0.8
+    assert sum(t.seconds for t in tracker.timings) <= tracker.server_seconds
+    # a server clock the client cannot map (no start timestamp) leaves the client's own times
+    tracker = PromptTracker(PID, WORKFLOW)
+    feed(
+        tracker,
+        [
+            (0.2, "executing", {"prompt_id": PID, "node": "14"}),
+            (2.9, "execution_success", {"prompt_id": PID, "timestamp": 11_100}),
+            (3.0, "executing", {"prompt_id": PID, "node": None}),
+        ],
+    )
+    assert round(tracker.timings[0].seconds, 6) == 2.7
 
 
 def test_an_execution_error_keeps_node_id_class_and_message() -> None:

@@ -12,7 +12,9 @@ server message                 client event        bookkeeping
 ``executing{node}``            ``node``            closes the previous node's timer, opens ``node``'s
 ``progress{value,max,node}``   ``step``            one sampler step of ``node`` done (time since last)
 ``executed{node,output}``      ``output``          keeps the node's UI output (replaced, never appended)
-``execution_success``          ``success``         server window closes (its timestamp); not done yet
+``execution_success``          ``success``         server window closes (its timestamp), and so does the
+                                                   last node's timer, at that time on the client's clock
+                                                   (late delivery is no node's time); not done yet
 ``execution_error``            ``error``           closes timers, keeps node id, class and message
 ``execution_interrupted``      ``interrupted``     closes timers, marks the run interrupted
 ``executing{node: null}``      ``done``            history is written: the prompt is finished
@@ -122,6 +124,9 @@ class PromptTracker:
     _last_step_at: float = 0.0
     _steps: dict[str, int] = field(default_factory=dict)
     _step_seconds: dict[str, list[float]] = field(default_factory=dict)
+    # client time minus server time, from execution_start (its delivery delay included, so never less
+    # than the true offset): maps the server's end of the prompt onto the client's clock
+    _clock_offset: float | None = None
 
     @property
     def current_node(self) -> str | None:
@@ -151,6 +156,8 @@ class PromptTracker:
         if kind == "execution_start":
             self.started_at = now
             self.server_start_ms = _timestamp(data)
+            if self.server_start_ms is not None:
+                self._clock_offset = now - self.server_start_ms / 1000
             return [ClientEvent("started", value=len(self.workflow), data=data)]
         if kind == "execution_cached":
             events = []
@@ -189,6 +196,9 @@ class PromptTracker:
             return [ClientEvent("output", node_id, self.class_type(node_id), data=data)]
         if kind == "execution_success":
             self.server_end_ms = _timestamp(data)
+            # The last node ended when the server says the prompt did: its messages can reach the
+            # client a second or more later (seen 0.5–1.8 s), which is no time of that node's
+            self._close_current(self._server_end_on_client_clock(now))
             return [ClientEvent("success")]
         if kind in ("execution_error", "execution_interrupted"):
             self._close_current(now)
@@ -207,6 +217,11 @@ class PromptTracker:
         node_id = data.get("node_id")
         known = data.get("node_type") or (self.class_type(str(node_id)) if node_id is not None else None)
         return interruption_summary({**data, "node_type": known})
+
+    def _server_end_on_client_clock(self, now: float) -> float:
+        if self.server_end_ms is None or self._clock_offset is None:
+            return now
+        return max(self._current_since, min(now, self.server_end_ms / 1000 + self._clock_offset))
 
     def _close_current(self, now: float) -> None:
         if self._current is not None:
