@@ -168,6 +168,31 @@ def test_corrupt_truncated_and_pickle_files_are_refused(tmp_path: Path) -> None:
         read_int8_file(pickle)
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "the file is empty (0 bytes)"),
+        (b"<!DOCTYPE html><html><body>Sign in to continue</body></html>", "a web page or other text"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n", "a Git LFS pointer"),
+        (None, "it is cut short"),
+    ],
+    ids=["empty", "web-page", "lfs-pointer", "cut-short"],
+)
+def test_a_damaged_download_is_said_to_be_one(tmp_path: Path, content: bytes | None, said: str) -> None:
+    """What users' broken files are: said so an artist knows to download again, not as parser jargon."""
+    path = tmp_path / "model.safetensors"
+    if content is None:
+        good = _write_bad(tmp_path, {"a.weight": torch.randn(64, 64)}, "good.safetensors")
+        content = good.read_bytes()[:-1000]
+    path.write_bytes(content)
+    with pytest.raises(Int8FormatError) as raised:
+        read_int8_file(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: not a readable safetensors file") and said in message, message
+    if said == "it is cut short":
+        assert f"({len(content)} bytes of the {len(content) + 1000} its header says)" in message
+
+
 def test_text_encoder_rules_quantize_clip_and_t5_projections_only() -> None:
     shapes = {
         "text_model.encoder.layers.0.self_attn.q_proj.weight": (768, 768),

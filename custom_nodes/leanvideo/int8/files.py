@@ -48,14 +48,17 @@ def _check_path(path: Path) -> None:
 
 
 def _pickle_hint(path: Path) -> str:
-    """What a file that is not safetensors looks like, when it looks like a PyTorch pickle (a zip
-    archive or a pickle stream: ``torch.save``'s formats) renamed to .safetensors."""
+    """What a file that is not readable safetensors looks like, said so a user knows what to do: empty,
+    a web page or other text saved under the model's name, cut short (an interrupted download), or a
+    PyTorch pickle (a zip archive or a pickle stream: ``torch.save``'s formats) renamed to .safetensors."""
     try:
         with path.open("rb") as stream:
-            start = stream.read(9)
+            start = stream.read(512)
         size = path.stat().st_size
     except OSError:
         return ""
+    if size == 0:
+        return "; the file is empty (0 bytes): the download or copy did not happen, get the file again"
     # A safetensors file starts with its header's length, then "{": a damaged one whose length byte
     # happens to be 0x80 is not a pickle.
     declared = int.from_bytes(start[:8].ljust(8, b"\0"), "little")
@@ -65,7 +68,31 @@ def _pickle_hint(path: Path) -> str:
             "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
             "because loading it can run code: get the .safetensors release of the model"
         )
+    text = start.lstrip().lower()
+    if text.startswith((b"<!doctype", b"<html", b"<?xml", b"{", b"version https://git-lfs")):
+        what = (
+            "a Git LFS pointer (the repository was cloned without git lfs)"
+            if text.startswith(b"version https://git-lfs")
+            else "a web page or other text (often an error or login page saved by the browser)"
+        )
+        return f"; it is {what}, not a model: download the file itself again"
+    if start[8:9] == b"{" and (expected := _size_its_header_says(path)) is not None and size < expected:
+        return (
+            f"; it is cut short ({size} bytes of the {expected} its header says): an interrupted download "
+            "or copy, get the file again"
+        )
     return ""
+
+
+def _size_its_header_says(path: Path) -> int | None:
+    """The size a safetensors file should have by its own header (None when that cannot be read)."""
+    try:
+        stored = read_stored_header(path, whole=False)
+        fields = stored.fields.items()
+        ends = [int(entry["data_offsets"][1]) for key, entry in fields if key != "__metadata__"]
+    except (OSError, Int8FormatError, KeyError, TypeError, ValueError, IndexError):
+        return None
+    return stored.data_start + max(ends, default=0)
 
 
 def read_header(path: Path) -> FileHeader:
@@ -98,7 +125,8 @@ def read_tensors(path: Path, keys: Iterable[str] | None = None) -> dict[str, tor
             wanted = list(handle.keys()) if keys is None else list(keys)
             return {key: handle.get_tensor(key) for key in wanted}
     except SafetensorError as error:
-        raise Int8FormatError(f"{path}: not a readable safetensors file ({error})") from error
+        hint = _pickle_hint(path)
+        raise Int8FormatError(f"{path}: not a readable safetensors file ({error}){hint}") from error
 
 
 def restrict_header(header: FileHeader, keys: Iterable[str]) -> FileHeader:
