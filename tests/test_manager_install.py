@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -113,3 +114,6 @@ def test_after_the_managers_pip_step_the_pack_serves_its_metrics(
         assert metrics.status_code == 200 and "leanvideo_" in metrics.text
         info = httpx.get(f"{url}/leanvideo/info", timeout=30).json()
         assert json.dumps(info) and Path(info["loaded_from"]).is_relative_to(clone)
+        # not installed as a package there: the version the clone's pyproject.toml states
+        stated = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+        assert info["version"] == f"{stated} (from {clone / 'pyproject.toml'})", info["version"]

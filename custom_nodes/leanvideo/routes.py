@@ -27,6 +27,7 @@ route                                          answer
 from __future__ import annotations
 
 import json
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,10 +51,18 @@ def read_pin() -> dict[str, Any]:
 
 
 def pack_version() -> str:
+    """The installed package's version; in a clone that ComfyUI-Manager made (the pack is not installed
+    as a package there), the one its ``pyproject.toml`` states."""
     try:
         return metadata.version("leanvideo")
     except metadata.PackageNotFoundError:
-        return "unknown (not installed as a package)"
+        pass
+    pyproject = PACK_DIR.parent.parent / "pyproject.toml"
+    try:
+        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
+    except OSError:
+        found = None
+    return f"{found[1]} (from {pyproject})" if found else "unknown (not installed as a package)"
 
 
 def build_info() -> dict[str, Any]:
@@ -115,7 +124,7 @@ def register_telemetry_routes(routes: web.RouteTableDef, telemetry: Telemetry) -
     @routes.get("/leanvideo/telemetry/reset")  # else ComfyUI's static files answer 404
     async def leanvideo_telemetry_reset_get(request: web.Request) -> web.Response:
         return web.json_response(
-            {"error": "reset clears the counters: send POST /leanvideo/telemetry/reset"},
+            {"error": "reset restarts the peaks (RSS, CUDA memory): send POST /leanvideo/telemetry/reset"},
             status=405,
             headers={"Allow": "POST"},
         )

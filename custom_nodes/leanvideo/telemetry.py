@@ -328,7 +328,7 @@ class Telemetry:
             "schema": SCHEMA_VERSION,
             "time": time.time(),
             "since_reset": reset_at,
-            "process": {"rss_bytes": read_rss(), "peak_rss_bytes": peak_rss},
+            "process": {"rss_bytes": (rss := read_rss()), "peak_rss_bytes": max(peak_rss, rss)},
             "cuda": cuda,
             "nvml": {
                 "available": self.nvml.reason is None,
