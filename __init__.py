@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+WEB_DIRECTORY = "./custom_nodes/leanvideo/web"  # the pack's editor extension (ComfyUI serves it from here)
+
 
 async def comfy_entrypoint() -> Any:
     from .custom_nodes.leanvideo import comfy_entrypoint as pack_entrypoint

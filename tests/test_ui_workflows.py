@@ -121,3 +121,41 @@ def test_pack_nodes_are_registered_in_the_editor_under_their_names(editor_url: s
             list(PACK_NODES),
         )
     assert found == {node_id: list(expected) for node_id, expected in PACK_NODES.items()}
+
+
+@pytest.mark.browser
+def test_the_nodes_reports_show_in_the_editor_once_they_ran(
+    comfy_server: ComfyServer, editor_url: str
+) -> None:
+    """Free VRAM, Patch Attention and the INT8 loaders return a report (``ui.text``); the stock editor
+    draws no such text, so the pack's extension draws it under the node, and saves nothing of it."""
+    assert (
+        "/extensions/leanvideo/reports.js" in httpx.get(f"{comfy_server.url}/extensions", timeout=30).json()
+    )
+    ui = json.loads((WORKFLOWS_DIR / "ltxv_tiny_t2v_int8.ui.json").read_text())
+    for node in ui["nodes"]:  # a new prompt text, so that every node runs again
+        if node["type"] == "CLIPTextEncode":
+            node["widgets_values"][0] += f" ({time.time_ns()})"
+    reported = {n["id"]: n["type"] for n in ui["nodes"] if n["type"] in PACK_NODES}
+    with open_app(editor_url) as page:
+        page.evaluate(LOAD_JS, ui)
+        saved_before = page.evaluate("() => window.app.graph.serialize().nodes.map((n) => n.widgets_values)")
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        page.wait_for_function(
+            "(ids) => ids.every((id) => window.app.graph.getNodeById(id)?.leanvideoReport)",
+            arg=list(reported),
+            timeout=240_000,
+        )
+        reports = page.evaluate(
+            "(ids) => Object.fromEntries(ids.map((id) => "
+            "[id, window.app.graph.getNodeById(id).leanvideoReport]))",
+            list(reported),
+        )
+        saved_after = page.evaluate("() => window.app.graph.serialize().nodes.map((n) => n.widgets_values)")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ltxv_tiny_t2v_int8.reports.png"))
+    by_type = {reported[int(node_id)]: "\n".join(lines) for node_id, lines in reports.items()}
+    assert "unloaded" in by_type["LeanVideoFreeVRAM"], by_type
+    assert "attention: auto → sdpa" in by_type["LeanVideoPatchAttention"], by_type
+    assert "INT8 kernels:" in by_type["LeanVideoCheckpointLoaderINT8"], by_type
+    assert saved_after == saved_before  # drawn, not a widget: the saved workflow is the same

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# The editor extension (web/reports.js): draws each node's report under it once it has run.
+WEB_DIRECTORY = "./web"
+
 
 async def comfy_entrypoint() -> Any:
     from .extension import create_extension
