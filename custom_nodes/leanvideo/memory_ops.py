@@ -268,6 +268,11 @@ def release_models(
             steps.append("node cache dropped after this prompt")
         steps.append("malloc_trim" if trim_heap() else "malloc_trim (nothing returned or unavailable)")
 
+    if not torch.cuda.is_available() and unloaded and not free_ram:
+        notes.append(
+            "no GPU: the models ran from RAM, and ComfyUI's node cache still holds their weights, so the RSS "
+            "does not fall; free_ram drops that cache after the prompt and gives the memory back"
+        )
     report = ReleaseReport(
         mode=mode.value,
         before=before,
