@@ -57,6 +57,11 @@ def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], con
         print_json(console, outcome.to_json())
         return 0
     console.print(comparison_table(outcome))
+    console.print(
+        "one run of each, on servers started side by side: bytes, peak RSS and PSNR are what they are; "
+        "times move from run to run on a busy machine (`leanvideo bench` repeats and gives the spread)",
+        highlight=False,
+    )
     if measured := outcome.int8.kernels_measured:
         console.print(
             f"note: the INT8 run timed its kernels for {measured} layer shape(s) first (path=auto, once per "
