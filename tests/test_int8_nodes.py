@@ -143,6 +143,26 @@ def test_a_missing_model_file_is_refused_before_the_prompt_is_queued(
     assert error["details"].startswith(f"{file_input} - 'nothere.safetensors' is not in models/")
 
 
+def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_server: ComfyServer) -> None:
+    """ComfyUI does not check V3 dropdowns: Free VRAM's mode is refused at /prompt (once, with its
+    choices), a loader's path before it loads anything, each naming the input and what it may be."""
+    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
+    free = next(i for i, n in workflow.items() if n["class_type"] == "LeanVideoFreeVRAM")
+    workflow[free]["inputs"]["mode"] = "unload everything"
+    answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
+    assert answer.status_code == 400, answer.text
+    [error] = answer.json()["node_errors"][free]["errors"]
+    assert error["details"].startswith("mode - mode: 'unload everything' is not one of ['unload all', ")
+
+    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
+    workflow["1"]["inputs"]["path"] = "sage"
+    with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
+        run_prompt(client, workflow, timeout=120)
+    error = failed.value.result.error or {}
+    message = str(error.get("message") or error)
+    assert "Load Checkpoint (INT8): path: 'sage' is not one of ['auto', " in message, error
+
+
 def test_a_node_error_names_the_file_and_the_packages_error_type(comfy_server: ComfyServer) -> None:
     """A float DiT given to Load Diffusion Model (INT8) with quantize_on_load off: the server's error (the
     editor's dialog, /history) names the file, says what to do, and gives the error's type by the

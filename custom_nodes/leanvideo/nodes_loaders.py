@@ -15,6 +15,7 @@ from .int8_checkpoint import load_checkpoint_int8
 from .int8_kernels import compute_dtype_note, make_dispatcher, report_kernels
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
+from .node_checks import file_listed, require_choices
 
 TEXT_ENCODER_TYPES = ["stable_diffusion", "ltxv", "wan", "flux", "hunyuan_video", "sd3", "cosmos"]
 
@@ -75,18 +76,6 @@ def _report(options: Int8LoadOptions, model: Any) -> str:
     return report_kernels(options.dispatcher, model) + (f"\n{note}" if note else "")
 
 
-def file_listed(folder: str, name: str | None) -> bool | str:
-    """ComfyUI's check of a file name before a prompt is queued, which it makes for V1 dropdowns only:
-    ``True`` when ``name`` is in ``models/<folder>`` (or comes from a link, ``None`` here), else why."""
-    if name is None:
-        return True
-    listed = folder_paths.get_filename_list(folder)
-    if name in listed:
-        return True
-    shown = ", ".join(listed[:8]) + (f", … ({len(listed)} in all)" if len(listed) > 8 else "")
-    return f"{name!r} is not in models/{folder} (there: {shown or 'nothing'})"
-
-
 def _lora_mode_input() -> Any:
     return io.Combo.Input(
         "lora_mode",
@@ -124,6 +113,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, unet_name: str | None) -> bool | str:
+        # one input only: ComfyUI repeats a failed check's message once per input the check takes
         return file_listed("diffusion_models", unet_name)
 
     @classmethod
@@ -136,6 +126,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         convrot: bool,
         lora_mode: str = "merge",
     ) -> io.NodeOutput:
+        require_choices(cls, compute_dtype=compute_dtype, path=path, lora_mode=lora_mode)
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
@@ -193,6 +184,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
         convrot: bool,
         device: str = "default",
     ) -> io.NodeOutput:
+        require_choices(cls, type=type, compute_dtype=compute_dtype, path=path, device=device)
         file = Path(folder_paths.get_full_path_or_raise("text_encoders", clip_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot)
         clip = load_text_encoder_int8(
@@ -244,6 +236,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
         convrot: bool,
         lora_mode: str = "merge",
     ) -> io.NodeOutput:
+        require_choices(cls, compute_dtype=compute_dtype, path=path, lora_mode=lora_mode)
         file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model, vae = load_checkpoint_int8(file, options)

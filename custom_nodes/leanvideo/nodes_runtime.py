@@ -11,6 +11,7 @@ from comfy_api.latest import io
 
 from .attention_ops import AUTO, available_modes, patch_attention
 from .memory_ops import FreeMode, release_models
+from .node_checks import choice_problem
 
 
 def _server() -> Any:
@@ -70,6 +71,10 @@ class LeanVideoFreeVRAM(io.ComfyNode):
         return float("nan") if "value" not in inputs else None
 
     @classmethod
+    def validate_inputs(cls, mode: str | None = None) -> bool | str:
+        return choice_problem(cls, mode=mode)
+
+    @classmethod
     def execute(cls, mode: str, free_ram: bool, value: Any = None) -> io.NodeOutput:
         server = _server()
         report = release_models(
@@ -115,6 +120,10 @@ class LeanVideoPatchAttention(io.ComfyNode):
             ],
             outputs=[io.Model.Output(tooltip="A clone of the model with the attention override set.")],
         )
+
+    @classmethod
+    def validate_inputs(cls, mode: str | None = None) -> bool | str:
+        return choice_problem(cls, mode=mode)
 
     @classmethod
     def execute(cls, model: Any, mode: str) -> io.NodeOutput:
