@@ -117,3 +117,26 @@ def test_after_the_managers_pip_step_the_pack_serves_its_metrics(
         # not installed as a package there: the version the clone's pyproject.toml states
         stated = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
         assert info["version"] == f"{stated} (from {clone / 'pyproject.toml'})", info["version"]
+
+
+def test_a_second_copy_of_the_pack_is_named_and_left_unloaded(
+    manager_layout: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A Manager clone beside another copy (a second clone under another name): one copy is in use, nodes
+    and routes alike, and the log names the other as not loaded."""
+    comfy, clone, python = manager_layout
+    second = comfy / "custom_nodes" / "leanvideo-copy"
+    subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(second)], check=True)
+    try:
+        for url in serve(comfy, python, tmp_path / "server"):
+            check_pack_loaded(url)
+            info = httpx.get(f"{url}/leanvideo/info", timeout=30).json()
+        log = (tmp_path / "server" / "comfyui.log").read_text(encoding="utf-8", errors="replace")
+    finally:
+        shutil.rmtree(second)
+    in_use = Path(info["loaded_from"])
+    other = second if in_use.is_relative_to(clone) else clone
+    assert in_use.is_relative_to(clone) or in_use.is_relative_to(second), in_use
+    [warning] = [line for line in log.splitlines() if "a second copy of the node pack" in line]
+    assert f"{other / 'custom_nodes' / 'leanvideo'}, is not loaded" in warning, warning
+    assert f"{in_use} was loaded first" in warning, warning

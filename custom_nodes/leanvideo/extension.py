@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 from comfy_api.latest import ComfyExtension, io
 
-from .routes import register_routes
+from .routes import PACK_DIR, register_routes
+
+logger = logging.getLogger(__name__)
 
 # Each nodes_* module declares ``NODES``: the node classes it contributes, in menu order.
 NODE_MODULES: tuple[str, ...] = ("nodes_loaders", "nodes_runtime", "nodes_output")
 
 
 class LeanVideoExtension(ComfyExtension):
-    """The node list ComfyUI registers for this pack."""
+    """The node list ComfyUI registers for this pack (none for a second copy of it: see below)."""
+
+    def __init__(self, *, registers_nodes: bool = True) -> None:
+        self.registers_nodes = registers_nodes
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         import importlib
 
+        if not self.registers_nodes:
+            return []
         nodes: list[type[io.ComfyNode]] = []
         for name in NODE_MODULES:
             nodes.extend(importlib.import_module(f"{__package__}.{name}").NODES)
@@ -33,6 +43,18 @@ def create_extension() -> LeanVideoExtension:
     from .telemetry import Telemetry
 
     server = PromptServer.instance
+    first: Path | None = getattr(server, "leanvideo_pack_dir", None)
+    if first is not None and first != PACK_DIR:
+        # Two copies in custom_nodes (a Manager clone beside a link, two names): the one loaded first
+        # keeps its nodes and routes; mixing the two would run one copy's nodes under the other's routes.
+        logger.warning(
+            "LeanVideo: a second copy of the node pack, %s, is not loaded: %s was loaded first and is "
+            "the one in use; remove one of the two from custom_nodes",
+            PACK_DIR,
+            first,
+        )
+        return LeanVideoExtension(registers_nodes=False)
+    server.leanvideo_pack_dir = PACK_DIR
     telemetry = getattr(server, "leanvideo_telemetry", None)
     if telemetry is None:
         telemetry = Telemetry()
