@@ -137,8 +137,9 @@ def comparison_caveats(matrix: Matrix, results: Sequence[VariantResult]) -> list
     if other:
         lines.append(
             f"{', '.join(other)}: timed on another server than the baseline (launch flags need one), so "
-            "the speed-up compares two time windows; re-run it with `--variant` and `--baseline` on one "
-            "server when the difference is small"
+            "the speed-up compares two time windows, and a change of the machine's load between them "
+            "counts as speed-up (its CI and p do not see it): check in the phase table that the phases "
+            "it cannot change (text encode, VAE decode) stayed put, and repeat it with more `--repeats`"
         )
     return lines
 
