@@ -141,6 +141,12 @@ def test_a_missing_model_file_is_refused_before_the_prompt_is_queued(
     [error] = answer.json()["node_errors"][node_id]["errors"]
     assert error["type"] == "custom_validation_failed"
     assert error["details"].startswith(f"{file_input} - 'nothere.safetensors' is not in models/")
+    # a name close to one there: said as such
+    near = {"ckpt_name": "ltxv-tiny-int8.safetensor", "clip_name": "clip-l-int8.safetensors"}[file_input]
+    workflow[node_id]["inputs"][file_input] = near
+    answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
+    [error] = answer.json()["node_errors"][node_id]["errors"]
+    assert "close names: " in error["details"] and "int8" in error["details"].split("close names: ")[1], error
 
 
 def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_server: ComfyServer) -> None:

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import folder_paths
@@ -32,8 +33,15 @@ def file_listed(folder: str, name: str | None) -> bool | str:
     listed = folder_paths.get_filename_list(folder)
     if name in listed:
         return True
+    where = f"models/{folder} or another folder ComfyUI reads {folder} from"
+    if not listed:
+        return f"{name!r} is not in {where} (they hold no model file)"
+    close = difflib.get_close_matches(name, listed, n=5, cutoff=0.5)
+    close += [item for item in listed if item.lower() == name.lower() and item not in close]
+    if close:
+        return f"{name!r} is not in {where}; close names: {', '.join(close)}"
     shown = ", ".join(listed[:8]) + (f", … ({len(listed)} in all)" if len(listed) > 8 else "")
-    return f"{name!r} is not in models/{folder} (there: {shown or 'nothing'})"
+    return f"{name!r} is not in {where} (there: {shown})"
 
 
 def choice_problem(node: type[io.ComfyNode], **values: Any) -> bool | str:
