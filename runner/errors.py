@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`LeanVideoError`; 
 branch of the tree to its own exit code so scripts can tell failures apart::
 
     LeanVideoError                  exit 1
+    ├── OutputWriteError            exit 1   a file could not be written (disk full, read-only): named
     ├── UsageError                  exit 2   an argument cannot be used (an output folder that is a file)
     ├── WorkspaceError              exit 3   ComfyUI or the venv is missing: run install.py
     ├── ServerError                 exit 4
@@ -36,6 +37,11 @@ class LeanVideoError(Exception):
     exit_code = 1
     result: Any = None
     record_path: Any = None
+
+
+class OutputWriteError(LeanVideoError):
+    """An output file or record could not be written (the disk is full, the folder turned read-only):
+    the message names the file, and nothing half-written is left under its name."""
 
 
 class UsageError(LeanVideoError):

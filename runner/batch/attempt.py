@@ -42,6 +42,7 @@ from typing import Any
 from runner.batch.orphans import drop_note, note_prompt, read_json_object, take_off_orphans
 from runner.errors import (
     LeanVideoError,
+    OutputWriteError,
     PromptCancelledError,
     PromptFailedError,
     PromptTimeoutError,
@@ -307,6 +308,8 @@ def _classify(exc: LeanVideoError) -> tuple[str, dict[str, Any]]:
         }
     if isinstance(exc, ServerError):
         return "server", {"node_id": None, "class_type": None, "message": message}
+    if isinstance(exc, OutputWriteError):  # the disk filled up: `batch retry --failed` once there is room
+        return "output", {"node_id": None, "class_type": None, "message": message}
     return "workflow", {"node_id": None, "class_type": None, "message": message}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from runner.errors import ServerError
+from runner.errors import OutputWriteError, ServerError
 from runner.install.pin import sha256_file
 from runner.transport.client import ComfyClient
 
@@ -121,12 +121,21 @@ class _ShortRead(Exception):
 
 
 def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
-    """One attempt; a cut or short body removes what it wrote."""
+    """One attempt; a cut or short body, or a file that cannot be written, removes what it wrote."""
     try:
         return _stream_once(client, item, target)
     except (httpx.TransportError, _ShortRead):
         target.unlink(missing_ok=True)
         raise
+    except FileExistsError:  # the name was taken meanwhile: nothing of ours to remove
+        raise
+    except OSError as exc:  # the disk filled up, the folder turned read-only
+        target.unlink(missing_ok=True)
+        raise OutputWriteError(
+            f"cannot write {target} ({exc.strerror or type(exc).__name__}); the file is still in the "
+            f"server's output folder as {item.get('subfolder') or ''}{'/' if item.get('subfolder') else ''}"
+            f"{item['filename']}"
+        ) from exc
 
 
 def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -33,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from runner.errors import OutputWriteError
 from runner.graph.workflow import Override
 from runner.install.pin import sha256_file
 from runner.tracking.outputs import OutputFile
@@ -127,12 +129,37 @@ def build_run_record(
 
 
 def write_run_record(record: dict[str, Any], path: Path) -> Path:
-    """Write ``record`` as JSON; refuses to overwrite an existing file (records are immutable)."""
+    """Write ``record`` as JSON; refuses to overwrite an existing file (records are immutable). Written
+    beside it first and linked into place whole: a full disk leaves no half record to trip a reader.
+
+    Raises:
+        OutputWriteError: the record could not be written (the disk is full, the folder read-only).
+    """
+    text = json.dumps(record, indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("x", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=2)
-        handle.write("\n")
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        _link_into_place(partial, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutputWriteError(f"cannot write the run record {path} ({reason})") from exc
+    finally:
+        partial.unlink(missing_ok=True)
     return path
+
+
+def _link_into_place(partial: Path, path: Path) -> None:
+    try:
+        os.link(partial, path)  # FileExistsError when a record is there: never replaced
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: check, then rename
+        if path.exists():
+            raise FileExistsError(f"{path} exists") from None
+        os.replace(partial, path)
 
 
 def collect_server_info(system_stats: dict[str, Any], pack_info: dict[str, Any] | None) -> dict[str, Any]:
