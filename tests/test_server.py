@@ -107,6 +107,11 @@ def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) ->
     assert "exited with code 2" in message
     assert "unrecognized arguments: --no-such-comfyui-flag" in message
     assert port_is_free(bad.host, bad.port)
+    # started again in the same folder: the crashed one's log is kept as comfyui.log.1
+    with pytest.raises(ServerCrashedError):
+        ComfyServer(bad).start()
+    previous = bad.log_path.with_name("comfyui.log.1").read_text(encoding="utf-8", errors="replace")
+    assert "unrecognized arguments: --no-such-comfyui-flag" in previous
 
 
 def test_server_dies_with_its_parent(server_config: ServerConfig, tmp_path: Path) -> None:

@@ -172,6 +172,16 @@ def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def keep_previous_log(log: Path) -> None:
+    """The log of the server that ran here before (a crash's cause, say) becomes ``comfyui.log.1``,
+    replacing the one before it, instead of being cut to nothing by the new server's start."""
+    try:
+        if log.stat().st_size:
+            os.replace(log, log.with_name(log.name + ".1"))
+    except OSError:  # no log yet, or one that cannot be moved: the new server starts anyway
+        pass
+
+
 def write_extra_model_paths(config: ServerConfig) -> Path:
     """Write the extra-model-paths file that points ComfyUI at our models and node folders: the
     ``extra_models_dirs`` first (a user's ComfyUI's ``models``: every folder in it, by its name), then
@@ -284,6 +294,7 @@ class ComfyServer:
             logger.warning("no ComfyUI frontend package for %s: the server runs headless", config.python)
         command = build_command(config, cpu=cpu, front_end_root=front_end_root)
         logger.info("starting ComfyUI: %s", " ".join(command))
+        keep_previous_log(config.log_path)
         with config.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 command,
