@@ -132,3 +132,37 @@ def test_a_reader_that_goes_away_is_sigpipes_exit_not_a_traceback() -> None:
     process.stdout = None
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and "Traceback" not in err, err
+
+
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_crash(tmp_path: object) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    missing = Path(str(tmp_path)) / "ünï" / "wf.json"
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for extra in ([], ["--json"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "runner.cli.main", "workflow", "validate", str(missing), *extra],
+            capture_output=True, text=True, env=env, timeout=120, encoding="ascii", errors="strict",
+        )  # fmt: skip
+        assert done.returncode == 5 and "Traceback" not in done.stderr, done.stderr
+        if extra:
+            assert str(missing) in json.loads(done.stdout)["error"]["message"]  # \u escapes: still JSON
+
+
+@pytest.mark.parametrize(("code", "exit_code"), [(30, 2), (28, 1)], ids=["read-only", "disk-full"])
+def test_a_file_the_command_cannot_write_is_named_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int, exit_code: int
+) -> None:
+    import os
+
+    from runner.cli import main as cli
+
+    def writes(*args: object) -> int:
+        raise OSError(code, os.strerror(code), "/data/models/.leanvideo-fixtures.lock")
+
+    monkeypatch.setattr(cli, "cmd_fixtures", writes)
+    assert cli.main(["fixtures"]) == exit_code
+    assert f"/data/models/.leanvideo-fixtures.lock: {os.strerror(code)}" in capsys.readouterr().err

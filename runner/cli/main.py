@@ -7,7 +7,9 @@ prompt lost, 5 workflow invalid or rejected, 6 prompt failed, 7 prompt timed out
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
+import io
 import json
 import logging
 import os
@@ -56,6 +58,8 @@ EXIT_CODES = (
 )
 
 
+# An OSError of these is a path that cannot be used as given (usage, exit 2); others (a full disk) exit 1
+UNUSABLE_PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOTDIR})
 LOG_WIDTH = 200  # off a terminal (a CI log, a file) tables keep whole paths and names, not 80 columns
 
 
@@ -217,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
+    for stream in (sys.stdout, sys.stderr):  # a terminal that is not UTF-8: "?" for what it lacks, no crash
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
     console, err = _console(stderr=False), _console(stderr=True)
     try:
         with stop_signals():  # SIGTERM and a background `kill -INT` take Ctrl-C's path too
@@ -239,6 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except OSError as exc:  # a file or folder the command had to write or read: named, not a traceback
+        code = 2 if exc.errno in UNUSABLE_PATH_ERRNOS else 1
+        message = f"{exc.filename or 'a file'}: {exc.strerror or exc}"
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+        if getattr(args, "json", False):
+            error = {"type": type(exc).__name__, "message": message, "exit_code": code}
+            print_json(console, {"error": error})
+        return code
 
 
 def _dispatch(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console, err: Console) -> int:

@@ -159,7 +159,10 @@ def print_json(console: Console, document: Any) -> None:
     """``document`` (an object, or JSON text) on ``console``'s stream as plain indented JSON: never
     coloured, whatever the terminal (a pty, ``FORCE_COLOR``) — ``--json`` output is read by programs."""
     data = json.loads(document) if isinstance(document, str) else document
-    console.file.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    encoding = (getattr(console.file, "encoding", None) or "utf-8").lower().replace("_", "-")
+    # \u escapes where the stream cannot carry every character (LANG=C, PYTHONIOENCODING=ascii)
+    unicode_safe = encoding in ("utf-8", "utf8", "utf-16", "utf-32")
+    console.file.write(json.dumps(data, indent=2, ensure_ascii=not unicode_safe) + "\n")
     console.file.flush()
 
 
