@@ -132,6 +132,20 @@ def test_verify_names_a_missing_file(inst: ModuleType, comfy_and_pin: tuple[Path
         comfy_pin.verify_tree(tree, pin, exact=False)
 
 
+def test_a_rerun_finds_a_pinned_file_deleted_or_edited_since_the_install(
+    inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]]
+) -> None:
+    """The install record says the tree was verified; a second run checks it again all the same (a
+    file deleted since made the server start without a node set, and nothing said so)."""
+    tree, pin = comfy_and_pin
+    old = {"comfyui": str(tree), "tree_digest": pin["tree_digest"], "verified": True, "source": "wheel"}
+    python = Path(sys.executable)
+    assert install_comfy.ensure_workspace_comfyui(tree, pin, "auto", python, old) == "wheel"
+    (tree / "main.py").unlink()
+    with pytest.raises(inst.InstallError, match=r"missing: main\.py.*Move .* away and run again"):
+        install_comfy.ensure_workspace_comfyui(tree, pin, "auto", python, old)
+
+
 def test_extra_files_fail_exact_but_pass_lenient(
     inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -451,7 +465,7 @@ def test_second_install_run_changes_nothing(inst: ModuleType) -> None:
     print(f"second install run: {elapsed:.1f} s\n{run.stdout}")
 
     assert run.returncode == 0, run.stderr
-    assert elapsed < 30
+    assert elapsed < 90  # seconds, not the minutes of the pip steps (generous: a loaded machine)
     assert "up to date" in run.stdout
     assert snapshot(record_path, site, comfy, comfy_pin.load_pin()["files"]) == before
 

@@ -178,16 +178,20 @@ def ensure_workspace_comfyui(
     if not target.exists():
         return place_comfyui(target, pin, source, python)
     recorded = (old.get("comfyui"), old.get("tree_digest"), old.get("verified"))
-    if recorded == (str(target), pin["tree_digest"], True):
-        say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
-        return str(old["source"])
-    say(f"verifying the ComfyUI already at {target}…")
-    try:
-        say_extras(verify_tree(target, pin, exact=False))
+    placed_here = recorded == (str(target), pin["tree_digest"], True)
+    if not placed_here:
+        say(f"verifying the ComfyUI already at {target}…")
+    try:  # every run (a twentieth of a second): a file deleted or edited since is found now, not at start
+        extras = verify_tree(target, pin, exact=False)
     except InstallError as exc:
         raise InstallError(
-            f"{exc}. Move {target} away and run again, or keep it: --comfyui {target}"
+            f"{exc}. Move {target} away and run again (the pinned ComfyUI is put back), or keep it: "
+            f"--comfyui {target}"
         ) from exc
+    if placed_here:
+        say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
+        return str(old["source"])
+    say_extras(extras)
     return "git" if (target / ".git").exists() else "wheel"
 
 
