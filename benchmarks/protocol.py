@@ -182,6 +182,11 @@ def measure_from_record(
     flags = []
     if any(node.get("cached") for node in nodes):
         flags.append("cache_not_defeated")
+    events = telemetry.get("events") or []
+    if any(e.get("kind") == "int8_kernel" and e.get("source") == "measured" for e in events):
+        # path=auto timed its INT8 kernels in this run (first use of a layer shape on this server, and
+        # on a GPU int_mm_fused's compile): its time holds that, a later run's does not
+        flags.append("int8_first_use")
     available = bool(telemetry.get("available"))
     nvml_start = telemetry.get("nvml_used_start_bytes") if available else None
     memory_start = nvml_start if nvml_start is not None else telemetry.get("rss_start_bytes")

@@ -168,6 +168,12 @@ def test_measure_from_record_reads_run_record_v2(tmp_path: Path) -> None:
     assert (run.total_s, run.step_s, run.memory_start_bytes, run.memory_kind) == (1.5, 0.2, 7, "rss")
     assert run.flags == ("cache_not_defeated",)
     assert run.output_path == str(tmp_path / "a.mp4")
+    # a run in which path=auto timed INT8 kernels (their first use on the server) says so
+    record["telemetry"]["events"] = [
+        {"kind": "int8_kernel", "source": "table"},
+        {"kind": "int8_kernel", "source": "measured"},
+    ]
+    assert measure_from_record(record, tmp_path / "run.json", "v", 0, False).flags[-1] == "int8_first_use"
 
 
 def test_soak_verdict_sees_memory_growth() -> None:
