@@ -179,6 +179,18 @@ def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
         "does not exist on the server; the server has: clip_l.safetensors, ltxv-tiny.safetensors"
     )
     assert "leanvideo serve --fixture-nodes" in problems[("4", None)]
+    # a node of the pack on a server that has none of the pack's nodes: the pack is not loaded there
+    workflow["4"]["class_type"] = "LeanVideoCheckpointLoaderINT8"
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert (
+        "a LeanVideo node and the server has none of them: the node pack is not installed"
+        in problems[("4", None)]
+    )
+    info["LeanVideoFreeVRAM"] = {"input": {}, "output_node": True}  # the pack is there: a plain typo
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert "the node pack is not installed" not in problems[("4", None)]
+    del info["LeanVideoFreeVRAM"]
+    workflow["4"]["class_type"] = "CLIPTextEncode"
     workflow["1"]["inputs"]["ckpt_name"] = "ltxv-tiny.sft"
     problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
     assert problems[("1", "ckpt_name")].endswith("close matches: ltxv-tiny.safetensors")

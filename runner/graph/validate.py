@@ -51,7 +51,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
         if info is None:
-            hint = fixture_hint(class_type) or close_hint(class_type, object_info)
+            hint = fixture_hint(class_type, object_info) or close_hint(class_type, object_info)
             problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
