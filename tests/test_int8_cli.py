@@ -244,3 +244,21 @@ def test_a_killed_quantize_leaves_nothing_the_next_one_keeps(tiny_models: Fixtur
     assert code == 0, output
     assert f"removed {left}" in " ".join(output.split()) and "killed" in output
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, alive.name, other_host.name])
+
+
+def test_a_full_disk_while_quantizing_names_out_and_leaves_nothing(
+    tiny_models: FixtureSet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from leanvideo.int8.writer import StreamingWriter
+
+    def full(self: StreamingWriter, key: str, tensor: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")  # as a write() says it: no file name
+
+    monkeypatch.setattr(StreamingWriter, "write", full)
+    target = tmp_path / "dit-int8.safetensors"
+    with pytest.raises(LeanVideoError) as raised:
+        _run(str(tiny_models.diffusion_model), str(target))
+    assert str(raised.value) == f"{target}: No space left on device while writing it (nothing is left behind)"
+    assert list(tmp_path.iterdir()) == []

@@ -136,7 +136,13 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
                 progress=advance,
                 drop_metadata=(FIXTURE_STAMP,),  # the user's file is no fixture `fixtures` may rewrite
             )
-    except (Int8FormatError, FileExistsError, ValueError, OSError) as error:
+    except OSError as error:
+        if error.filename is None and error.strerror:  # a write into OUT's hidden file: no name given
+            raise LeanVideoError(
+                f"{args.output}: {error.strerror} while writing it (nothing is left behind)"
+            ) from error
+        raise LeanVideoError(str(error)) from error
+    except (Int8FormatError, ValueError) as error:
         raise LeanVideoError(str(error)) from error
     if args.json:
         print_json(console, report_json(report, family))
