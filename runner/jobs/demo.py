@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import secrets
 import shutil
 import tempfile
 import time
@@ -210,7 +211,8 @@ def run_demo(
     began = time.monotonic()
     write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
     fixtures_seconds = time.monotonic() - began
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    # a run's own suffix: two demos started in the same second into one --out keep their files apart
+    stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     workflows = [_prepare(configuration, workspace) for configuration in CONFIGURATIONS]
     ports = _ports(port, len(CONFIGURATIONS))
     workspace.servers_dir.mkdir(parents=True, exist_ok=True)
