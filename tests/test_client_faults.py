@@ -169,6 +169,17 @@ def test_garbage_and_foreign_messages_are_ignored(tmp_path: Path) -> None:
         assert_single_submission_and_download(fake, result, tmp_path)
 
 
+def test_a_timeout_while_queued_says_the_prompt_never_started() -> None:
+    async def script(fake: FakeComfy, pid: str) -> None:
+        return None  # queued behind other work: it never starts
+
+    with FakeComfy(script) as fake, client(fake) as comfy, pytest.raises(PromptTimeoutError) as caught:
+        run_prompt(comfy, WORKFLOW, timeout=0.5)
+    assert "it was still waiting in the server's queue, and was removed from it" in str(caught.value)
+    result = caught.value.result
+    assert result.started_at is None and result.queue_seconds == pytest.approx(result.wall_seconds)
+
+
 def test_timeout_cancels_the_prompt_on_the_server() -> None:
     async def script(fake: FakeComfy, pid: str) -> None:
         await start_and_enter_node_2(fake, pid)  # then nothing: the node never ends

@@ -86,7 +86,9 @@ def run_prompt(
         entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
     except KeyboardInterrupt:
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
-        raise PromptCancelledError(f"prompt {prompt_id} cancelled; {_on_server(stopped)}", result) from None
+        raise PromptCancelledError(
+            f"prompt {prompt_id} cancelled; {_on_server(stopped, tracker.started_at is not None)}", result
+        ) from None
     except (PromptLostError, ServerUnreachableError) as exc:
         tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
         exc.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects[0])
@@ -95,7 +97,9 @@ def run_prompt(
     except FollowTimeout:
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
         raise PromptTimeoutError(
-            f"prompt {prompt_id} did not finish within {timeout:g} s; {_on_server(stopped)}", result
+            f"prompt {prompt_id} did not finish within {timeout:g} s; "
+            f"{_on_server(stopped, tracker.started_at is not None)}",
+            result,
         ) from None
     result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects[0])
     if result.status != "success":
@@ -103,7 +107,9 @@ def run_prompt(
     return result
 
 
-def _on_server(stopped: bool) -> str:
+def _on_server(stopped: bool, started: bool) -> str:
+    if stopped and not started:
+        return "it was still waiting in the server's queue, and was removed from it"
     if stopped:
         return "removed from the server's queue and interrupted there"
     return "the server did not answer the cancel requests: it may still be queued or running there"

@@ -39,7 +39,8 @@ class PromptResult:
 
     @property
     def queue_seconds(self) -> float:
-        return (self.started_at or self.submitted_at) - self.submitted_at
+        """Submit → execution start; a prompt that never started waited its whole time."""
+        return (self.started_at or self.finished_at) - self.submitted_at
 
     @property
     def overhead_seconds(self) -> float | None:
