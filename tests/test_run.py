@@ -171,7 +171,7 @@ def test_cli_run_prints_node_and_step_times(
     )
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert "SamplerCustom" in printed and "step times of node 11 (s):" in printed
+    assert "SamplerCustom" in printed and "step times of node 11 (s; the first holds the set-up):" in printed
     assert "server execution window" in printed and "9 frames 64×64" in printed
     (record_path,) = out.glob("*/run.json")
     assert f"record: {record_path}" in printed

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from types import TracebackType
 from typing import Any
@@ -175,11 +176,12 @@ def failure_label(error: LeanVideoError) -> str:
 def summary_table(record: dict[str, Any]) -> Group:
     """Per-node times (with per-step times of samplers), phases and totals of one run record."""
     nodes = Table(title=f"prompt {record['prompt_id']}: {record['status']}")
-    for column in ("node", "class", "phase", "seconds", "steps", "s/step"):
+    # s/step: the median step, as the bench gives it (the first step also holds the sampler's set-up)
+    for column in ("node", "class", "phase", "seconds", "steps", "s/step (median)"):
         nodes.add_column(column, justify="left" if column in {"node", "class", "phase"} else "right")
     for node in record["nodes"]:
         steps = node.get("step_seconds") or []
-        per_step = f"{sum(steps) / len(steps):.4f}" if steps else ""
+        per_step = f"{statistics.median(steps):.4f}" if steps else ""
         seconds = "cached" if node["cached"] else f"{node['seconds']:.3f}"
         phase = phase_of(node["class_type"])
         nodes.add_row(node["node_id"], node["class_type"], phase, seconds, str(node["steps"] or ""), per_step)
@@ -187,7 +189,7 @@ def summary_table(record: dict[str, Any]) -> Group:
     for node in record["nodes"]:
         if node.get("step_seconds"):
             times = " ".join(f"{s:.4f}" for s in node["step_seconds"])
-            parts.append(f"step times of node {node['node_id']} (s): {times}")
+            parts.append(f"step times of node {node['node_id']} (s; the first holds the set-up): {times}")
     timing = record["timing"]
     totals = Table(title="where the time went", show_header=False)
     totals.add_column("what")
