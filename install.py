@@ -41,6 +41,7 @@ from runner.install.comfy import (
     register_pack,
     say,
     validate_comfyui,
+    warn,
 )
 from runner.install.comfy import run_command as _run
 from runner.install.pin import PIN_FILE, InstallError, load_pin, record_pin
@@ -166,7 +167,24 @@ def ensure_python(opts: Options) -> Path:
         check_disk(opts.venv, DISK_WITH_TORCH, "a new venv with torch")
         say(f"creating the venv {opts.venv}…")
         venv.EnvBuilder(with_pip=True).create(opts.venv)
+    elif (made_at := venv_made_at(opts.venv)) is not None and made_at.resolve() != opts.venv.resolve():
+        warn(
+            f"the venv {opts.venv} was made at {made_at} and moved since: its scripts (pip, pytest, "
+            f"activate) still point there; `leanvideo` is made again now, for the rest remove {opts.venv} "
+            "and run install.py again (a venv cannot be moved)"
+        )
     return python
+
+
+def venv_made_at(venv_dir: Path) -> Path | None:
+    """Where ``venv_dir`` was created, read from its pip script's interpreter line (None: unknown)."""
+    try:
+        first = (venv_dir / "bin" / "pip").read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not first.startswith("#!") or not first.rstrip().endswith("/bin/python"):
+        return None  # a wrapper (a path with spaces gets `#!/bin/sh` and an exec line): not read here
+    return Path(first[2:].strip()).parent.parent
 
 
 def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old: Mapping[str, Any]) -> str:

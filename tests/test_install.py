@@ -484,3 +484,22 @@ def test_bad_paths_are_named_with_their_option(
         assert inst.main(argv) == 1
         assert message in capsys.readouterr().err
     assert a_file.read_text() == "kept" and not (tmp_path / "venv").exists()
+
+
+def test_a_moved_venv_is_said_to_be_one(
+    inst: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A venv cannot be moved: its scripts keep the old path. A run after the move says so and what to
+    do, instead of leaving pip and pytest broken without a word."""
+    venv_dir = tmp_path / "moved" / ".venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "bin" / "python").symlink_to(sys.executable)
+    (venv_dir / "bin" / "pip").write_text("#!/old/place/.venv/bin/python\nimport pip\n")
+    assert inst.venv_made_at(venv_dir) == Path("/old/place/.venv")
+    opts = inst.Options(tmp_path, venv_dir, None, "auto", False)
+    assert inst.ensure_python(opts) == venv_dir / "bin" / "python"
+    err = capsys.readouterr().err
+    assert f"the venv {venv_dir} was made at /old/place/.venv and moved since" in " ".join(err.split())
+    (venv_dir / "bin" / "pip").write_text(f"#!{venv_dir}/bin/python\nimport pip\n")  # where it was made
+    inst.ensure_python(opts)
+    assert "moved since" not in capsys.readouterr().err
