@@ -114,6 +114,9 @@ def test_after_the_managers_pip_step_the_pack_serves_its_metrics(
         assert metrics.status_code == 200 and "leanvideo_" in metrics.text
         info = httpx.get(f"{url}/leanvideo/info", timeout=30).json()
         assert json.dumps(info) and Path(info["loaded_from"]).is_relative_to(clone)
+        # the editor extension is served from the clone too (WEB_DIRECTORY of the repository's entry point)
+        extensions = httpx.get(f"{url}/extensions", timeout=30).json()
+        assert f"/extensions/{clone.name}/reports.js" in extensions, extensions
         # not installed as a package there: the version the clone's pyproject.toml states
         stated = tomllib.loads((clone / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
         assert info["version"] == f"{stated} (from {clone / 'pyproject.toml'})", info["version"]
