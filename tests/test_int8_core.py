@@ -180,6 +180,28 @@ def test_quantizing_on_a_device_returns_the_results_where_the_weights_were() -> 
         assert there[key].device == value.device and torch.equal(there[key], value), key
 
 
+def test_a_gpu_that_fills_up_while_quantizing_leaves_the_weight_to_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from leanvideo.int8 import convert
+
+    tensors, plan = _state_dict()
+    here = convert.quantize_state_dict(tensors, plan)
+    real = convert._quantize_layer
+    failed: list[str] = []
+
+    def first_fails(key: str, *args: object, **kwargs: object) -> object:
+        if key not in failed:  # on the "GPU": out of memory
+            failed.append(key)
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(convert, "_quantize_layer", first_fails)
+    there = convert.quantize_state_dict(dict(tensors), plan, device=torch.device("cpu"))
+    assert sorted(failed) == ["a.weight", "b.weight", "c.weight"]
+    assert all(torch.equal(there[key], value) for key, value in here.items())
+
+
 @pytest.mark.gpu
 def test_quantizing_on_load_on_the_gpu_gives_the_cpu_values() -> None:
     from leanvideo.int8.convert import quantize_state_dict

@@ -249,8 +249,8 @@ def test_a_kernel_is_not_charged_for_the_kernel_timed_before_it() -> None:
 
 
 def test_a_choice_made_while_a_kernel_raised_holds_for_this_process_only(tmp_path: Path) -> None:
-    """Out of memory or a failed compile may not happen in the next server: such a choice is not
-    written to the table (nor carried into it when a later shape's choice is), so it is measured again."""
+    """Out of memory may not happen in the next server: such a choice is not written to the table (nor
+    carried into it when a later shape's choice is), so it is measured again."""
     x, packed, bias = _fixture()  # 48 rows
 
     def flaky(x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None) -> torch.Tensor:
@@ -269,6 +269,12 @@ def test_a_choice_made_while_a_kernel_raised_holds_for_this_process_only(tmp_pat
     second = KernelDispatcher(cache_path=table, kernels={"w8a16": _w8a16(0.02), "flaky": _w8a16()})
     second.linear(x, packed, bias)  # measured again: now it runs
     assert sorted(c.kernel for c in load_table(table, current_fingerprint()).values()) == ["flaky", "flaky"]
+    # a kernel that fails otherwise (a compile, a launch) would fail in the next server too: kept
+    table.unlink()
+    broken = {"w8a16": _w8a16(), "broken": KernelImpl(run=_raising, unsupported=lambda x, p: None)}
+    KernelDispatcher(cache_path=table, kernels=broken).linear(x, packed, bias)
+    [kept] = load_table(table, current_fingerprint()).values()
+    assert kept.kernel == "w8a16" and kept.rejected["broken"].startswith("error: RuntimeError")
 
 
 def test_a_failed_compile_of_the_fused_kernel_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:

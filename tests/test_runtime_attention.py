@@ -258,16 +258,14 @@ def test_a_partial_last_key_block_is_taken_only_where_its_error_is_small(keys: i
     assert (reason is None) is taken, reason
 
 
-def test_sageattention_1_gets_the_key_block_rule_and_2_does_not(
+def test_every_sageattention_backend_gets_the_key_block_rule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from leanvideo.attention_ops import make_sage_backend
 
     fake_sage_package(tmp_path, "def sageattn(q, k, v, **kw):\n    return q\n", monkeypatch)
     sage, _ = import_sage()
-    assert make_sage_backend(sage, "sageattn").key_block == 64  # no version known: taken as 1.x
-    monkeypatch.setattr(sage, "__version__", "2.2.0", raising=False)
-    assert make_sage_backend(sage, "sageattn").key_block is None
+    assert make_sage_backend(sage, "sageattn").key_block == 64
 
 
 @pytest.mark.gpu
@@ -278,8 +276,7 @@ def test_sage_on_cuda_falls_back_where_its_last_key_block_is_mostly_empty() -> N
     q, k, v = (t.cuda() for t in qkv(torch.float16, d=64))  # 7 keys: 57 of the 64 slots empty
     override = AttentionOverride(backend)
     out = override(RecordingOriginal(), q, k, v, H, skip_reshape=True, skip_output_reshape=True)
-    if backend.key_block:  # sageattention 1.x
-        assert out.tolist() == [-1.0] and list(override.calls) != ["backend"]
+    assert out.tolist() == [-1.0] and list(override.calls) != ["backend"]
 
 
 @pytest.mark.gpu

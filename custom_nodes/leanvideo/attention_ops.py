@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import logging
 import threading
 from collections import Counter
@@ -56,13 +55,13 @@ SAGE_VARIANTS: tuple[str, ...] = (
 )
 SAGE_HEAD_DIMS = frozenset({64, 96, 128})
 HALF_DTYPES = frozenset({torch.float16, torch.bfloat16})
-# SageAttention 1.x reads keys in blocks of 64 and counts the empty slots of a last, partial block in
-# its softmax (masked loads give a score of 0, not -inf). With its K smoothing (mean subtracted) each
-# real key weighs exp2(0) or more on average (Jensen), so the denominator grows by at most empty/keys and
-# the output shrinks by at most empty/(keys + empty). Calls where empty/keys exceeds
-# SAGE1_MAX_KEY_PADDING fall back.
-SAGE1_KEY_BLOCK = 64
-SAGE1_MAX_KEY_PADDING = 0.01
+# SageAttention 1.x (and 2.x's Triton kernel until a fix) reads keys in blocks of 64 and counts the
+# empty slots of a last, partial block in its softmax (masked loads give a score of 0, not -inf). With
+# its K smoothing (mean subtracted) each real key weighs exp2(0) or more on average (Jensen), so the
+# denominator grows by at most empty/keys and the output shrinks by at most empty/(keys + empty). Calls
+# where empty/keys exceeds SAGE_MAX_KEY_PADDING fall back.
+SAGE_KEY_BLOCK = 64
+SAGE_MAX_KEY_PADDING = 0.01
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,8 @@ def make_sage_backend(module: Any, function_name: str) -> AttentionBackend:
         return function(q, k, v, tensor_layout="HND", is_causal=False)
 
     head_dims = SAGE_HEAD_DIMS if function_name == "sageattn" else frozenset({64, 128})
-    version_1 = function_name == "sageattn" and (sage_version(module) or "1.").startswith("1.")
+    # every version: 2.x's Triton kernel (its sageattn on some GPUs) had the same flaw until a fix that
+    # kept the version number; a short, mostly padded call costs little to run the original way
     return AttentionBackend(
         name=function_name,
         kernel=kernel,
@@ -151,20 +151,9 @@ def make_sage_backend(module: Any, function_name: str) -> AttentionBackend:
         dtypes=HALF_DTYPES,
         supports_mask=False,
         writes_k=True,  # smooth_k subtracts K's mean in place
-        key_block=SAGE1_KEY_BLOCK if version_1 else None,
-        max_key_padding=SAGE1_MAX_KEY_PADDING,
+        key_block=SAGE_KEY_BLOCK,
+        max_key_padding=SAGE_MAX_KEY_PADDING,
     )
-
-
-def sage_version(module: Any) -> str | None:
-    """The installed sageattention's version (1.0.6 has no ``__version__``: its distribution's)."""
-    found = getattr(module, "__version__", None)
-    if isinstance(found, str):
-        return found
-    try:
-        return importlib.metadata.version("sageattention")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 SDPA_BACKEND = AttentionBackend(name="sdpa", kernel=sdpa_kernel)

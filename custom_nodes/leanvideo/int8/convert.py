@@ -85,44 +85,57 @@ def quantize_state_dict(
         if is_fp8_companion(key):
             continue  # read with its weight; dropped at the end
         tensor = tensors.pop(key) if consume else tensors[key]  # type: ignore[attr-defined]
-        home = tensor.device
+        scale_key = scale_weight_key(key) if tensor.dtype in FP8_TORCH_DTYPES else None
+        fp8_scale = tensors.get(scale_key) if scale_key else None
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
-        planned = layer is not None and layer in plan
-        if planned and device is not None and _fits(tensor, device):
-            tensor = tensor.to(device)
-        grid = None
-        kept = tensor.dtype
-        if tensor.dtype in FP8_TORCH_DTYPES:
-            scale_key = scale_weight_key(key)
-            scale = tensors.get(scale_key) if scale_key else None
-            if scale is not None:
-                scale = scale.to(tensor.device)
-            tensor, grid = dequantize_fp8(tensor, scale, where=key), fp8_grid(scale)
-            kept = kept_dtype(scale is not None)
-        if layer is None or not planned:
+        if layer is None or layer not in plan:
+            if tensor.dtype in FP8_TORCH_DTYPES:
+                tensor = dequantize_fp8(tensor, fp8_scale, where=key).to(kept_dtype(fp8_scale is not None))
             check_finite(tensor, f"tensor {key!r}")
-            result[key] = tensor.to(kept)
+            result[key] = tensor
             continue
-        if grid is None:
-            packed = quantize_weight(tensor, plan[layer], name=key)
-        else:
-            packed = quantize_fp8_weight(tensor, grid, plan[layer], name=key)
-        del tensor
-        result[key] = packed.qdata.to(home)
-        result[layer + SCALE_SUFFIX] = packed.scale.to(home)
+        packed = None
+        if device is not None and _fits(tensor, device):
+            try:
+                packed = _quantize_layer(key, tensor, fp8_scale, plan[layer], device)
+            except torch.OutOfMemoryError:  # the GPU filled up meanwhile: this weight where it is
+                logger.info("no GPU memory left for %s: quantized on the %s", key, tensor.device)
+        if packed is None:
+            packed = _quantize_layer(key, tensor, fp8_scale, plan[layer], tensor.device)
+        result[key] = packed.qdata.to(tensor.device)
+        result[layer + SCALE_SUFFIX] = packed.scale.to(tensor.device)
         result[layer + CONFIG_SUFFIX] = config_to_tensor(packed.config)
+        del tensor, packed
     if consume:
         tensors.clear()  # type: ignore[attr-defined]
     return result
 
 
+def _quantize_layer(
+    key: str,
+    tensor: torch.Tensor,
+    fp8_scale: torch.Tensor | None,
+    config: Int8WeightConfig,
+    device: torch.device,
+) -> Int8Weight:
+    """``tensor`` (a float weight, or an fp8 one with its ``scale_weight``) quantized on ``device``."""
+    weight = tensor.to(device)
+    if weight.dtype not in FP8_TORCH_DTYPES:
+        return quantize_weight(weight, config, name=key)
+    scale = None if fp8_scale is None else fp8_scale.to(device)
+    exact = dequantize_fp8(weight, scale, where=key)
+    del weight
+    return quantize_fp8_weight(exact, fp8_grid(scale), config, name=key)
+
+
 def _fits(tensor: torch.Tensor, device: torch.device) -> bool:
-    """Whether ``device`` has room for ``tensor``, its int8 result and the float32 working chunks,
-    twice over (a GPU that is full leaves the weight to be quantized where it is)."""
+    """Whether ``device`` has room for ``tensor`` and what quantizing it holds at once (an fp8 weight's
+    float32 values, twice while scaled, the int8 result), twice over; a GPU that is full leaves the
+    weight to be quantized where it is."""
     if device.type != "cuda":
         return True
     free, _ = torch.cuda.mem_get_info(device)
-    return free > 2 * tensor.numel() * (tensor.element_size() + 1) + (64 << 20)
+    return free > 2 * tensor.numel() * (tensor.element_size() + 9) + (64 << 20)
 
 
 def int8_metadata(

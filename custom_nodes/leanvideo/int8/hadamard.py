@@ -75,4 +75,6 @@ def rotate_groups(tensor: torch.Tensor, group: int, kind: str = "regular") -> to
 
 @functools.lru_cache(maxsize=64)
 def _cached_matrix(size: int, kind: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return hadamard_matrix(size, kind=kind, dtype=dtype, device=device)
+    # a plain tensor even when first made under ComfyUI's inference_mode: usable outside it later
+    with torch.inference_mode(False):
+        return hadamard_matrix(size, kind=kind, dtype=dtype, device=device)

@@ -135,7 +135,9 @@ def quantize_weight(
             blocks = _groups(work, stop - start, config.block_size or in_features)
             chosen = blocks.abs().amax(dim=2, keepdim=True)
             finite &= torch.isfinite(chosen).all()
-            chosen = chosen.clamp_min(_MIN_SCALE) / QMAX
+            # by a tensor on the same device: CUDA divides by a Python number as a multiplication by its
+            # reciprocal (one ulp off in 1 of 20 scales); tensor by tensor is IEEE division on any device
+            chosen = chosen.clamp_min(_MIN_SCALE) / chosen.new_tensor(QMAX)
             if grid is not None:
                 chosen = _choose_scales(blocks, chosen, grid[start:stop] if grid.ndim else grid)
             scale[start:stop] = chosen.squeeze(2)
