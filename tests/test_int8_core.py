@@ -211,10 +211,10 @@ def test_quantizing_on_load_on_the_gpu_gives_the_cpu_values() -> None:
     there = quantize_state_dict(dict(tensors), plan, device=torch.device("cuda"))
     for key, value in here.items():
         assert there[key].device.type == "cpu", key
-        if key.startswith("c."):  # rotated: the Hadamard product in float32 may differ in its last bits
-            assert (there[key].float() - value.float()).abs().max() <= 1, key
-        else:
+        if key.startswith("a."):  # a float weight: absmax, a division and rounding, exact anywhere
             assert torch.equal(there[key], value), key
+        else:  # rotated (a float32 matrix product), or an fp8 grid choice (a sum of errors): last bits
+            assert torch.allclose(there[key].float(), value.float(), rtol=1e-6, atol=1), key
 
 
 @pytest.mark.parametrize(

@@ -75,8 +75,10 @@ def quantize_state_dict(
     plus result; ``tensors`` is empty afterwards.
 
     ``device`` (a GPU): each weight of ``plan`` is quantized there, one at a time, and its int8 weight
-    and scale come back to the device it was on (the same values: absmax, one division and rounding
-    per value, each exact in float32 on any device). A 13 B-parameter bf16 DiT takes minutes of CPU.
+    and scale come back to the device it was on: for a float weight the same values (absmax, one
+    division and rounding per value, each exact in float32 on any device); where a rotation (a matrix
+    product) or an fp8 grid choice (a sum of errors) is involved, the last bits may differ. A 13 B-parameter
+    bf16 DiT takes minutes of CPU.
     """
     if consume and not isinstance(tensors, MutableMapping):
         raise TypeError("consume=True needs a mutable mapping of tensors")
