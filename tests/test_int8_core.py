@@ -213,8 +213,12 @@ def test_quantizing_on_load_on_the_gpu_gives_the_cpu_values() -> None:
         assert there[key].device.type == "cpu", key
         if key.startswith("a."):  # a float weight: absmax, a division and rounding, exact anywhere
             assert torch.equal(there[key], value), key
-        else:  # rotated (a float32 matrix product), or an fp8 grid choice (a sum of errors): last bits
-            assert torch.allclose(there[key].float(), value.float(), rtol=1e-6, atol=1), key
+        elif value.dtype == torch.int8:  # rotated (a float32 matrix product), or an fp8 grid choice (a
+            # sum of errors, a near tie may go the other way): a few values one step apart
+            differ = there[key].int() - value.int()
+            assert differ.abs().max() <= 2 and (differ != 0).float().mean() < 0.1, key
+        else:
+            assert torch.allclose(there[key].float(), value.float(), rtol=0.02, atol=0), key
 
 
 @pytest.mark.parametrize(
