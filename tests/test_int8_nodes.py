@@ -161,6 +161,19 @@ def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_serv
     assert error["details"].startswith("mode - mode: 'unload everything' is not one of ['unload all', ")
 
     workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
+    # Patch Attention: a SageAttention variant not installed here is no mistake (the workflow may come
+    # from a machine that has it): it runs, with the attention left unchanged; an unknown mode is one
+    workflow[free]["inputs"]["mode"] = "unload all"
+    patch = next(i for i, n in workflow.items() if n["class_type"] == "LeanVideoPatchAttention")
+    workflow[patch]["inputs"]["mode"] = "flash"
+    answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
+    [error] = answer.json()["node_errors"][patch]["errors"]
+    assert "mode: 'flash' is not one of ['auto', 'sdpa', 'sage', 'sageattn_qk" in error["details"]
+    workflow[patch]["inputs"]["mode"] = "sageattn_qk_int8_pv_fp16_cuda"
+    with ComfyClient(comfy_server.url) as client:
+        result = run_prompt(client, workflow, timeout=300)
+    assert "attention left unchanged" in result.outputs[patch]["text"][0]
+
     workflow["1"]["inputs"]["path"] = "sage"
     with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
         run_prompt(client, workflow, timeout=120)
