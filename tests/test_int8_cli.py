@@ -213,6 +213,7 @@ def test_a_quantized_fixture_is_the_users_file_not_a_fixture(tiny_models: Fixtur
 
 
 def test_a_killed_quantize_leaves_nothing_the_next_one_keeps(tiny_models: FixtureSet, tmp_path: Path) -> None:
+    import fcntl
     import signal
     import socket
     import subprocess
@@ -235,15 +236,20 @@ def test_a_killed_quantize_leaves_nothing_the_next_one_keeps(tiny_models: Fixtur
     (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
     assert left.name.startswith(f".{target.name}.{socket.gethostname()}-{killed.pid}.")
     assert left.stat().st_size > 0
-    # A live writer's file, another host's and a file of the user's stay
-    alive = tmp_path / f".{target.name}.{socket.gethostname()}-{os.getpid()}.0badc0de.partial"
-    other_host = tmp_path / f".{target.name}.elsewhere-1.0badc0de.partial"
-    for path in (alive, other_host):
+    # A live writer's file (locked: on this host, in another PID namespace or on another host sharing
+    # the folder) and a file of the user's stay; an unlocked one of another host is a dead writer's too
+    alive = tmp_path / f".{target.name}.elsewhere-1.0badc0de.partial"
+    dead = tmp_path / f".{target.name}.gone-7.0badc0de.partial"
+    mine = tmp_path / f".{target.name}.partial"
+    for path in (alive, dead, mine):
         path.write_text("in use")
-    code, output = _run(str(tiny_models.diffusion_model), str(target))
+    with alive.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code, output = _run(str(tiny_models.diffusion_model), str(target))
     assert code == 0, output
-    assert f"removed {left}" in " ".join(output.split()) and "killed" in output
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, alive.name, other_host.name])
+    said = " ".join(output.split())
+    assert f"removed {left}" in said and f"removed {dead}" in said and "killed" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([target.name, alive.name, mine.name])
 
 
 def test_a_full_disk_while_quantizing_names_out_and_leaves_nothing(

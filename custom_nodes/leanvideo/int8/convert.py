@@ -193,7 +193,7 @@ def quantize_file(
 
     The source's metadata entries are copied, except the keys in ``drop_metadata`` (a stamp that marks
     a generated file as such must not mark the user's new file). The hidden files of writers of
-    ``target`` killed on this host are removed first (``report.removed_partials``).
+    ``target`` killed before they ended are removed first (``report.removed_partials``).
 
     fp8 weights are dequantized exactly and quantized by :func:`~leanvideo.int8.fp8.quantize_fp8_weight`
     (a first pass reads them to settle which layers to rotate). Refuses to overwrite ``target``. A
@@ -210,13 +210,10 @@ def quantize_file(
     # A name of our own beside the target (never a file of the user's), moved into place only where
     # nothing has appeared meanwhile.
     report.removed_partials = remove_dead_partials(target)
-    partial = new_partial(target)
-    try:
+    with new_partial(target) as partial:
         _stream_quantized(source, partial, header, plan, report, progress, drop_metadata)
         _verify(source, partial, plan)
         move_without_overwriting(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
     report.verified = True
     report.target_bytes = target.stat().st_size
     return report

@@ -1,29 +1,35 @@
 """A new model file beside the user's files: written under a hidden name of its own, moved into place
 only where nothing has appeared meanwhile, never replacing anything.
 
-The hidden name says who writes it: ``.NAME.<host>-<pid>.<hex>.partial``. A writer killed with SIGKILL
-(or a power cut) leaves its file behind, as large as the model; the next writer of the same target on
-the same host removes it once that process is gone.
+The hidden name says who writes it, ``.NAME.<host>-<pid>.<hex>.partial``, and its writer holds a lock on
+it (``flock``) until it ends. A writer killed with SIGKILL (or a power cut) leaves its file behind, as
+large as the model, and its lock goes with it: the next writer of the same target removes every such
+file it can lock. One that is locked belongs to a live writer, on this machine or another (a process
+in another PID namespace, a host sharing the folder), and stays.
 
 Example::
 
     check_target(target)
     removed = remove_dead_partials(target)
-    partial = new_partial(target)
-    try:
+    with new_partial(target) as partial:
         write(partial)
         move_without_overwriting(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; leftovers are left for the user to remove
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["check_target", "move_without_overwriting", "new_partial", "remove_dead_partials"]
 
@@ -48,51 +54,60 @@ def _host() -> str:
     return socket.gethostname() or "localhost"
 
 
-def new_partial(target: Path) -> Path:
-    """A new empty file of our own beside ``target``, with the permissions the umask gives any new file
-    (``mkstemp`` makes it 0600: a ComfyUI server running as another user could not read the model)."""
+@contextlib.contextmanager
+def new_partial(target: Path) -> Iterator[Path]:
+    """A new empty file of our own beside ``target``, locked while the block runs and removed after it
+    (once moved into place, the target keeps the data). It gets the permissions the umask gives any new
+    file (``mkstemp`` makes it 0600: a ComfyUI server running as another user could not read the model)."""
     owner = f"{_host()}-{os.getpid()}"
     while True:
         path = target.parent / f".{target.name}.{owner}.{secrets.token_hex(4)}.partial"
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
-        return path
-
-
-def _alive(pid: int) -> bool:
+        break
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(handle)
 
 
 def remove_dead_partials(target: Path) -> list[Path]:
-    """Remove the hidden files that writers of ``target`` on this host left when they were killed (their
-    process is gone); returns them. Another host's, a live writer's and an unknown writer's stay."""
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.(?P<host>.+)-(?P<pid>\d+)\.[0-9a-f]{{8}}\.partial")
-    removed = []
+    """Remove the hidden files that writers of ``target`` left when they were killed (no one holds their
+    lock any more); returns them. A locked one, a file of another name and, without ``flock``, every
+    one stays."""
+    if fcntl is None:
+        return []
+    pattern = re.compile(rf"\.{re.escape(target.name)}\..+-\d+\.[0-9a-f]{{8}}\.partial")
     try:
         names = [entry.name for entry in os.scandir(target.parent)]
     except OSError:
         return []
+    removed = []
     for name in names:
-        found = pattern.fullmatch(name)
-        if found is None or found["host"] != _host():
-            continue
-        pid = int(found["pid"])
-        if pid == os.getpid() or _alive(pid):
+        if pattern.fullmatch(name) is None:
             continue
         path = target.parent / name
         try:
-            path.unlink()
-        except FileNotFoundError:  # its writer's successor got there first
+            handle = os.open(path, os.O_RDONLY)
+        except OSError:  # gone meanwhile, or not ours to read
             continue
-        removed.append(path)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # locked: its writer is alive
+            os.close(handle)
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(handle)
     return removed
 
 
