@@ -193,6 +193,21 @@ def test_a_damaged_download_is_said_to_be_one(tmp_path: Path, content: bytes | N
         assert f"({len(content)} bytes of the {len(content) + 1000} its header says)" in message
 
 
+def test_a_cut_short_file_whose_header_length_reads_as_text_is_still_cut_short(tmp_path: Path) -> None:
+    """A header 0x17B bytes long (a writer that does not pad it) starts the file with b"{\\x01": a
+    cut-off model, not a web page."""
+    entry = '{"w":{"dtype":"F32","shape":[64,64],"data_offsets":[0,16384]}}'
+    text = entry[:-1] + ',"__metadata__":{"x":"' + "y" * (0x17B - len(entry) - 24) + '"}}'
+    raw = text.encode()
+    assert len(raw) == 0x17B, len(raw)
+    data = len(raw).to_bytes(8, "little") + raw + torch.randn(64, 64).numpy().tobytes()
+    assert data[:2] == b"{\x01"
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(data[:-1000])
+    with pytest.raises(Int8FormatError, match="it is cut short"):
+        read_int8_file(path)
+
+
 def test_text_encoder_rules_quantize_clip_and_t5_projections_only() -> None:
     shapes = {
         "text_model.encoder.layers.0.self_attn.q_proj.weight": (768, 768),

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
+from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file
@@ -150,7 +150,11 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
                         "exception_type": type(exc).__name__,
                         "message": str(exc),
                     }
-                exc.record_path = _write(client, exc.result, workflow, path, environment, applied, run_dir)[0]
+                written = (client, exc.result, workflow, path, environment, applied, run_dir)
+                try:
+                    exc.record_path = _write(*written)[0]
+                except OutputWriteError as unwritten:  # the disk is full: the prompt's own failure says more
+                    logger.warning("no partial run record: %s", unwritten)
             else:  # never queued (the server rejected it, or was not reached): no run, no folders
                 for folder in made:
                     with contextlib.suppress(OSError):

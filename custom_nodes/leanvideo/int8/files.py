@@ -68,19 +68,20 @@ def _pickle_hint(path: Path) -> str:
             "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
             "because loading it can run code: get the .safetensors release of the model"
         )
+    if start[8:9] == b"{" and (expected := _size_its_header_says(path)) is not None and size < expected:
+        return (
+            f"; it is cut short ({size} bytes of the {expected} its header says): an interrupted download "
+            "or copy, get the file again"
+        )
     text = start.lstrip().lower()
-    if text.startswith((b"<!doctype", b"<html", b"<?xml", b"{", b"version https://git-lfs")):
+    looks_like_text = text.startswith((b"<!doctype", b"<html", b"<?xml", b"{", b"version https://git-lfs"))
+    if start[8:9] != b"{" and looks_like_text:  # not a safetensors header whose length reads as text
         what = (
             "a Git LFS pointer (the repository was cloned without git lfs)"
             if text.startswith(b"version https://git-lfs")
             else "a web page or other text (often an error or login page saved by the browser)"
         )
         return f"; it is {what}, not a model: download the file itself again"
-    if start[8:9] == b"{" and (expected := _size_its_header_says(path)) is not None and size < expected:
-        return (
-            f"; it is cut short ({size} bytes of the {expected} its header says): an interrupted download "
-            "or copy, get the file again"
-        )
     return ""
 
 
