@@ -83,6 +83,9 @@ def test_the_last_node_ends_when_the_server_says_the_prompt_did_not_when_the_new
     by_id = {t.node_id: t for t in tracker.timings}
     assert round(by_id["14"].seconds, 6) == 0.2 and round(by_id["12"].seconds, 6) == 0.8
     assert sum(t.seconds for t in tracker.timings) <= tracker.server_seconds
+    # a reconnect after the end: ComfyUI tells the client the last node it ran, without a prompt id
+    tracker.handle({"type": "executing", "data": {"node": "14"}}, 3.1)
+    assert [t.node_id for t in tracker.timings] == ["12", "14"] and tracker.current_node is None
     # a server clock the client cannot map (no start timestamp) leaves the client's own times
     tracker = PromptTracker(PID, WORKFLOW)
     feed(

@@ -158,4 +158,4 @@ def test_the_nodes_reports_show_in_the_editor_once_they_ran(
     assert "unloaded" in by_type["LeanVideoFreeVRAM"], by_type
     assert "attention: auto → sdpa" in by_type["LeanVideoPatchAttention"], by_type
     assert "INT8 kernels:" in by_type["LeanVideoCheckpointLoaderINT8"], by_type
-    assert saved_after == saved_before  # drawn, not a widget: the saved workflow is the same
+    assert saved_after == saved_before  # drawn, not a widget: no value is added to the saved workflow

@@ -178,8 +178,10 @@ class PromptTracker:
                     self.status = "success"
                 return [ClientEvent("done")]
             node_id = str(node)
-            if node_id == self._current:
-                return []  # the server repeats the running node after a reconnect
+            if node_id == self._current or self.server_end_ms is not None:
+                # the server repeats the running node after a reconnect; after the prompt ended, the
+                # last one (ComfyUI sends it to a reconnecting client until the next prompt starts)
+                return []
             self._close_current(now)
             self._current, self._current_since, self._last_step_at = node_id, now, now
             return [ClientEvent("node", node_id, self.class_type(node_id))]
@@ -201,8 +203,8 @@ class PromptTracker:
             self._close_current(self._server_end_on_client_clock(now))
             return [ClientEvent("success")]
         if kind in ("execution_error", "execution_interrupted"):
-            self._close_current(now)
             self.server_end_ms = _timestamp(data)
+            self._close_current(self._server_end_on_client_clock(now))
             if kind == "execution_error":
                 self.status, self.error = "error", error_summary(data)
             else:

@@ -1,6 +1,7 @@
 // The report each LeanVideo node returns as `ui.text` (what Free VRAM freed, what Patch Attention
 // patched and why, each INT8 kernel a loader chose), drawn under the node's widgets in the editor once
-// the node has run. Drawn, not a widget: nothing is added to the workflow a user saves or submits.
+// the node has run. Drawn, not a widget: no value is added to what is saved or submitted; the node
+// grows to show it (its size is saved, as any node's).
 import { app } from "../../scripts/app.js";
 
 const NODES = new Set([
@@ -40,7 +41,7 @@ function fitToReport(node) {
   ]);
 }
 
-app.registerExtension({
+const EXTENSION = {
   name: "leanvideo.reports",
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!NODES.has(nodeData.name)) return;
@@ -70,4 +71,9 @@ app.registerExtension({
       ctx.restore();
     };
   },
-});
+};
+
+// A second copy of the pack in custom_nodes serves this file twice: the first registration is the one.
+if (!app.extensions?.some((extension) => extension.name === EXTENSION.name)) {
+  app.registerExtension(EXTENSION);
+}
