@@ -51,3 +51,22 @@ def test_tiny_workflow_runs_on_the_shared_server(
         client.close()
     assert result.status == "success"
     assert [item["filename"].endswith(".mp4") for _, item in output_files(result.outputs)] == [True]
+
+
+def test_the_version_is_the_loaded_copys_and_never_comfyuis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    from leanvideo import routes
+
+    clone = tmp_path / "ComfyUI-LeanVideo"  # a Manager clone: the repository's pyproject beside the pack
+    (clone / "custom_nodes" / "leanvideo").mkdir(parents=True)
+    (clone / "pyproject.toml").write_text('[project]\nname = "leanvideo"\nversion = "9.9.1"\n')
+    monkeypatch.setattr(routes, "PACK_DIR", clone / "custom_nodes" / "leanvideo")
+    assert routes.pack_version() == f"9.9.1 (from {clone / 'pyproject.toml'})"
+    comfy = tmp_path / "ComfyUI"  # the pack folder copied into ComfyUI/custom_nodes: ComfyUI's pyproject
+    (comfy / "custom_nodes" / "leanvideo").mkdir(parents=True)
+    (comfy / "pyproject.toml").write_text('[project]\nname = "ComfyUI"\nversion = "0.3.75"\n')
+    monkeypatch.setattr(routes, "PACK_DIR", comfy / "custom_nodes" / "leanvideo")
+    assert routes.pack_version() == metadata.version("leanvideo")

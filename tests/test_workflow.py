@@ -186,6 +186,9 @@ def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
         "a LeanVideo node and the server has none of them: the node pack is not installed"
         in problems[("4", None)]
     )
+    info["LeanVideoFixtureAttentionMask"] = {"input": {}}  # the tiny models' helper is no pack node
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert "the node pack is not installed" in problems[("4", None)]
     info["LeanVideoFreeVRAM"] = {"input": {}, "output_node": True}  # the pack is there: a plain typo
     problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
     assert "the node pack is not installed" not in problems[("4", None)]

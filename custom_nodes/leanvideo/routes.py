@@ -51,18 +51,20 @@ def read_pin() -> dict[str, Any]:
 
 
 def pack_version() -> str:
-    """The installed package's version; in a clone that ComfyUI-Manager made (the pack is not installed
-    as a package there), the one its ``pyproject.toml`` states."""
+    """The version of the copy of the pack that is loaded: its repository's ``pyproject.toml`` when it
+    sits in one (a ComfyUI-Manager clone, a checkout), else the installed package's."""
+    pyproject = PACK_DIR.parent.parent / "pyproject.toml"
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    named = re.search(r'^name = "leanvideo"$', text, re.MULTILINE)  # not ComfyUI's own pyproject
+    if named and (found := re.search(r'^version = "([^"]+)"$', text, re.MULTILINE)):
+        return f"{found[1]} (from {pyproject})"
     try:
         return metadata.version("leanvideo")
     except metadata.PackageNotFoundError:
-        pass
-    pyproject = PACK_DIR.parent.parent / "pyproject.toml"
-    try:
-        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
-    except OSError:
-        found = None
-    return f"{found[1]} (from {pyproject})" if found else "unknown (not installed as a package)"
+        return "unknown (not installed as a package)"
 
 
 def build_info() -> dict[str, Any]:

@@ -247,13 +247,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print("interrupted")
         return 130
     except OSError as exc:  # a file or folder the command had to write or read: named, not a traceback
-        code = 2 if exc.errno in UNUSABLE_PATH_ERRNOS else 1
-        message = f"{exc.filename or 'a file'}: {exc.strerror or exc}"
+        code = 2 if exc.filename is not None and exc.errno in UNUSABLE_PATH_ERRNOS else 1
+        message = os_error_message(exc)
         err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
         if getattr(args, "json", False):
             error = {"type": type(exc).__name__, "message": message, "exit_code": code}
             print_json(console, {"error": error})
         return code
+
+
+def os_error_message(exc: OSError) -> str:
+    """An OSError said with the path or paths it names (a rename or link names two), else as it is."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return reason
+    if exc.filename2 is not None:
+        return f"{exc.filename} → {exc.filename2}: {reason}"
+    return f"{exc.filename}: {reason}"
 
 
 def _dispatch(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console, err: Console) -> int:

@@ -35,7 +35,7 @@ from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
-from runner.graph.suggest import fixture_hint
+from runner.graph.suggest import unknown_node_hint
 from runner.graph.workflow import api_workflow, is_ui_workflow
 
 Workflow = dict[str, Any]
@@ -87,7 +87,7 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
         if kind.startswith("workflow>") or kind.startswith("workflow/"):
             raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")
         if kind not in object_info:
-            hint = fixture_hint(kind, object_info) or " (not in the server's /object_info)"
+            hint = unknown_node_hint(kind, object_info) or " (not in the server's /object_info)"
             raise WorkflowError(f"node {node_id}: unknown node type {kind!r}{hint}")
         inputs = widget_inputs(node, object_info[kind])
         if kind in FRONTEND_WIDGETS:

@@ -17,12 +17,15 @@ FIXTURE_PREFIX = "LeanVideoFixture"  # the tiny models' helper nodes, loaded by 
 PACK_PREFIX = "LeanVideo"  # the node pack's own nodes
 
 
-def fixture_hint(class_type: str, known: Iterable[str] = ()) -> str | None:
+def unknown_node_hint(class_type: str, known: Iterable[str] = ()) -> str | None:
     """What to do about an unknown node type that is one of the tiny models' helper nodes, or one of
     the node pack's while the server has none of them (``known``: its node types), else None."""
     if class_type.startswith(FIXTURE_PREFIX):
         return ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
-    if class_type.startswith(PACK_PREFIX) and not any(str(k).startswith(PACK_PREFIX) for k in known):
+    pack_nodes = (
+        str(k) for k in known if str(k).startswith(PACK_PREFIX) and not str(k).startswith(FIXTURE_PREFIX)
+    )
+    if class_type.startswith(PACK_PREFIX) and next(pack_nodes, None) is None:
         return (
             ": it is a LeanVideo node and the server has none of them: the node pack is not installed "
             "there, or it failed to load (its log says IMPORT FAILED, or the pack's models folders "

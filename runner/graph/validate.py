@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.suggest import MODEL_SUFFIXES, close_hint, fixture_hint
+from runner.graph.suggest import MODEL_SUFFIXES, close_hint, unknown_node_hint
 from runner.graph.workflow import ObjectInfo, Workflow, coerce_value, input_choices, input_spec, is_link
 
 
@@ -51,7 +51,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
         if info is None:
-            hint = fixture_hint(class_type, object_info) or close_hint(class_type, object_info)
+            hint = unknown_node_hint(class_type, object_info) or close_hint(class_type, object_info)
             problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
