@@ -139,7 +139,7 @@ def comparison_caveats(matrix: Matrix, results: Sequence[VariantResult]) -> list
             f"{', '.join(other)}: timed on another server than the baseline (launch flags need one), so "
             "the speed-up compares two time windows, and a change of the machine's load between them "
             "counts as speed-up (its CI and p do not see it): check in the phase table that the phases "
-            "it cannot change (text encode, VAE decode) stayed put, and repeat it with more `--repeats`"
+            "its launch flags do not touch stayed put"
         )
     return lines
 

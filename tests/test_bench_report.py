@@ -274,8 +274,8 @@ def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
     caveat = (
         "fast: timed on another server than the baseline (launch flags need one), so the speed-up "
         "compares two time windows, and a change of the machine's load between them counts as speed-up "
-        "(its CI and p do not see it): check in the phase table that the phases it cannot change (text "
-        "encode, VAE decode) stayed put, and repeat it with more `--repeats`"
+        "(its CI and p do not see it): check in the phase table that the phases its launch flags do not "
+        "touch stayed put"
     )
     assert comparison_caveats(matrix, [base, fast]) == [caveat]
     # the baseline with flags, the other variant without: still two servers

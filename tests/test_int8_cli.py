@@ -266,5 +266,7 @@ def test_a_full_disk_while_quantizing_names_out_and_leaves_nothing(
     target = tmp_path / "dit-int8.safetensors"
     with pytest.raises(LeanVideoError) as raised:
         _run(str(tiny_models.diffusion_model), str(target))
-    assert str(raised.value) == f"{target}: No space left on device while writing it (nothing is left behind)"
+    source = tiny_models.diffusion_model
+    expected = f"No space left on device while quantizing {source} into {target} (nothing is left behind)"
+    assert str(raised.value) == expected
     assert list(tmp_path.iterdir()) == []

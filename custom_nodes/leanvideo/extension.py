@@ -44,9 +44,10 @@ def create_extension() -> LeanVideoExtension:
 
     server = PromptServer.instance
     first: Path | None = getattr(server, "leanvideo_pack_dir", None)
-    if first is not None and first != PACK_DIR:
-        # Two copies in custom_nodes (a Manager clone beside a link, two names): the one loaded first
-        # keeps its nodes and routes; mixing the two would run one copy's nodes under the other's routes.
+    if first is not None:
+        # Two copies in custom_nodes (a Manager clone beside a link, two names), or two links to one:
+        # the one loaded first keeps its nodes and routes (mixing them would run one copy's nodes under
+        # the other's routes; routes added twice answer twice).
         logger.warning(
             "LeanVideo: a second copy of the node pack, %s, is not loaded: %s was loaded first and is "
             "the one in use; remove one of the two from custom_nodes",

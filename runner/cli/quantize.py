@@ -137,9 +137,9 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
                 drop_metadata=(FIXTURE_STAMP,),  # the user's file is no fixture `fixtures` may rewrite
             )
     except OSError as error:
-        if error.filename is None and error.strerror:  # a write into OUT's hidden file: no name given
+        if error.filename is None and error.strerror:  # a read or write that names no file
             raise LeanVideoError(
-                f"{args.output}: {error.strerror} while writing it (nothing is left behind)"
+                f"{error.strerror} while quantizing {args.input} into {args.output} (nothing is left behind)"
             ) from error
         raise LeanVideoError(str(error)) from error
     except (Int8FormatError, ValueError) as error:

@@ -181,16 +181,17 @@ def ensure_workspace_comfyui(
     placed_here = recorded == (str(target), pin["tree_digest"], True)
     if not placed_here:
         say(f"verifying the ComfyUI already at {target}…")
-    try:  # every run (a twentieth of a second): a file deleted or edited since is found now, not at start
+    try:  # every run: a pinned file deleted or edited since is found now, not when a server starts
+        if placed_here:  # the pinned files only (a twentieth of a second), not models/ and output/
+            verify_tree(target, pin, exact=False, list_extras=False)
+            say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
+            return str(old["source"])
         extras = verify_tree(target, pin, exact=False)
     except InstallError as exc:
         raise InstallError(
             f"{exc}. Move {target} away and run again (the pinned ComfyUI is put back), or keep it: "
             f"--comfyui {target}"
         ) from exc
-    if placed_here:
-        say(f"ComfyUI v{pin['version']} already in place at {target} (verified)")
-        return str(old["source"])
     say_extras(extras)
     return "git" if (target / ".git").exists() else "wheel"
 

@@ -105,12 +105,13 @@ def compare_tree(root: Path, manifest: Mapping[str, str], present: Sequence[str]
     return problems
 
 
-def verify_tree(root: Path, pin: Mapping[str, Any], exact: bool) -> list[str]:
+def verify_tree(root: Path, pin: Mapping[str, Any], exact: bool, *, list_extras: bool = True) -> list[str]:
     """Raise InstallError naming the first differing files unless `root` matches the pin.
 
-    Returns the files outside the manifest that were allowed (only when not `exact`).
+    Returns the files outside the manifest that were allowed (only when not `exact`; none are looked for
+    without `list_extras`: a tree with models and outputs in it is not walked).
     """
-    present = list_files(root)
+    present = list_files(root) if exact or list_extras else []
     problems = compare_tree(root, pin["files"], present if exact else None)
     if problems:
         first = "; ".join(problems[:5])

@@ -131,10 +131,10 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
         raise
     except OSError as exc:  # the disk filled up, the folder turned read-only
         target.unlink(missing_ok=True)
+        where = f"{item.get('subfolder')}/" if item.get("subfolder") else ""
         raise OutputWriteError(
             f"cannot write {target} ({exc.strerror or type(exc).__name__}); the file is still in the "
-            f"server's output folder as {item.get('subfolder') or ''}{'/' if item.get('subfolder') else ''}"
-            f"{item['filename']}"
+            f"server's {item.get('type', 'output')} folder as {where}{item['filename']}"
         ) from exc
 
 

@@ -136,9 +136,9 @@ def write_run_record(record: dict[str, Any], path: Path) -> Path:
         OutputWriteError: the record could not be written (the disk is full, the folder read-only).
     """
     text = json.dumps(record, indent=2) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         partial.write_text(text, encoding="utf-8")
         _link_into_place(partial, path)
     except FileExistsError:
