@@ -5,7 +5,6 @@ output file downloaded exactly once."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import json
 import time
@@ -15,7 +14,6 @@ from typing import Any
 import pytest
 
 from runner.errors import (
-    OutputWriteError,
     PromptCancelledError,
     PromptFailedError,
     PromptLostError,
@@ -365,52 +363,3 @@ def test_retries_stop_at_the_count_and_at_the_deadline() -> None:
     with pytest.raises(ValueError, match="retries must be ≥ 0"):
         RetryPolicy(retries=-1)
     assert [RetryPolicy().ceiling(n) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
-
-
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")
-def test_a_full_disk_while_downloading_names_the_file_and_leaves_no_half_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The prompt ran, the download hits a full disk: an error naming the file and where the server
-    keeps it, and nothing half-written under the output's name (a cut-off MP4 looks like a result)."""
-    real_open = Path.open
-
-    def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        if mode == "xb" and self.suffix == ".mp4":
-            self.touch()  # the file exists, as an open for writing makes it
-            return open("/dev/full", "wb", buffering=0)  # every write: ENOSPC
-        return real_open(self, mode, *args, **kwargs)
-
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(WORKFLOW))
-    monkeypatch.setattr(Path, "open", full_disk)
-    with FakeComfy(finish_normally) as fake, pytest.raises(OutputWriteError) as raised:
-        run_workflow(path, RunOptions(server=fake.url, out_dir=tmp_path / "out", validate=False))
-    [run_dir] = (tmp_path / "out").iterdir()
-    assert f"cannot write {run_dir / 'clip_00001_.mp4'} (No space left on device)" in str(raised.value)
-    assert "still in the server's output folder as video/clip_00001_.mp4" in str(raised.value)
-    assert list(run_dir.iterdir()) == []
-    assert raised.value.exit_code == 1
-
-
-def test_a_full_disk_while_writing_the_record_leaves_no_half_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real_write = Path.write_text
-
-    def full_disk(self: Path, data: str, *args: Any, **kwargs: Any) -> int:
-        if self.name.endswith(".partial"):
-            real_write(self, data[:100], *args, **kwargs)  # what fitted
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(self, data, *args, **kwargs)
-
-    path = tmp_path / "wf.json"
-    path.write_text(json.dumps(WORKFLOW))
-    monkeypatch.setattr(Path, "write_text", full_disk)
-    with (
-        FakeComfy(finish_normally) as fake,
-        pytest.raises(OutputWriteError, match=r"cannot write the run record .*run\.json \(No space left"),
-    ):
-        run_workflow(path, RunOptions(server=fake.url, out_dir=tmp_path / "out", validate=False))
-    [run_dir] = (tmp_path / "out").iterdir()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["clip_00001_.mp4"]  # no run.json, whole or half

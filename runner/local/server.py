@@ -33,11 +33,11 @@ import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
+from runner.local.server_log import keep_previous_log, read_log_tail
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
 
-LOG_TAIL_LINES = 40
 HEADLESS_PAGE = (
     "<!doctype html><title>ComfyUI (headless)</title>"
     "<p>This ComfyUI runs without its frontend package: use the API (LeanVideo's runner).</p>\n"
@@ -161,25 +161,6 @@ def write_headless_page(config: ServerConfig) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "index.html").write_text(HEADLESS_PAGE, encoding="utf-8")
     return root
-
-
-def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a log file, or a note that there is none."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def keep_previous_log(log: Path) -> None:
-    """The log of the server that ran here before (a crash's cause, say) becomes ``comfyui.log.1``,
-    replacing the one before it, instead of being cut to nothing by the new server's start."""
-    try:
-        if log.stat().st_size:
-            os.replace(log, log.with_name(log.name + ".1"))
-    except OSError:  # no log yet, or one that cannot be moved: the new server starts anyway
-        pass
 
 
 def write_extra_model_paths(config: ServerConfig) -> Path:

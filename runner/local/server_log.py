@@ -1,0 +1,36 @@
+"""A server's ``comfyui.log``: its last lines for an error message, and the previous server's log kept
+when a new one starts in the same folder.
+
+Example::
+
+    keep_previous_log(state_dir / "comfyui.log")  # comfyui.log → comfyui.log.1
+    print(read_log_tail(state_dir / "comfyui.log"))
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["LOG_TAIL_LINES", "keep_previous_log", "read_log_tail"]
+
+LOG_TAIL_LINES = 40
+
+
+def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file, or a note that there is none."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def keep_previous_log(log: Path) -> None:
+    """The log of the server that ran here before (a crash's cause, say) becomes ``comfyui.log.1``,
+    replacing the one before it, instead of being cut to nothing by the new server's start."""
+    try:
+        if log.stat().st_size:
+            os.replace(log, log.with_name(log.name + ".1"))
+    except OSError:  # no log yet, or one that cannot be moved: the new server starts anyway
+        pass
