@@ -139,7 +139,9 @@ def test_the_nodes_reports_show_in_the_editor_once_they_ran(
     reported = {n["id"]: n["type"] for n in ui["nodes"] if n["type"] in PACK_NODES}
     with open_app(editor_url) as page:
         page.evaluate(LOAD_JS, ui)
-        saved_before = page.evaluate("() => window.app.graph.serialize().nodes.map((n) => n.widgets_values)")
+        saved_before = page.evaluate(
+            "() => window.app.graph.serialize().nodes.map((n) => [n.widgets_values, n.size])"
+        )
         page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
         page.wait_for_function(
             "(ids) => ids.every((id) => window.app.graph.getNodeById(id)?.leanvideoReport)",
@@ -151,11 +153,20 @@ def test_the_nodes_reports_show_in_the_editor_once_they_ran(
             "[id, window.app.graph.getNodeById(id).leanvideoReport]))",
             list(reported),
         )
-        saved_after = page.evaluate("() => window.app.graph.serialize().nodes.map((n) => n.widgets_values)")
+        saved_after = page.evaluate(
+            "() => window.app.graph.serialize().nodes.map((n) => [n.widgets_values, n.size])"
+        )
         ARTIFACTS.mkdir(exist_ok=True)
+        page.evaluate(  # a selected node shows its report under it
+            "(id) => { const node = window.app.graph.getNodeById(id); window.app.canvas.selectNode(node);"
+            " window.app.canvas.centerOnNode(node); window.app.canvas.setDirty(true, true); }",
+            next(i for i, kind in reported.items() if kind == "LeanVideoFreeVRAM"),
+        )
+        page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / "ltxv_tiny_t2v_int8.reports.png"))
     by_type = {reported[int(node_id)]: "\n".join(lines) for node_id, lines in reports.items()}
     assert "unloaded" in by_type["LeanVideoFreeVRAM"], by_type
     assert "attention: auto → sdpa" in by_type["LeanVideoPatchAttention"], by_type
     assert "INT8 kernels:" in by_type["LeanVideoCheckpointLoaderINT8"], by_type
-    assert saved_after == saved_before  # drawn, not a widget: no value is added to the saved workflow
+    # drawn, not a widget, and the node keeps its size (a grown node covered its neighbours)
+    assert saved_after == saved_before

@@ -1,7 +1,8 @@
 // The report each LeanVideo node returns as `ui.text` (what Free VRAM freed, what Patch Attention
-// patched and why, each INT8 kernel a loader chose), drawn under the node's widgets in the editor once
-// the node has run. Drawn, not a widget: no value is added to what is saved or submitted; the node
-// grows to show it (its size is saved, as any node's).
+// patched and why, each INT8 kernel a loader chose), in the editor: once the node has run, a circled
+// "i" in its title bar says there is one, and selecting the node (or pointing at it) shows it in a box
+// under the node, over whatever is there, wrapped to a readable width. The node itself never changes: not its size
+// (it would cover its neighbours), not its widgets; nothing is added to what is saved or submitted.
 import { app } from "../../scripts/app.js";
 
 const NODES = new Set([
@@ -14,31 +15,72 @@ const NODES = new Set([
 ]);
 const LINE_HEIGHT = 14;
 const MAX_LINES = 40;
-const MAX_WIDTH = 720;
+const MAX_WIDTH = 640;
+const PADDING = 8;
 const FONT = "11px monospace";
 
 function reportLines(message) {
   const text = message?.text;
   if (!Array.isArray(text) || text.length === 0) return null;
-  const lines = text.join("\n").split("\n");
-  if (lines.length > MAX_LINES) {
-    const more = lines.length - MAX_LINES + 1;
-    return [...lines.slice(0, MAX_LINES - 1), `… ${more} more line(s): the prompt's history has them all`];
-  }
-  return lines;
+  return text.map(String).join("\n").split("\n");
 }
 
-function fitToReport(node) {
-  const lines = node.leanvideoReport;
-  const ctx = document.createElement("canvas").getContext("2d");
+// Lines cut at spaces (or anywhere, for a long path) to fit `width`; at most MAX_LINES in all.
+function wrap(ctx, lines, width) {
+  const wrapped = [];
+  for (const line of lines) {
+    let rest = line;
+    while (ctx.measureText(rest).width > width) {
+      let cut = rest.length;
+      while (cut > 1 && ctx.measureText(rest.slice(0, cut)).width > width) cut -= 1;
+      const space = rest.lastIndexOf(" ", cut);
+      const at = space > cut / 2 ? space : cut;
+      wrapped.push(rest.slice(0, at));
+      rest = "    " + rest.slice(at).trimStart();
+    }
+    wrapped.push(rest);
+  }
+  if (wrapped.length > MAX_LINES) {
+    const more = wrapped.length - MAX_LINES + 1;
+    return [...wrapped.slice(0, MAX_LINES - 1), `… ${more} more line(s): the prompt's history has them all`];
+  }
+  return wrapped;
+}
+
+// A small circled "i" at the right of the title bar (drawn: a font may lack the ⓘ glyph).
+function drawMarker(node, ctx) {
+  const title = LiteGraph.NODE_TITLE_HEIGHT ?? 30;
+  const x = node.size[0] - 14;
+  const y = -title / 2;
+  ctx.save();
+  ctx.strokeStyle = ctx.fillStyle = LiteGraph.NODE_TITLE_COLOR ?? "#999";
+  ctx.lineWidth = 1.2;
+  ctx.beginPath();
+  ctx.arc(x, y, 6, 0, 2 * Math.PI);
+  ctx.stroke();
+  ctx.font = "bold 9px sans-serif";
+  ctx.textAlign = "center";
+  ctx.fillText("i", x, y + 3.5);
+  ctx.restore();
+}
+
+function drawReport(node, ctx) {
+  ctx.save();
   ctx.font = FONT;
-  const widest = Math.max(...lines.map((line) => ctx.measureText(line).width)) + 20;
-  const base = node.computeSize();
-  node.leanvideoReportTop = base[1];
-  node.setSize([
-    Math.max(node.size[0], Math.min(widest, MAX_WIDTH)),
-    base[1] + lines.length * LINE_HEIGHT + 8,
-  ]);
+  const width = Math.max(node.size[0], Math.min(MAX_WIDTH, node.size[0] * 2)) - 2 * PADDING;
+  const lines = wrap(ctx, node.leanvideoReport, width);
+  const widest = Math.max(...lines.map((line) => ctx.measureText(line).width));
+  const boxWidth = Math.min(width, widest) + 2 * PADDING + 4;
+  const top = node.size[1] + 6;
+  ctx.fillStyle = "rgba(20, 20, 20, 0.94)";
+  ctx.strokeStyle = "#666";
+  ctx.beginPath();
+  ctx.rect(0, top, boxWidth, lines.length * LINE_HEIGHT + PADDING);
+  ctx.fill();
+  ctx.stroke();
+  ctx.fillStyle = "#ddd";
+  lines.forEach((line, index) => ctx.fillText(line, PADDING, top + (index + 1) * LINE_HEIGHT));
+  ctx.restore();
 }
 
 const EXTENSION = {
@@ -51,24 +93,14 @@ const EXTENSION = {
       const lines = reportLines(message);
       if (!lines) return;
       this.leanvideoReport = lines;
-      fitToReport(this);
       this.setDirtyCanvas(true, true);
     };
     const onDrawForeground = nodeType.prototype.onDrawForeground;
     nodeType.prototype.onDrawForeground = function (ctx) {
       onDrawForeground?.apply(this, arguments);
-      if (!this.leanvideoReport || this.flags?.collapsed) return;
-      const top = this.leanvideoReportTop ?? this.computeSize()[1];
-      ctx.save();
-      ctx.beginPath();
-      ctx.rect(0, top, this.size[0], this.size[1] - top);
-      ctx.clip();
-      ctx.font = FONT;
-      ctx.fillStyle = LiteGraph.NODE_TEXT_COLOR ?? "#aaa";
-      this.leanvideoReport.forEach((line, index) => {
-        ctx.fillText(line, 10, top + (index + 1) * LINE_HEIGHT);
-      });
-      ctx.restore();
+      if (!this.leanvideoReport) return;
+      drawMarker(this, ctx);
+      if (!this.flags?.collapsed && (this.is_selected || this.mouseOver)) drawReport(this, ctx);
     };
   },
 };
