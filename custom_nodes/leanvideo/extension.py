@@ -32,6 +32,13 @@ class LeanVideoExtension(ComfyExtension):
         return nodes
 
 
+def installed_as(pack_dir: Path) -> Path:
+    """The entry of a ``custom_nodes`` folder that holds the pack: the pack's own folder, or the
+    repository cloned around it (``custom_nodes/ComfyUI-LeanVideo`` for its ``custom_nodes/leanvideo``)."""
+    entries = [folder for folder in (pack_dir, *pack_dir.parents) if folder.parent.name == "custom_nodes"]
+    return entries[-1] if entries else pack_dir
+
+
 def create_extension() -> LeanVideoExtension:
     """Add the pack's HTTP routes to the running server and return the extension.
 
@@ -51,8 +58,8 @@ def create_extension() -> LeanVideoExtension:
         logger.warning(
             "LeanVideo: a second copy of the node pack, %s, is not loaded: %s was loaded first and is "
             "the one in use; remove one of the two from custom_nodes",
-            PACK_DIR,
-            first,
+            installed_as(PACK_DIR),
+            installed_as(first),
         )
         return LeanVideoExtension(registers_nodes=False)
     server.leanvideo_pack_dir = PACK_DIR

@@ -44,14 +44,15 @@ def file_listed(folder: str, name: str | None) -> bool | str:
     return f"{name!r} is not in {where} (there: {shown})"
 
 
-def choice_problem(node: type[io.ComfyNode], **values: Any) -> bool | str:
+def choice_problem(node: type[io.ComfyNode], *, named: bool = True, **values: Any) -> bool | str:
     """``True`` when each of ``values`` (input name → value; ``None``: linked or left out) is one of its
-    dropdown's choices in ``node``'s schema, else what is wrong, naming the input and its choices."""
+    dropdown's choices in ``node``'s schema, else what is wrong with its choices, and the input's name
+    when ``named`` (ComfyUI puts it before what ``validate_inputs`` says)."""
     combos = {item.id: item for item in node.define_schema().inputs if isinstance(item, io.Combo.Input)}
     for name, value in values.items():
         choices = list(combos[name].options or [])
         if value is not None and value not in choices:
-            return f"{name}: {value!r} is not one of {choices}"
+            return f"{name + ': ' if named else ''}{value!r} is not one of {choices}"
     return True
 
 

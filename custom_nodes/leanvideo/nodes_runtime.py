@@ -72,7 +72,7 @@ class LeanVideoFreeVRAM(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, mode: str | None = None) -> bool | str:
-        return choice_problem(cls, mode=mode)
+        return choice_problem(cls, named=False, mode=mode)
 
     @classmethod
     def execute(cls, mode: str, free_ram: bool, value: Any = None) -> io.NodeOutput:
@@ -126,7 +126,7 @@ class LeanVideoPatchAttention(io.ComfyNode):
         # every mode there is, installed here or not: a workflow saved where a SageAttention variant is
         # installed runs elsewhere with the attention left unchanged, and the node's report says so
         known = [AUTO, SDPA, SAGE, *SAGE_VARIANTS]
-        return True if mode is None or mode in known else f"mode: {mode!r} is not one of {known}"
+        return True if mode is None or mode in known else f"{mode!r} is not one of {known}"
 
     @classmethod
     def execute(cls, model: Any, mode: str) -> io.NodeOutput:

@@ -68,6 +68,11 @@ def _pickle_hint(path: Path) -> str:
             "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
             "because loading it can run code: get the .safetensors release of the model"
         )
+    if start[8:9] == b"{" and 8 + declared > size and declared <= 100_000_000:
+        return (
+            f"; it is cut short inside its header ({size} bytes, of a header of {declared}): an interrupted "
+            "download or copy, get the file again"
+        )
     if start[8:9] == b"{" and (expected := _size_its_header_says(path)) is not None and size < expected:
         return (
             f"; it is cut short ({size} bytes of the {expected} its header says): an interrupted download "
