@@ -101,13 +101,14 @@ table() {  # table NAME [int8_bench options…]; its files are handed back as so
     FAILED+=("table$name (no time left)")
     return
   fi
-  timeout "$limit" "$PY" benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
+  timeout "$limit" "$PY" -u benchmarks/int8_bench.py --skip-files --device "$DEVICE" --linear-models "$MODELS" \
     --runs "$RUNS" "$@" --json "$RESULTS/int8_kernels$name.json" \
     >"$RESULTS/int8_linear$name.txt" 2>&1 || { echo "int8_bench$name failed or timed out"; FAILED+=("table$name"); }
   grep -A50 "^linear on" "$RESULTS/int8_linear$name.txt" || tail -5 "$RESULTS/int8_linear$name.txt"
   for file in "$RESULTS/int8_linear$name.txt" "$RESULTS/int8_kernels$name.json"; do
     [ -f "$file" ] && cp "$file" "$HANDBACK/"
   done
+  cp "$LOG" "$HANDBACK/log.txt"  # so far: if the device call's own limit stops this script, it is back
 }
 table "" --tokens "$TOKENS" --out "$RESULTS/int8_linear.json"
 table "_convrot" --tokens "$TOKENS" --convrot

@@ -33,6 +33,7 @@ import argparse
 import json
 import logging
 import platform
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -285,9 +286,14 @@ def main() -> int:
     models = [m.strip() for m in args.linear_models.split(",") if m.strip()]
     if unknown := [m for m in models if m not in MODELS]:
         parser.error(f"--linear-models: unknown {unknown}; known: {sorted(MODELS)}")
-    linear = {}
-    if not args.skip_linear:
-        linear = {m: bench_linear(m, args.tokens, args.runs, device, convrot=args.convrot) for m in models}
+    linear: dict[str, list[dict[str, Any]]] = {}
+    for model in [] if args.skip_linear else models:
+        linear[model] = bench_linear(model, args.tokens, args.runs, device, convrot=args.convrot)
+        # said and written as each model ends: a run cut short (a GPU call's time limit) keeps those
+        _print_linear(model, linear[model], device)
+        sys.stdout.flush()
+        if args.json:
+            args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     record = {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
@@ -305,8 +311,6 @@ def main() -> int:
         args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     if files:
         print_files(args.model, files)
-    for model, rows in linear.items():
-        _print_linear(model, rows, device)
     return 0
 
 
