@@ -175,7 +175,7 @@ def test_corrupt_truncated_and_pickle_files_are_refused(tmp_path: Path) -> None:
         (b"<!DOCTYPE html><html><body>Sign in to continue</body></html>", "a web page or other text"),
         (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n", "a Git LFS pointer"),
         (None, "it is cut short"),
-        (b"\x00\x10\x00\x00\x00\x00\x00\x00{\"a.weight\": {\"dtype\"", "it is cut short inside its header"),
+        (b'\x00\x10\x00\x00\x00\x00\x00\x00{"a.weight": {"dtype"', "it is cut short inside its header"),
     ],
     ids=["empty", "web-page", "lfs-pointer", "cut-short", "cut-in-header"],
 )
