@@ -100,7 +100,8 @@ const EXTENSION = {
       onDrawForeground?.apply(this, arguments);
       if (!this.leanvideoReport) return;
       drawMarker(this, ctx);
-      if (!this.flags?.collapsed && (this.is_selected || this.mouseOver)) drawReport(this, ctx);
+      const shown = this.selected || this.is_selected || this.mouseOver;
+      if (!this.flags?.collapsed && shown) drawReport(this, ctx);
     };
   },
 };
