@@ -88,6 +88,7 @@ finish() {
   echo "== 3. hand back ($(left) s left): $HANDBACK"
   # said before the hand-back, so that the log handed back names the failed steps too
   [ ${#FAILED[@]} -eq 0 ] || echo "FAILED: ${FAILED[*]}"
+  printf '%s\n' "${FAILED[@]}" | sed '/^$/d' >"$RESULTS/failed.txt"  # summary.json carries them too
   # the tee may still be writing the last lines: stop feeding it and let it end (2 s at most: a process
   # still holding the pipe would keep it open) before the log is handed back; later lines go to both
   exec 1>&3 2>&4

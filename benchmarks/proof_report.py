@@ -4,7 +4,8 @@ A job on the GPU machine returns at most 8 files of at most 16 MiB, no more than
 This module reads the script's results folder, whatever state it is in (a bench killed at the budget
 leaves run records but no ``bench.json``), and writes into the destination, in this order of priority:
 
-- ``summary.json``: every figure, compact (schema ``leanvideo.gpu_proof`` v1): the GPU, the kernel
+- ``summary.json``: every figure, compact (schema ``leanvideo.gpu_proof`` v1): the GPU, the steps the
+  script named as failed (``failed.txt``), the GPU tests' result (``gpu_tests.txt``), the kernel
   table, per family each variant's median time, spread, speed-up, energy, peak VRAM, phases and
   quality, or why it was skipped or failed, and the runs made when the bench did not finish;
 - ``report.md``: the GPU, the kernel table and each family's Markdown table, with the notes;
@@ -86,6 +87,15 @@ def _runs(folder: Path) -> list[dict[str, Any]]:
     return found
 
 
+def read_gpu_tests(results: Path) -> dict[str, Any] | None:
+    """``pytest -m gpu``'s last line and its failed tests, from ``gpu_tests.txt`` (None: not run)."""
+    lines = _read_text(results / "gpu_tests.txt").strip().splitlines()
+    if not lines:
+        return None
+    failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    return {"summary": lines[-1].strip("= "), "failed": failed[:20]}
+
+
 def build_summary(results: Path, families: list[str]) -> dict[str, Any]:
     """The compact JSON of every figure in ``results`` (see the module docstring)."""
     kernels: Any = None
@@ -96,6 +106,8 @@ def build_summary(results: Path, families: list[str]) -> dict[str, Any]:
         "version": SUMMARY_VERSION,
         "created": datetime.now(timezone.utc).isoformat(),
         "gpu": read_gpu(results),
+        "failed_steps": _read_text(results / "failed.txt").splitlines(),  # as the script named them
+        "gpu_tests": read_gpu_tests(results),
         "int8_linear": kernels,
         "families": {family: summarize_family(results / family) for family in families},
         "int8_auto_choices": {family: int8_auto_choices(results / family) for family in families},
@@ -119,6 +131,16 @@ def render_report(results: Path, summary: dict[str, Any], families: list[str]) -
     lines = ["# LeanVideo GPU proof", ""]
     lines.append(f"GPU: {', '.join(f'{k} {v}' for k, v in gpu.items()) or 'none found (nvidia-smi)'}")
     lines.append("")
+    if summary["failed_steps"]:
+        lines += ["Steps that failed or were left out: " + "; ".join(summary["failed_steps"]), ""]
+    if (tests := summary["gpu_tests"]) is not None:
+        lines += [
+            "## GPU tests (pytest -m gpu)",
+            "",
+            tests["summary"],
+            *[f"- {f}" for f in tests["failed"]],
+            "",
+        ]
     kernel_text = _read_text(results / "int8_linear.txt")
     lines += ["## INT8 linear layers", "", "```", kernel_text.strip() or "(not run)", "```", ""]
     for family in families:

@@ -52,6 +52,7 @@ def test_finished_families_hand_back_their_figures_and_files_up_to_the_limit(tmp
     assert summary["gpu"] == {"name": "NVIDIA H200", "driver_version": "580"}
     fast = summary["families"]["ltxv-13b"]["variants"][1]
     assert fast["name"] == "fast" and fast["run_totals_s"] == [11.0] and fast["speedup"] == {"ratio": 0.5}
+    assert summary["failed_steps"] == [] and summary["gpu_tests"] is None  # neither file: none named
     report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "GPU: name NVIDIA H200" in report and "linear on cuda" in report and "## wan-14b" in report
     left = results / "wan-14b" / "phases.png"
@@ -81,3 +82,28 @@ def test_a_bench_cut_off_at_the_budget_still_reports_its_runs(tmp_path: Path) ->
     assert summary["families"]["wan-14b"] == {"status": "not run", "runs": []}
     report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "No report (unfinished)" in report and "- 20-step-baseline: success, 61.4 s" in report
+
+
+def test_the_failed_steps_and_the_gpu_tests_come_back_in_the_summary(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "failed.txt").write_text(
+        "GPU tests (pytest exit 1)\nwan-14b (no time left)\n", encoding="utf-8"
+    )
+    (results / "gpu_tests.txt").write_text(
+        "..F.\nFAILED tests/test_int8_core.py::test_x - assert 1 == 2\n"
+        "==== 1 failed, 3 passed in 9.1s ====\n",
+        encoding="utf-8",
+    )
+    collect(results, tmp_path / "out", ["ltxv-13b"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["failed_steps"] == ["GPU tests (pytest exit 1)", "wan-14b (no time left)"]
+    assert summary["gpu_tests"] == {
+        "summary": "1 failed, 3 passed in 9.1s",
+        "failed": ["FAILED tests/test_int8_core.py::test_x - assert 1 == 2"],
+    }
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "Steps that failed or were left out: GPU tests (pytest exit 1); wan-14b" in report
+    assert (
+        "## GPU tests (pytest -m gpu)\n\n1 failed, 3 passed in 9.1s\n- FAILED tests/test_int8_core" in report
+    )
