@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from .header import read_stored_header
+from .header import HEADER_LIMIT, read_stored_header
 from .spec import Int8FormatError
 from .writer import SAFETENSORS_DTYPES
 
@@ -68,7 +68,7 @@ def _pickle_hint(path: Path) -> str:
             "; it looks like a PyTorch pickle checkpoint (.pt/.ckpt) under another name, which is refused "
             "because loading it can run code: get the .safetensors release of the model"
         )
-    if start[8:9] == b"{" and 8 + declared > size and declared <= 100_000_000:
+    if start[8:9] == b"{" and 8 + declared > size and declared <= HEADER_LIMIT:
         return (
             f"; it is cut short inside its header ({size} bytes, of a header of {declared}): an interrupted "
             "download or copy, get the file again"
@@ -93,12 +93,9 @@ def _pickle_hint(path: Path) -> str:
 def _size_its_header_says(path: Path) -> int | None:
     """The size a safetensors file should have by its own header (None when that cannot be read)."""
     try:
-        stored = read_stored_header(path, whole=False)
-        fields = stored.fields.items()
-        ends = [int(entry["data_offsets"][1]) for key, entry in fields if key != "__metadata__"]
+        return read_stored_header(path, whole=False).expected_size()
     except (OSError, Int8FormatError, KeyError, TypeError, ValueError, IndexError):
         return None
-    return stored.data_start + max(ends, default=0)
 
 
 def read_header(path: Path) -> FileHeader:

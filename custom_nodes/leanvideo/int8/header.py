@@ -56,6 +56,12 @@ class StoredHeader:
         """The tensor entries by key, in file order."""
         return {key: entry for key, entry in self.fields.items() if key != METADATA}
 
+    def expected_size(self) -> int:
+        """The file size this header describes: where the last tensor's bytes end. Raises ``KeyError``,
+        ``IndexError``, ``TypeError`` or ``ValueError`` for a malformed tensor entry."""
+        ends = (int(entry["data_offsets"][1]) for entry in self.tensors.values())
+        return self.data_start + max(ends, default=0)
+
 
 def encode_header(
     tensors: Iterable[tuple[str, str, Sequence[int]]], metadata: Mapping[str, str]
@@ -103,14 +109,14 @@ def read_stored_header(path: Path, *, whole: bool = True) -> StoredHeader:
         raise SafetensorsHeaderError(f"{str(path)!r} has an unreadable header: {error}") from error
     if not isinstance(fields, dict):
         raise SafetensorsHeaderError(f"{str(path)!r} has a header that is not an object")
+    stored = StoredHeader(fields=fields, data_start=8 + length)
     if not whole:
-        return StoredHeader(fields=fields, data_start=8 + length)
-    entries = [entry for key, entry in fields.items() if key != METADATA]
+        return stored
     try:
-        data_end = max((int(entry["data_offsets"][1]) for entry in entries), default=0)
+        expected_size = stored.expected_size()
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise SafetensorsHeaderError(f"{str(path)!r} has a malformed tensor entry: {error!r}") from error
-    size, expected_size = path.stat().st_size, 8 + length + data_end
+    size = path.stat().st_size
     if size != expected_size:
         raise SafetensorsHeaderError(f"{str(path)!r} is {size} bytes, its header says {expected_size}")
-    return StoredHeader(fields=fields, data_start=8 + length)
+    return stored
