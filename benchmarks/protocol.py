@@ -43,6 +43,7 @@ from typing import Any
 from benchmarks.matrix import ORDERS, Matrix, Variant
 from runner.errors import PromptCancelledError, PromptFailedError, ServerError, WorkflowError
 from runner.jobs.run import RunOptions, run_workflow
+from runner.tracking.record import int8_kernels_measured
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -182,8 +183,7 @@ def measure_from_record(
     flags = []
     if any(node.get("cached") for node in nodes):
         flags.append("cache_not_defeated")
-    events = telemetry.get("events") or []
-    if any(e.get("kind") == "int8_kernel" and e.get("source") == "measured" for e in events):
+    if int8_kernels_measured(telemetry):
         # path=auto timed its INT8 kernels in this run (first use of a layer shape on this server, and
         # on a GPU int_mm_fused's compile): its time holds that, a later run's does not
         flags.append("int8_first_use")

@@ -46,7 +46,12 @@ from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import WORKFLOWS_DIR, Workspace
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
-from runner.tracking.record import build_run_record, collect_server_info, write_run_record
+from runner.tracking.record import (
+    build_run_record,
+    collect_server_info,
+    int8_kernels_measured,
+    write_run_record,
+)
 from runner.tracking.result import PromptResult
 from runner.transport.client import ComfyClient
 
@@ -345,9 +350,5 @@ def _run_on(
         video=videos[0],
         frames=frames,
         record_path=write_run_record(record, videos[0].with_suffix(".json")),
-        kernels_measured=sum(
-            1
-            for event in telemetry.get("events") or []
-            if event.get("kind") == "int8_kernel" and event.get("source") == "measured"
-        ),
+        kernels_measured=int8_kernels_measured(telemetry),
     )

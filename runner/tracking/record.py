@@ -48,10 +48,18 @@ __all__ = [
     "RECORD_VERSION",
     "build_run_record",
     "collect_server_info",
+    "int8_kernels_measured",
     "runner_version",
     "workflow_digest",
     "write_run_record",
 ]
+
+
+def int8_kernels_measured(telemetry: dict[str, Any]) -> int:
+    """How many layer shapes the INT8 loaders' ``path=auto`` timed its kernels for during the prompt
+    (first use on that server), from the prompt's telemetry: a run record's ``telemetry`` block."""
+    events = telemetry.get("events") or []
+    return sum(1 for e in events if e.get("kind") == "int8_kernel" and e.get("source") == "measured")
 
 
 def workflow_digest(workflow: dict[str, Any]) -> str:
