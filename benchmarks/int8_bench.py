@@ -287,10 +287,11 @@ def main() -> int:
     if unknown := [m for m in models if m not in MODELS]:
         parser.error(f"--linear-models: unknown {unknown}; known: {sorted(MODELS)}")
     linear: dict[str, list[dict[str, Any]]] = {}
+    if args.json:  # the table so far, from the start: a run cut short (a GPU call's limit) keeps it
+        args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     for model in [] if args.skip_linear else models:
         linear[model] = bench_linear(model, args.tokens, args.runs, device, convrot=args.convrot)
-        # said and written as each model ends: a run cut short (a GPU call's time limit) keeps those
-        _print_linear(model, linear[model], device)
+        _print_linear(model, linear[model], device)  # said and written as each model ends
         sys.stdout.flush()
         if args.json:
             args.json.write_text(json.dumps(kernel_table(linear), indent=1))
@@ -307,8 +308,6 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     if files:
         print_files(args.model, files)
     return 0

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leanvideo.int8.dispatch import ShapeClass
-from leanvideo.int8.kernel_table import TABLE_SCHEMA, Choice, current_fingerprint
+from leanvideo.int8.kernel_table import TABLE_SCHEMA, Choice, ShapeClass, current_fingerprint
 
 from runner.errors import LeanVideoError
 
