@@ -11,7 +11,8 @@ quantized beforehand (what a W8A8 kernel built on it costs at least) and w8a16 c
 (what dequantizing in one pass gains),
 each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
 load from other processes falls on every path alike), with the device synchronised around every timed
-call; each kernel's output is also checked against the fp32 matmul (SQNR), and a kernel that raises is
+sample (on a GPU 8 calls back to back round 4 weight copies, as auto times them); each kernel's output
+is also checked against the fp32 matmul (SQNR), and a kernel that raises is
 reported with its error while the others are still measured.
 ``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
 kernel). ``--no-onednn`` runs the linear part with oneDNN off: ``torch._int_mm`` then runs the scalar loop
@@ -30,6 +31,7 @@ here, not disk-bound.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import platform
@@ -44,7 +46,7 @@ from typing import Any
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
 from leanvideo.int8.device import cpu_isa, cpu_model, onednn_on
-from leanvideo.int8.dispatch import KernelDispatcher, default_kernels
+from leanvideo.int8.dispatch import CUDA_CALLS_PER_SAMPLE, WEIGHT_COPIES, KernelDispatcher, default_kernels
 from leanvideo.int8.linear import (
     KERNELS,
     FusedW8A8,
@@ -65,8 +67,9 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # 5: "sqnr_db" per kernel row (against the fp32 matmul), "error" rows for kernels that raised, auto's
 # "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
 # rows, "int8 matmul alone" and "w8a16 compiled" rows; 7: auto's "first_use_s" (its measurement), the
-# environment's "onednn" (false with --no-onednn)
-RECORD_VERSION = 7
+# environment's "onednn" (false with --no-onednn); 8: on a GPU a sample is 8 calls back to back round 4
+# weight copies (7 synchronised around every call)
+RECORD_VERSION = 8
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 # torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
 # W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
@@ -84,8 +87,11 @@ MODELS: dict[str, tuple[int, int, int]] = {
 logger = logging.getLogger(__name__)
 
 
-def _float_matmul(x: torch.Tensor, weight: torch.Tensor) -> Callable[[], object]:
-    return lambda: torch.nn.functional.linear(x, weight)
+def _going_round(functions: list[Callable[[], object]]) -> Callable[[], object]:
+    """One callable that calls the next of ``functions`` each time (a sample's calls go round weight
+    copies, as a model's layers read one weight after another from memory)."""
+    following = itertools.cycle(functions)
+    return lambda: next(following)()
 
 
 def _w8a16_graph(
@@ -94,15 +100,15 @@ def _w8a16_graph(
     return torch.nn.functional.linear(x, dequantize(qdata, scale, config, x.dtype))
 
 
-def _compiled_w8a16(x: torch.Tensor, packed: Int8Weight) -> Callable[[], object] | None:
+def _compiled_w8a16(x: torch.Tensor, weights: list[Int8Weight]) -> Callable[[], object] | None:
     """The :data:`W8A16_COMPILED` path, compiled and run once; ``None`` (logged) where it cannot compile."""
     compiled = torch.compile(_w8a16_graph, dynamic=True)
     try:
-        compiled(x, packed.qdata, packed.scale, packed.config)
+        compiled(x, weights[0].qdata, weights[0].scale, weights[0].config)
     except Exception as exc:  # a diagnostic row: its absence is reported, the table goes on
         logger.warning("%s left out: %s: %s", W8A16_COMPILED, type(exc).__name__, exc)
         return None
-    return lambda: compiled(x, packed.qdata, packed.scale, packed.config)
+    return _going_round([lambda w=w: compiled(x, w.qdata, w.scale, w.config) for w in weights])
 
 
 @dataclass
@@ -130,15 +136,24 @@ def _bench_shape(
 ) -> ShapeRun:
     """The float matmul, every INT8 kernel that runs here, and ``auto`` at one shape. Inputs are bf16
     on a GPU, fp32 on a CPU (what ComfyUI computes in). A kernel that raises is left out with its error,
-    so one broken kernel does not lose the others' figures."""
+    so one broken kernel does not lose the others' figures. On a GPU each sample is
+    :data:`CUDA_CALLS_PER_SAMPLE` calls back to back round :data:`WEIGHT_COPIES` copies of the weight,
+    as the dispatcher times them (one weight would sit in the GPU's cache; a sync per call would charge
+    a kernel of several launches their latency, which a model's queue of layers hides)."""
     generator = torch.Generator(device=device).manual_seed(1)
     weight = torch.randn(out_features, in_features, generator=generator, device=device) * 0.02
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     x = torch.randn(tokens, in_features, generator=generator, device=device).to(dtype)
     reference = torch.nn.functional.linear(x.float(), weight)
     packed = quantize_weight(weight, Int8WeightConfig(convrot=convrot))
-    sync: Callable[[], None] | None = torch.cuda.synchronize if device.type == "cuda" else None
-    paths: dict[str, Callable[[], object]] = {FLOAT: _float_matmul(x, weight.to(dtype))}
+    on_gpu = device.type == "cuda"
+    sync: Callable[[], None] | None = torch.cuda.synchronize if on_gpu else None
+    calls, copies = (CUDA_CALLS_PER_SAMPLE, WEIGHT_COPIES) if on_gpu else (1, 1)
+    packs = [packed, *(packed.clone() for _ in range(copies - 1))]
+    floats = [weight.to(dtype) for _ in range(copies)]
+    paths: dict[str, Callable[[], object]] = {
+        FLOAT: _going_round([lambda w=w: torch.nn.functional.linear(x, w) for w in floats])
+    }
     kitchen, fused = import_kitchen(), FusedW8A8()
     quality: dict[str, float] = {}
     errors: dict[str, str] = {}
@@ -153,12 +168,14 @@ def _bench_shape(
             logger.warning("%s raised at %s×%s: %s", kernel, out_features, in_features, errors[kernel])
             continue
         quality[kernel] = sqnr_db(reference, out.float())
-        paths[kernel] = lambda k=kernel: run_kernel(k, x, packed, kitchen=kitchen, fused=fused)
+        paths[kernel] = _going_round(
+            [lambda k=kernel, p=p: run_kernel(k, x, p, kitchen=kitchen, fused=fused) for p in packs]
+        )
     if "int_mm" in paths:
         x_q, _ = quantize_activations(x.reshape(-1, in_features))
-        weight_t = packed.qdata.t()
-        paths[INT_MM_ALONE] = lambda: torch._int_mm(x_q, weight_t)
-    if (w8a16_compiled := _compiled_w8a16(x, packed)) is not None:
+        transposed = [p.qdata.t() for p in packs]
+        paths[INT_MM_ALONE] = _going_round([lambda t=t: torch._int_mm(x_q, t) for t in transposed])
+    if (w8a16_compiled := _compiled_w8a16(x, packs)) is not None:
         paths[W8A16_COMPILED] = w8a16_compiled
     dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
     started = time.perf_counter()
@@ -167,8 +184,8 @@ def _bench_shape(
         sync()
     first_use_s = time.perf_counter() - started
     [choice] = dispatcher.choices().values()
-    paths[AUTO] = lambda: dispatcher.linear(x, packed)
-    timings = measure_interleaved(paths, runs=runs, sync=sync)
+    paths[AUTO] = _going_round([lambda p=p: dispatcher.linear(x, p) for p in packs])
+    timings = measure_interleaved(paths, runs=runs, sync=sync, calls=calls)
     return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected), first_use_s)
 
 

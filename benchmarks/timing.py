@@ -1,6 +1,8 @@
 """Wall time of callables, pyperf-style: warmup discarded, median and p10/p90 of the measured runs
 (:func:`benchmarks.stats.summarize`), a flag where the spread is ≥ 10 % of the mean; ``sync`` waits for
-queued device work (``torch.cuda.synchronize``) around every timed call.
+queued device work (``torch.cuda.synchronize``) around every timed sample; ``calls`` > 1 makes a sample
+that many calls back to back (on a GPU: launches queue behind each other as in a model, instead of
+every call paying the launch latency a sync exposes), its time divided by ``calls``.
 
 Example::
 
@@ -50,13 +52,20 @@ def measure(
 
 
 def measure_interleaved(
-    functions: dict[str, Callable[[], object]], *, runs: int, sync: Callable[[], None] | None = None
+    functions: dict[str, Callable[[], object]],
+    *,
+    runs: int,
+    sync: Callable[[], None] | None = None,
+    calls: int = 1,
 ) -> dict[str, Timing]:
     """Like :func:`measure` for several functions, timed in interleaved rounds (each function once per
     round, in a new seeded order each round), so that load from other processes falls on every path
     alike. A call pays for what the call before it left behind (W8A16 frees a dequantized weight, and
-    the next call's allocations fault in fresh pages), so each timed call follows an untimed call of
-    the same function, as in a model, where one kernel runs layer after layer."""
+    the next call's allocations fault in fresh pages), so each timed sample follows an untimed call of
+    the same function, as in a model, where one kernel runs layer after layer. A sample is ``calls``
+    calls back to back, then ``sync``; its value is the time per call."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
     wait = sync or (lambda: None)
     for function in functions.values():
         function()
@@ -71,7 +80,8 @@ def measure_interleaved(
             function()
             wait()
             started = time.perf_counter()
-            function()
+            for _ in range(calls):
+                function()
             wait()
-            values[label].append(time.perf_counter() - started)
+            values[label].append((time.perf_counter() - started) / calls)
     return {label: Timing.of(samples) for label, samples in values.items()}

@@ -112,3 +112,41 @@ def test_interleaved_rounds_run_the_paths_in_changing_order_each_after_itself() 
     assert len(rounds) == 6 and all(sorted(r) == list("abcd") for r in rounds)
     assert len(set(rounds)) > 1  # a fixed order would always charge the same path for its neighbour
     assert len({r[0] for r in rounds}) > 1
+
+
+def test_a_sample_of_several_calls_runs_them_back_to_back_and_reports_the_time_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU a sample is several calls then one sync (a sync per call would charge a kernel of many
+    launches their latency): each call advances a fake clock by 1, so a sample of 4 calls is 1 per call."""
+    import benchmarks.timing as timing_module
+
+    clock = {"now": 0.0}
+    events: list[str] = []
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return clock["now"]
+
+    def call(label: str) -> None:
+        clock["now"] += 1.0
+        events.append(label)
+
+    monkeypatch.setattr(timing_module, "time", FakeTime)
+    paths = {label: (lambda label=label: call(label)) for label in "ab"}
+    timings = measure_interleaved(paths, runs=3, sync=lambda: events.append("sync"), calls=4)
+    assert all(t.median_s == 1.0 and t.runs == 3 for t in timings.values())
+    samples = "".join(e if e != "sync" else "|" for e in events[3:]).split("|")
+    # after the warmup: (one untimed call, sync, four timed calls, sync) per path and round
+    assert [len(s) for s in samples if s] == [1, 4] * 6
+    with pytest.raises(ValueError, match="calls must be at least 1"):
+        measure_interleaved(paths, runs=1, calls=0)
+
+
+def test_a_path_going_round_weight_copies_calls_each_in_turn() -> None:
+    seen: list[int] = []
+    going_round = int8_bench._going_round([lambda i=i: seen.append(i) for i in range(3)])
+    for _ in range(7):
+        going_round()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]

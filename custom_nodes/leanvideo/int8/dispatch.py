@@ -267,7 +267,7 @@ class KernelDispatcher:
         # On a GPU the back-to-back calls go round copies of the weight: in a model each layer's weight
         # comes from memory, and one weight used again and again would sit in the GPU's cache (an H200's
         # 60 MB holds a 5120×5120 int8 weight), favouring whichever kernel reads it directly.
-        weights = [packed, *(_copy(packed) for _ in range(WEIGHT_COPIES - 1))] if calls > 1 else [packed]
+        weights = [packed, *(packed.clone() for _ in range(WEIGHT_COPIES - 1))] if calls > 1 else [packed]
         for round_index in range(self.runs):
             for name in names if round_index % 2 == 0 else names[::-1]:
                 samples = times[name]
@@ -325,10 +325,6 @@ class KernelDispatcher:
             when = f"{self.forced} where it can run them" if self.forced else "chosen at first use"
             lines.append(f"  {len(pending)} weight shape(s) not run yet: {when}")
         return "\n".join(lines)
-
-
-def _copy(packed: Int8Weight) -> Int8Weight:
-    return Int8Weight(qdata=packed.qdata.clone(), scale=packed.scale.clone(), config=packed.config)
 
 
 def _errored(choice: Choice) -> bool:

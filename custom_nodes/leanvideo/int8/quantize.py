@@ -39,6 +39,10 @@ class Int8Weight:
     def nbytes(self) -> int:
         return self.qdata.numel() * self.qdata.element_size() + self.scale.numel() * self.scale.element_size()
 
+    def clone(self) -> Int8Weight:
+        """A copy in new memory (timing that goes round several weights, as a model's layers do)."""
+        return Int8Weight(qdata=self.qdata.clone(), scale=self.scale.clone(), config=self.config)
+
 
 def expected_scale_shape(shape: tuple[int, ...], config: Int8WeightConfig) -> tuple[int, ...]:
     """The scale shape ``config`` gives a weight of ``shape`` (``[out, in]``)."""
