@@ -39,10 +39,11 @@ from typing import Any
 from dbos import DBOS
 
 from runner.batch.attempt import InFlight, inspect_folder, output_fault, run_attempt
+from runner.batch.database_full import DatabaseFullWatch
 from runner.batch.pool import ServerPool
-from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE
+from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE, redact_db_url
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
-from runner.errors import ServerError
+from runner.errors import LeanVideoError, ServerError
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 
@@ -188,6 +189,7 @@ class BatchWorker:
         self.log_level = log_level
         self.runner = JobRunner(pool, self.worker_id)
         self._quiet = _CancelledJobNoise()
+        self._full = DatabaseFullWatch()
         self._held = contextlib.ExitStack()
 
     def __enter__(self) -> BatchWorker:
@@ -195,6 +197,7 @@ class BatchWorker:
         try:
             register_job_workflow(self.runner)
             logging.getLogger("dbos").addFilter(self._quiet)
+            logging.getLogger("dbos").addFilter(self._full)
             DBOS(
                 config={
                     "name": APP_NAME,
@@ -214,6 +217,7 @@ class BatchWorker:
         except BaseException:
             DBOS.destroy()
             logging.getLogger("dbos").removeFilter(self._quiet)
+            logging.getLogger("dbos").removeFilter(self._full)
             self._held.close()
             raise
         logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
@@ -225,13 +229,15 @@ class BatchWorker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop taking jobs, give running ones ``grace`` seconds, then shut DBOS down; what is still
-        running goes back on the queue when this worker id starts again."""
-        if self.grace <= 0:
+        """Stop taking jobs, give running ones ``grace`` seconds (none when the database can no longer be
+        written: they could not record what they did), then shut DBOS down; what is still running goes
+        back on the queue when this worker id starts again."""
+        grace = 0 if self._full.failure is not None else self.grace
+        if grace <= 0:
             self.runner.stop.set()
         self._quiet.shut_down = True
         try:
-            DBOS.destroy(workflow_completion_timeout_sec=self.grace)
+            DBOS.destroy(workflow_completion_timeout_sec=grace)
             # DBOS is down: nothing more is recorded. Jobs still running stay unfinished; their prompts
             # come off the servers, none starts any more, and only then may another worker take this id
             # (and those jobs). Interrupted inside destroy, the id stays held until this process ends.
@@ -244,3 +250,14 @@ class BatchWorker:
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):
                 logging.getLogger("dbos").removeFilter(self._quiet)
+                logging.getLogger("dbos").removeFilter(self._full)
+
+    def check_database(self) -> None:
+        """Raise :class:`LeanVideoError` once DBOS has failed to write the database for a full disk
+        (:mod:`runner.batch.database_full`); the caller leaves the ``with`` block and the worker stops."""
+        if (failure := self._full.failure) is not None:
+            raise LeanVideoError(
+                f"the batch database {redact_db_url(self.db_url)} can no longer be written: {failure}. "
+                "Stopped. Jobs that had not ended stay in it: free some space and run the same command again "
+                f"(this worker's running jobs resume under its id {self.worker_id})"
+            )

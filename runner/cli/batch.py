@@ -118,10 +118,11 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                     pool,
                     worker_id=args.worker_id or default_worker_id(args.servers, batch=name),
                     grace=args.grace,
-                ),
+                ) as worker,
                 Live(console=err, refresh_per_second=4, transient=False) as live,
             ):
                 while True:
+                    worker.check_database()
                     states = list_jobs(client, name)
                     summary = summarize(states)
                     first_done = first_done if first_done is not None else summary.finished
@@ -163,7 +164,8 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
         )
         try:
             while True:
-                time.sleep(3600)
+                worker.check_database()
+                time.sleep(REFRESH_S)
         except KeyboardInterrupt:
             err.print(f"stopping: running jobs get up to {args.grace} s to finish…")
     return 0

@@ -1,0 +1,68 @@
+"""Noticing, from DBOS's own log, that the batch database can no longer be written because its disk is
+full.
+
+DBOS records every job's progress from its own threads. When the disk under the database fills, each of
+those writes fails, and DBOS logs the traceback and tries again, for ever: its queue thread alone logs
+once per polling interval. A `batch submit --wait` or `batch worker` on a full disk printed thousands
+of lines and never ended. :class:`DatabaseFullWatch`, a filter on DBOS's logger, recognises these
+failures, keeps the first one's message and drops the records; the worker asks :attr:`failure` and
+stops with one error (:meth:`runner.batch.worker.BatchWorker.check_database`).
+
+Example::
+
+    watch = DatabaseFullWatch()
+    logging.getLogger("dbos").addFilter(watch)
+    ...
+    if watch.failure is not None:
+        print("the database cannot be written:", watch.failure)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+# What a full disk says: SQLite's SQLITE_FULL; PostgreSQL's disk_full ("could not extend file …: No
+# space left on device", "could not write to file …"), psycopg's DiskFull
+FULL_MARKERS = ("database or disk is full", "No space left on device", "DiskFull")
+_CHAIN_DEPTH = 8  # how far along an exception's causes to look
+
+
+def full_disk_message(record: logging.LogRecord) -> str | None:
+    """The line of ``record`` (its message, or an exception in its chain) that says the database's disk
+    is full; ``None`` for any other record."""
+    texts = [record.getMessage()]
+    error = record.exc_info[1] if record.exc_info else None
+    for _ in range(_CHAIN_DEPTH):
+        if error is None:
+            break
+        texts.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    for text in texts:
+        for line in text.splitlines():
+            if any(marker in line for marker in FULL_MARKERS):
+                return line.strip()
+    return None
+
+
+class DatabaseFullWatch(logging.Filter):
+    """Drops DBOS's records of a full database disk, keeping the first one's line in :attr:`failure`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._failure: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        with self._lock:
+            return self._failure
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        line = full_disk_message(record)
+        if line is None:
+            return True
+        with self._lock:
+            if self._failure is None:
+                self._failure = line
+        return False

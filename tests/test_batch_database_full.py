@@ -1,0 +1,127 @@
+"""The batch database's disk fills mid-batch: `batch submit --wait` stops with one error naming the
+database (it printed DBOS's tracebacks for ever and never ended), and the same command run again once
+there is space finishes every job exactly once. The end-to-end test puts the database on a 4 MiB tmpfs
+(root only) over a real pinned server; the recognition of DBOS's records is tested everywhere."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.batch_bench import write_jobs
+from runner.batch.database_full import DatabaseFullWatch, full_disk_message
+from runner.local.server import ComfyServer
+from tests.batch_helpers import assert_exactly_once, jobs_of, run_batch, start_batch, wait_until
+
+
+def _record(message: str, error: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(error), error, None) if error is not None else None
+    return logging.LogRecord("dbos", logging.ERROR, __file__, 1, message, None, exc_info)
+
+
+def _sqlite_full_in_a_step() -> BaseException:
+    """What DBOS logs: its own error, caused by SQLAlchemy's, caused by sqlite3's."""
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as cause:
+            raise RuntimeError(
+                "(sqlite3.OperationalError) database or disk is full\n[SQL: UPDATE …]"
+            ) from cause
+    except RuntimeError as wrapped:
+        try:
+            raise ValueError("Exception encountered in background workflow") from wrapped
+        except ValueError as outer:
+            return outer
+
+
+def test_the_records_of_a_full_database_disk_are_recognised_kept_once_and_dropped() -> None:
+    watch = DatabaseFullWatch()
+    step = _record("Exception encountered in background workflow:", _sqlite_full_in_a_step())
+    assert full_disk_message(step) == "RuntimeError: (sqlite3.OperationalError) database or disk is full"
+    queue_thread = _record(
+        "Exception encountered in queue thread: (sqlite3.OperationalError) database or disk is full"
+    )
+    postgres = _record("step failed", OSError(errno.ENOSPC, "could not extend file: No space left on device"))
+    others = [
+        _record("Exception encountered in background workflow:", RuntimeError("the server went away")),
+        _record("workflow abc is no longer owned by this execution"),
+    ]
+    assert all(full_disk_message(r) is None for r in others)
+    assert full_disk_message(postgres) is not None
+    assert watch.failure is None and all(watch.filter(r) for r in others)
+    assert [watch.filter(r) for r in (step, queue_thread, postgres)] == [False, False, False]
+    assert watch.failure == "RuntimeError: (sqlite3.OperationalError) database or disk is full"  # the first
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs, unmounted at the end."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"a tmpfs cannot be mounted here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with filler.open("wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(sys.platform != "linux", reason="mounts a tmpfs")
+def test_a_full_database_disk_stops_the_batch_with_one_error_and_a_rerun_finishes_it(
+    comfy_server: ComfyServer, small_disk: Path, tmp_path: Path
+) -> None:
+    db_url, out = f"sqlite:///{small_disk / 'queue.sqlite'}", tmp_path / "out"
+    jobs_file = write_jobs(tmp_path / "full.jsonl", 4, steps=16, first_seed=9100)
+    argv = [
+        "submit",
+        str(jobs_file),
+        "--db",
+        db_url,
+        "--out",
+        str(out),
+        "--wait",
+        "--server",
+        comfy_server.url,
+    ]
+    log = tmp_path / "first.log"
+    first = start_batch(*argv, log=log)
+    try:
+        wait_until(lambda: any(j.state == "running" for j in jobs_of(db_url, "full")), 120, "a running job")
+        filler = _fill(small_disk)
+        assert first.wait(timeout=90) == 1
+    finally:
+        if first.poll() is None:
+            first.kill()
+    said = log.read_text(encoding="utf-8", errors="replace")
+    assert f"the batch database {db_url} can no longer be written" in said, said[-3000:]
+    assert "database or disk is full" in said and "run the same command again" in said
+    assert "Traceback" not in said and len(said.splitlines()) < 40, said[-3000:]
+
+    filler.unlink()
+    again = run_batch(*argv, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert_exactly_once(jobs_of(db_url, "full"), out, 4)
