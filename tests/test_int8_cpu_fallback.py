@@ -62,6 +62,10 @@ def test_with_onednn_off_auto_measures_only_w8a16_and_says_why(onednn_off: None,
     for name in KERNELS[1:]:
         assert choice.rejected[name].startswith(f"not measured on a CPU ({reason}")
         assert f"path={name} forces it" in choice.rejected[name]
+    # the report says the reason once for the kernels it rules out together
+    report = dispatcher.summary()
+    assert report.count(reason) == 1 and f"{', '.join(KERNELS[1:])}: not measured on a CPU" in report
+    assert "path=KERNEL forces it" in report
     assert torch.equal(out, run_kernel("w8a16", x, packed, bias))
     [key] = load_table(tmp_path / "int8_kernels.json", current_fingerprint())
     assert "onednn-off" in key  # the choice is kept for this CPU with oneDNN off, not for it with oneDNN on

@@ -4,6 +4,7 @@ marked, bad files named, and cleared so that the next load measures again."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,9 @@ def test_tables_under_a_folder_are_shown_as_json_with_their_rows(
     assert main(["kernels", str(table)]) == 0
     printed = capsys.readouterr().out
     assert "128x256 float32" in printed and "in use" in printed and row["kernel"] in printed
-    # why a kernel was left out is said below the table (int_mm_fused: not measured on a CPU)
-    assert "int_mm_fused: not measured on a CPU" in " ".join(printed.split())
+    # why a kernel was left out is said below the table (int_mm_fused: not measured on a CPU; on a CPU
+    # without AVX-512 VNNI with the other W8A8 kernels, "int_mm, int_mm_fused, kitchen: …")
+    assert re.search(r"int_mm_fused(, \w+)*: not measured on a CPU", " ".join(printed.split()))
 
 
 def test_a_table_of_other_versions_is_marked_stale(
@@ -135,6 +137,32 @@ def test_a_reason_names_the_shapes_it_held_for_unless_it_held_for_all(
     printed = " ".join(capsys.readouterr().out.split())
     assert "int_mm: slower than w8a16 (on 64x64/≤16)" in printed
     assert "int_mm_fused: not measured on a CPU (it compiles)" in printed and "compiles) (on" not in printed
+
+
+def test_kernels_ruled_out_for_one_reason_are_named_together_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a CPU without AVX-512 VNNI every W8A8 kernel is ruled out for the same reason, each naming the
+    path that forces it: one line, not three per shape."""
+    path = tmp_path / "int8_kernels.json"
+    scalar = "not measured on a CPU (this CPU has no AVX-512 VNNI, so torch._int_mm runs its scalar loop)"
+    rejected = {k: f"{scalar}; path={k} forces it" for k in ("int_mm", "int_mm_fused", "kitchen")}
+    entries = {
+        f"cpu:X|float32|{shape}|rows<=512|row": Choice("w8a16", "measured", {"w8a16": 1.0}, dict(rejected))
+        for shape in ("1024x1024", "4096x1024")
+    }
+    save_table(path, current_fingerprint(), entries)
+    assert main(["kernels", str(path)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.count("scalar loop") == 1
+    assert (
+        "int_mm, int_mm_fused, kitchen: not measured on a CPU" in printed
+        and "path=KERNEL forces it" in printed
+    )
+    one = entries["cpu:X|float32|1024x1024|rows<=512|row"]
+    assert one.grouped_reasons() == [("int_mm, int_mm_fused, kitchen", f"{scalar}; path=KERNEL forces it")]
+    alone = Choice("w8a16", "measured", {"w8a16": 1.0}, {"int_mm_fused": rejected["int_mm_fused"]})
+    assert alone.grouped_reasons() == [("int_mm_fused", rejected["int_mm_fused"])]  # its own words
 
 
 def test_rows_that_differ_only_in_dtype_are_told_apart(

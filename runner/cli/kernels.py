@@ -113,7 +113,7 @@ def _ruled_out(rows: list[Any]) -> str:
 
     where: dict[tuple[str, str], list[str]] = {}  # (reason, kernel) -> a label per row
     for row in sorted(rows, key=lambda r: (r.shape.weight_shape, r.shape.rows, r.shape.dtype)):
-        for kernel, why in row.choice.rejected.items():
+        for kernel, why in row.choice.shared_reasons().items():  # one wording for kernels ruled out alike
             where.setdefault((why, kernel), []).append(label(row))
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for (why, kernel), shapes in where.items():

@@ -55,6 +55,22 @@ class Choice:
         base = self.seconds.get("w8a16")
         return {k: s / base for k, s in self.seconds.items()} if base else {}
 
+    def shared_reasons(self) -> dict[str, str]:
+        """Why each kernel was ruled out, said so that kernels ruled out for one reason say the same:
+        each reason names the ``path`` that forces its kernel, and here says ``path=KERNEL``."""
+        return {k: why.replace(f"path={k} ", "path=KERNEL ") for k, why in self.rejected.items()}
+
+    def grouped_reasons(self) -> list[tuple[str, str]]:
+        """``(kernels, why)`` per reason: on a CPU without AVX-512 VNNI every W8A8 kernel is ruled out
+        for one, which the report said three times per shape; a kernel alone keeps its own words."""
+        groups: dict[str, list[str]] = {}
+        for kernel, why in self.shared_reasons().items():
+            groups.setdefault(why, []).append(kernel)
+        return [
+            (kernels[0], self.rejected[kernels[0]]) if len(kernels) == 1 else (", ".join(kernels), why)
+            for why, kernels in groups.items()
+        ]
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -119,7 +135,7 @@ def describe_choice(key: str, choice: Choice) -> str:
     dtype, rows, layout = shape.dtype, f"rows<={shape.rows}", shape.layout
     ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
     times = f" [{ratios} of w8a16]" if ratios else ""
-    rejected = "; ".join(f"{k}: {why}" for k, why in choice.rejected.items())
+    rejected = "; ".join(f"{names}: {why}" for names, why in choice.grouped_reasons())
     return f"{shape.weight_shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
         f" — {rejected}" if rejected else ""
     )
