@@ -20,6 +20,7 @@ from leanvideo.int8 import (
     w8a8_fits,
     weight_sqnr_db,
 )
+from leanvideo.int8.quantize import scaled
 from leanvideo.int8.spec import Int8FormatError
 
 
@@ -264,3 +265,30 @@ def test_quantize_on_load_refuses_nan_in_kept_tensors_too() -> None:
     said = r"tensor 'blocks\.0\.norm\.bias': 1 of 2 values are NaN or infinite"
     with pytest.raises(Int8FormatError, match=said):
         quantize_state_dict(tensors, {"blocks.0.w": Int8WeightConfig(granularity="row")})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "config",
+    [
+        Int8WeightConfig(),
+        Int8WeightConfig(granularity="tensor"),
+        Int8WeightConfig(granularity="block", block_size=64),
+    ],
+    ids=["row", "tensor", "block"],
+)
+def test_dequantizing_in_one_pass_is_bit_for_bit_the_float32_product_rounded_once(
+    config: Int8WeightConfig, dtype: torch.dtype
+) -> None:
+    """The weight is dequantized in one pass (int8 read, ``dtype`` written): exactly what converting to
+    float32, multiplying by the scale there and converting to ``dtype`` gives."""
+    packed = quantize_weight(_weight(96, 256), config)
+    scale = packed.scale.to(torch.float32)
+    if config.granularity == "block":
+        scale = scale.repeat_interleave(256 // scale.shape[1], dim=1)
+    reference = (packed.qdata.to(torch.float32) * scale).to(dtype)
+    got = dequantize_weight(packed, dtype)
+    assert got.dtype == dtype and torch.equal(got, reference)
+    # the one-pass way a GPU takes (a mixed-dtype multiplication into a `dtype` output) gives the same
+    one_pass = scaled(packed.qdata, packed.scale.to(torch.float32), dtype, one_pass=True)
+    assert one_pass.dtype == dtype and torch.equal(one_pass, reference)

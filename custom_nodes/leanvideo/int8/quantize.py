@@ -198,11 +198,32 @@ def weight_sqnr_db(weight: torch.Tensor, packed: Int8Weight) -> float:
     return math.inf if noise == 0 else 10.0 * math.log10(signal / noise)
 
 
-def expand_scale(scale: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """Broadcastable scale for a ``[out, in]`` weight (repeats block scales along each block)."""
-    if scale.ndim == 2 and scale.shape[1] > 1:
-        return scale.repeat_interleave(shape[1] // scale.shape[1], dim=1)
-    return scale
+def scaled(
+    qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, *, one_pass: bool | None = None
+) -> torch.Tensor:
+    """``qdata × scale`` in ``dtype``: each product computed in float32 and rounded once to ``dtype``, the
+    same bits on every device; block scales broadcast over their blocks, never repeated into a
+    weight-sized tensor. ``scale`` is float32: ``[]``, ``[out, 1]`` or ``[out, in / block]``.
+
+    On a GPU in one pass (int8 read, ``dtype`` written; converting, multiplying and converting back
+    made three, with two float32 copies of the weight). On a CPU, where a multiplication of mixed dtypes
+    runs element by element, as a vectorised conversion to float32 multiplied in place (2.5× faster than
+    the mixed-dtype pass or a second float32 copy, measured side by side at DiT shapes). ``one_pass``
+    chooses the way (default: by device), so that both are tested on a CPU."""
+    blocked = scale.ndim == 2 and scale.shape[1] > 1
+    rows, blocks = scale.shape if blocked else (qdata.shape[0], 1)
+    grouped = (rows, blocks, qdata.shape[1] // blocks)
+    factor = scale.reshape(rows, blocks, 1) if blocked else scale
+    if not (qdata.device.type != "cpu" if one_pass is None else one_pass):
+        weight = qdata.to(torch.float32)
+        (weight.view(grouped) if blocked else weight).mul_(factor)
+        return weight.to(dtype)
+    out = torch.empty(qdata.shape, dtype=dtype, device=qdata.device)
+    if blocked:
+        torch.mul(qdata.reshape(grouped), factor, out=out.view(grouped))
+    else:
+        torch.mul(qdata, factor, out=out)
+    return out
 
 
 def dequantize_weight(packed: Int8Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -214,11 +235,10 @@ def dequantize(
     qdata: torch.Tensor, scale: torch.Tensor, config: Int8WeightConfig, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """Tensor-level form of :func:`dequantize_weight`."""
-    weight = qdata.to(torch.float32) * expand_scale(
-        scale.to(device=qdata.device, dtype=torch.float32), qdata.shape
-    )
-    if config.convrot:
-        weight = rotate_groups(weight, config.convrot_group, config.hadamard)
+    scale = scale.to(device=qdata.device, dtype=torch.float32)
+    if not config.convrot:
+        return scaled(qdata, scale, dtype)
+    weight = rotate_groups(scaled(qdata, scale, torch.float32), config.convrot_group, config.hadamard)
     return weight.to(dtype)
 
 
