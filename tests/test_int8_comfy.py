@@ -401,7 +401,14 @@ def _graph_breaks(patcher: Any, inputs: tuple[torch.Tensor, ...]) -> tuple[int, 
         explained = torch._dynamo.explain(patcher.model.diffusion_model)(
             x, timestep, context, attention_mask=mask, frame_rate=24
         )
-    return explained.graph_break_count, [str(b.reason)[:200] for b in explained.break_reasons]
+    reasons = [str(b.reason)[:200] for b in explained.break_reasons]
+    # Now and then (about 1 trace in 25, float DiT and INT8 alike, twice in a row once) dynamo breaks at
+    # a builtin `open(str, str, **kwargs)` that no model code calls: what a logging FileHandler does
+    # when it opens its file on the first record reaching it. The test run's, not the model's: not
+    # counted (the only `open` of the pack's INT8 path reads /proc/cpuinfo, with one positional
+    # argument, once per dispatcher and device: in the eager run before any trace here).
+    run_s = sum("builtin operator `open` with argument types ['str', 'str']" in r for r in reasons)
+    return explained.graph_break_count - run_s, reasons
 
 
 @pytest.mark.parametrize("route", ["w8a16", "auto", "int_mm_fused", "kitchen"])
@@ -430,8 +437,7 @@ def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     int8_breaks, reasons = _graph_breaks(patcher, dit_inputs)
     if int8_breaks != float_breaks:
         # dynamo's count of the very same model now and then comes out one higher (seen on the float
-        # DiT in about 1 trace of 25, once with a break at a builtin `open` that no code of ours calls):
-        # trace both once more before judging
+        # DiT): trace both once more before judging
         float_breaks, _ = _graph_breaks(float_dit, dit_inputs)
         int8_breaks, reasons = _graph_breaks(patcher, dit_inputs)
     print(f"graph breaks, tiny DiT: float {float_breaks}, INT8 ({route}) {int8_breaks}")
