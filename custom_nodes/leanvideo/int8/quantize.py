@@ -210,20 +210,15 @@ def scaled(
     runs element by element, as a vectorised conversion to float32 multiplied in place (2.5× faster than
     the mixed-dtype pass or a second float32 copy, measured side by side at DiT shapes). ``one_pass``
     chooses the way (default: by device), so that both are tested on a CPU."""
-    blocked = scale.ndim == 2 and scale.shape[1] > 1
-    rows, blocks = scale.shape if blocked else (qdata.shape[0], 1)
-    grouped = (rows, blocks, qdata.shape[1] // blocks)
-    factor = scale.reshape(rows, blocks, 1) if blocked else scale
+    shape = qdata.shape
+    if scale.ndim == 2 and scale.shape[1] > 1:  # block scales: one per [rows, blocks, block] group
+        rows, blocks = scale.shape
+        qdata, scale = qdata.reshape(rows, blocks, -1), scale.reshape(rows, blocks, 1)
     if not (qdata.device.type != "cpu" if one_pass is None else one_pass):
-        weight = qdata.to(torch.float32)
-        (weight.view(grouped) if blocked else weight).mul_(factor)
-        return weight.to(dtype)
+        return qdata.to(torch.float32).mul_(scale).to(dtype).reshape(shape)
     out = torch.empty(qdata.shape, dtype=dtype, device=qdata.device)
-    if blocked:
-        torch.mul(qdata.reshape(grouped), factor, out=out.view(grouped))
-    else:
-        torch.mul(qdata, factor, out=out)
-    return out
+    torch.mul(qdata, scale, out=out)
+    return out.reshape(shape)
 
 
 def dequantize_weight(packed: Int8Weight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
