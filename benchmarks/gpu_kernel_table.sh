@@ -15,6 +15,11 @@
 #                         next call, finds comfy-kitchen there and its matrix's auto can choose it
 #   TOKENS=4096           activation rows of the table (also ROWS2=16384 for a second, larger table)
 #   RUNS=9                timed calls per kernel and shape (3 with --cpu)
+#   FUSED_MODE=           set (max-autotune-no-cudagraphs), a table of the LTXV-13B shapes (FUSED_MODELS)
+#                         with int_mm_fused compiled in that torch.compile mode runs right after the first
+#                         table, in place of the ROWS2 one (a call hands back 8 files at most): inductor
+#                         then times its own int8 Triton matmuls against cuBLAS and may fuse the rescale
+#                         into the winner; it compiles for minutes
 #   BUDGET_S=270          the whole call's seconds: a table that would not end 15 s before it is cut
 #                         short or left out (named at the end), so that the hand-back always happens
 #                         inside a device call's timeout_s of 300
@@ -111,5 +116,9 @@ table() {  # table NAME [int8_bench options…]; its files are handed back as so
   cp "$LOG" "$HANDBACK/log.txt"  # so far: if the device call's own limit stops this script, it is back
 }
 table "" --tokens "$TOKENS" --out "$RESULTS/int8_linear.json"
+if [ -n "${FUSED_MODE:-}" ]; then
+  table "_fused_mode" --tokens "$TOKENS" --linear-models "${FUSED_MODELS:-ltxv-13b}" --fused-mode "$FUSED_MODE"
+  ROWS2=""
+fi
 table "_convrot" --tokens "$TOKENS" --convrot
 [ -z "$ROWS2" ] || table "_$ROWS2" --tokens "$ROWS2"

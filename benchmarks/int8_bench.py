@@ -2,7 +2,8 @@
 quantize throughput and peak RSS, and linear throughput per INT8 kernel at real DiT shapes.
 
 Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--tokens 512] [--out FILE]
-[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot] [--no-onednn]``.
+[--json TABLE] [--linear-models ltxv-13b,wan-14b,ltxv-mid] [--device cuda] [--convrot] [--no-onednn]
+[--fused-mode max-autotune-no-cudagraphs]``.
 The linear benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32
 on a CPU, what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16,
 int_mm, int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the
@@ -17,8 +18,11 @@ reported with its error while the others are still measured.
 ``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
 kernel). ``--no-onednn`` runs the linear part with oneDNN off: ``torch._int_mm`` then runs the scalar loop
 torch runs on every CPU without AVX-512 VNNI (AVX2-only, AVX-VNNI-only), so any machine shows what such
-a CPU gets. ``--json`` writes that table as a list of ``{shape, kernel, ratio}`` (``{shape, kernel,
-error}`` for a kernel that raised) and ``{shape, auto, auto_over_best}``.
+a CPU gets. ``--fused-mode`` compiles ``int_mm_fused`` (its row and auto's candidate) in that
+torch.compile mode instead of inductor's default (:data:`leanvideo.int8.linear.FUSED_MODES`: on a GPU,
+max-autotune may fuse the rescale into an int8 Triton matmul). ``--json`` writes that table as a list
+of ``{shape, kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and ``{shape, auto,
+auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
@@ -48,6 +52,7 @@ from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
 from leanvideo.int8.device import cpu_isa, cpu_model, onednn_on
 from leanvideo.int8.dispatch import CUDA_CALLS_PER_SAMPLE, WEIGHT_COPIES, KernelDispatcher, default_kernels
 from leanvideo.int8.linear import (
+    FUSED_MODES,
     KERNELS,
     FusedW8A8,
     import_kitchen,
@@ -68,8 +73,8 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
 # rows, "int8 matmul alone" and "w8a16 compiled" rows; 7: auto's "first_use_s" (its measurement), the
 # environment's "onednn" (false with --no-onednn); 8: on a GPU a sample is 8 calls back to back round 4
-# weight copies (7 synchronised around every call)
-RECORD_VERSION = 8
+# weight copies (7 synchronised around every call); 9: "fused_mode", int_mm_fused's torch.compile mode
+RECORD_VERSION = 9
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 # torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
 # W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
@@ -133,6 +138,7 @@ def _bench_shape(
     device: torch.device,
     *,
     convrot: bool = False,
+    fused_mode: str | None = None,
 ) -> ShapeRun:
     """The float matmul, every INT8 kernel that runs here, and ``auto`` at one shape. Inputs are bf16
     on a GPU, fp32 on a CPU (what ComfyUI computes in). A kernel that raises is left out with its error,
@@ -154,7 +160,7 @@ def _bench_shape(
     paths: dict[str, Callable[[], object]] = {
         FLOAT: _going_round([lambda w=w: torch.nn.functional.linear(x, w) for w in floats])
     }
-    kitchen, fused = import_kitchen(), FusedW8A8()
+    kitchen, fused = import_kitchen(), FusedW8A8(fused_mode)
     quality: dict[str, float] = {}
     errors: dict[str, str] = {}
     for kernel in KERNELS:
@@ -177,7 +183,7 @@ def _bench_shape(
         paths[INT_MM_ALONE] = _going_round([lambda t=t: torch._int_mm(x_q, t) for t in transposed])
     if (w8a16_compiled := _compiled_w8a16(x, packs)) is not None:
         paths[W8A16_COMPILED] = w8a16_compiled
-    dispatcher = KernelDispatcher(kernels=default_kernels(kitchen))
+    dispatcher = KernelDispatcher(kernels=default_kernels(kitchen, fused_mode))
     started = time.perf_counter()
     dispatcher.linear(x, packed)  # the measurement auto makes at first use
     if sync is not None:
@@ -190,7 +196,13 @@ def _bench_shape(
 
 
 def bench_linear(
-    model: str, tokens: int, runs: int, device: torch.device, *, convrot: bool = False
+    model: str,
+    tokens: int,
+    runs: int,
+    device: torch.device,
+    *,
+    convrot: bool = False,
+    fused_mode: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every kernel and ``auto`` at the model's attention and FFN shapes, relative to the float matmul;
     kernel rows carry their SQNR against the fp32 matmul, a kernel that raised gets an ``error`` row."""
@@ -201,7 +213,9 @@ def bench_linear(
         "ffn up": (ffn, hidden),
         "ffn down": (hidden, ffn),
     }.items():
-        run = _bench_shape(out_features, in_features, tokens, runs, device, convrot=convrot)
+        run = _bench_shape(
+            out_features, in_features, tokens, runs, device, convrot=convrot, fused_mode=fused_mode
+        )
         base = run.timings[FLOAT].median_s
         # the best of the kernels auto may choose here (not one it does not measure on this device)
         eligible = [k for k in KERNELS if not run.rejected.get(k, "").startswith("not measured")]
@@ -292,7 +306,14 @@ def main() -> int:
         action="store_true",
         help="oneDNN off: torch._int_mm runs the scalar loop of CPUs without AVX-512 VNNI (AVX2-only)",
     )
+    parser.add_argument(
+        "--fused-mode",
+        choices=[mode or "default" for mode in FUSED_MODES],
+        default="default",
+        help="torch.compile mode of int_mm_fused (default: inductor's default)",
+    )
     args = parser.parse_args()
+    fused_mode = None if args.fused_mode == "default" else args.fused_mode
     if args.no_onednn:
         torch._C._set_mkldnn_enabled(False)  # torch.backends.mkldnn.flags() without its TF32 warning
     device = torch.device(args.device)
@@ -307,8 +328,10 @@ def main() -> int:
     if args.json:  # the table so far, from the start: a run cut short (a GPU call's limit) keeps it
         args.json.write_text(json.dumps(kernel_table(linear), indent=1))
     for model in [] if args.skip_linear else models:
-        linear[model] = bench_linear(model, args.tokens, args.runs, device, convrot=args.convrot)
-        _print_linear(model, linear[model], device)  # said and written as each model ends
+        linear[model] = bench_linear(
+            model, args.tokens, args.runs, device, convrot=args.convrot, fused_mode=fused_mode
+        )
+        _print_linear(model, linear[model], device, fused_mode)  # said and written as each model ends
         sys.stdout.flush()
         if args.json:
             args.json.write_text(json.dumps(kernel_table(linear), indent=1))
@@ -318,6 +341,7 @@ def main() -> int:
         "environment": environment(),
         "files_model": args.model,
         "linear_device": str(device),
+        "fused_mode": args.fused_mode,
         "files": files,
         "linear": linear,
     }
@@ -330,9 +354,12 @@ def main() -> int:
     return 0
 
 
-def _print_linear(model: str, rows: list[dict[str, Any]], device: torch.device) -> None:
+def _print_linear(
+    model: str, rows: list[dict[str, Any]], device: torch.device, fused_mode: str | None = None
+) -> None:
     float_name = "bf16" if device.type == "cuda" else "fp32"
-    print(f"\nlinear on {device}, {model}: time as a multiple of the {float_name} matmul")
+    mode = f" (int_mm_fused compiled in torch.compile mode {fused_mode})" if fused_mode else ""
+    print(f"\nlinear on {device}, {model}{mode}: time as a multiple of the {float_name} matmul")
     for row in rows:
         if "error" in row:
             print(f"  {row['shape']:<48} {row['kernel']:<18} raised {row['error']}")

@@ -57,6 +57,30 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
     assert all(row["first_use_s"] > 0 for row in saved["linear"]["ltxv-mid"] if row["kernel"] == "auto")
 
 
+def test_fused_mode_compiles_int_mm_fused_in_that_mode_and_says_so(tmp_path: Path) -> None:
+    """``--fused-mode max-autotune-no-cudagraphs``: the GPU experiment (inductor may fuse the rescale into
+    its own int8 matmul there); on a CPU the same maths, named in the table and the record."""
+    record = tmp_path / "record.json"
+    options = ["--skip-files", "--linear-models", "ltxv-mid", "--tokens", "32", "--runs", "1"]
+    done = _int8_bench(*options, "--fused-mode", "max-autotune-no-cudagraphs", "--out", str(record))
+    assert "int_mm_fused compiled in torch.compile mode max-autotune-no-cudagraphs" in done.stdout
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    assert saved["fused_mode"] == "max-autotune-no-cudagraphs"
+    fused = [row for row in saved["linear"]["ltxv-mid"] if row["kernel"] == "int_mm_fused"]
+    assert len(fused) == 3 and all(row["sqnr_db"] >= 35.0 for row in fused)
+    refused = subprocess.run(
+        [sys.executable, "benchmarks/int8_bench.py", "--skip-files", "--fused-mode", "reduce-overhead"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (
+        refused.returncode == 2 and "--fused-mode" in refused.stderr and "reduce-overhead" in refused.stderr
+    )
+
+
 def test_without_onednn_the_table_still_times_every_kernel_and_auto_keeps_w8a16(tmp_path: Path) -> None:
     """``--no-onednn``: torch._int_mm runs the scalar loop of a CPU without AVX-512 VNNI; the W8A8 kernels
     are still timed (forced), auto measures w8a16 alone and says why."""

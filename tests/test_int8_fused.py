@@ -66,6 +66,13 @@ def test_the_compiled_graph_is_the_eager_maths() -> None:
     torch.testing.assert_close(out, exact.float())
 
 
+def test_a_compile_mode_with_cuda_graphs_or_unknown_is_refused_naming_the_modes() -> None:
+    for mode in ("reduce-overhead", "max-autotune", "fast"):
+        with pytest.raises(ValueError, match=f"not '{mode}'") as refused:
+            FusedW8A8(mode)
+        assert "max-autotune-no-cudagraphs" in str(refused.value)
+
+
 def test_a_second_model_load_compiles_nothing_again() -> None:
     """Every model load makes its own dispatcher and so its own :class:`FusedW8A8`: the compiled code
     is torch's per function, so only the first compiles, whatever the rows (shapes are dynamic)."""

@@ -159,10 +159,13 @@ def test_build_refuses_to_overwrite_a_kit(kit: tuple[Path, dict[str, Any]]) -> N
 def test_the_device_call_runs_its_table_from_the_kit_on_cpu(
     kit: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """``gpu_kernel_table.sh --cpu``: kit installed into SITE, the table run from it, files handed back."""
+    """``gpu_kernel_table.sh --cpu``: kit installed into SITE, the tables run from it (with FUSED_MODE's
+    too), files handed back (8 at most, what a device call returns)."""
     handback, site = tmp_path / "handback", tmp_path / "site"
     env = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "FUSED_MODE": "max-autotune-no-cudagraphs",
+        "FUSED_MODELS": "ltxv-mid",
         "PYTHON": sys.executable,
         "OUT": str(handback),
         "SITE": str(site),
@@ -183,6 +186,9 @@ def test_the_device_call_runs_its_table_from_the_kit_on_cpu(
     files = sorted(p.name for p in handback.iterdir())
     assert {"int8_linear.json", "int8_linear.txt", "int8_kernels.json", "log.txt"} <= set(files)
     assert "int8_kernels_convrot.json" in files and len(files) <= 8
+    fused_mode = (handback / "int8_linear_fused_mode.txt").read_text(encoding="utf-8")
+    assert "int_mm_fused compiled in torch.compile mode max-autotune-no-cudagraphs" in fused_mode
+    assert "int8_kernels_fused_mode.json" in files
     record = json.loads((handback / "int8_linear.json").read_text(encoding="utf-8"))
     assert record["environment"]["comfy_kitchen"] == kit[1]["package"]["version"]
     kitchen = [row for row in record["linear"]["ltxv-mid"] if row["kernel"] == "kitchen"]

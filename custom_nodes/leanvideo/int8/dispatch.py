@@ -102,14 +102,16 @@ class LazyKitchen:
         return self.module
 
 
-def default_kernels(kitchen: ModuleType | LazyKitchen | None) -> dict[str, KernelImpl]:
+def default_kernels(
+    kitchen: ModuleType | LazyKitchen | None, fused_mode: str | None = None
+) -> dict[str, KernelImpl]:
     """The kernels of :mod:`.linear`; ``kitchen`` is comfy-kitchen (imported, or imported when first
-    needed), or ``None`` without it."""
+    needed), or ``None`` without it; ``fused_mode`` is int_mm_fused's torch.compile mode."""
 
     def module() -> ModuleType | None:
         return kitchen.get() if isinstance(kitchen, LazyKitchen) else kitchen
 
-    fused = FusedW8A8()  # int_mm_fused's compiled function, shared by this dispatcher's every call
+    fused = FusedW8A8(fused_mode)  # int_mm_fused's compiled function, shared by this dispatcher's calls
 
     def compiles() -> str | None:
         # on a CPU it gains a few % per layer, and compiling costs each server 2–10 s

@@ -60,6 +60,13 @@ W8A8Rows = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor
 ]
 
+# torch.compile modes int_mm_fused may be compiled in: inductor's default (``None``: quantizing one
+# kernel, torch._int_mm the library's, the rescale one more), or max-autotune without CUDA graphs, where
+# inductor also times its own Triton int8 matmuls against the library's and, when one wins, can fuse the
+# rescale into it (the int32 product never written): minutes of compiling on a GPU, unmeasured there so
+# far; only ``benchmarks/int8_bench.py --fused-mode`` asks for it. (Modes with CUDA graphs do not suit a
+# function called once per layer with that layer's weight.)
+FUSED_MODES: tuple[str | None, ...] = (None, "max-autotune-no-cudagraphs")
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
 _INT_MM_MULTIPLE = 8
 
@@ -184,9 +191,12 @@ class FusedW8A8:
     (torch.compile's own set-up costs about a second the first time in a process); compiled code is kept
     per function by torch, so every instance after the first compiles nothing. Inside a model that
     torch.compile compiles whole, the plain function is traced into the model's graph instead. For
-    inference: the inputs are detached."""
+    inference: the inputs are detached. ``mode`` is torch.compile's (one of :data:`FUSED_MODES`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str | None = None) -> None:
+        if mode not in FUSED_MODES:
+            raise ValueError(f"int_mm_fused compile mode must be one of {FUSED_MODES}, not {mode!r}")
+        self.mode = mode
         self._compiled: W8A8Rows | None = None
         self._failed: str | None = None  # why compiling failed: not tried again for every shape class
 
@@ -203,7 +213,7 @@ class FusedW8A8:
         if self._failed is not None:
             raise RuntimeError(f"torch.compile failed on an earlier call: {self._failed}")
         if self._compiled is None:
-            self._compiled = torch.compile(w8a8_rows, dynamic=True)
+            self._compiled = torch.compile(w8a8_rows, dynamic=True, mode=self.mode)
         # Detached: the same storage, but no longer a view. Of a view, torch.compile guards the tensor
         # it was viewed from too, which differs from layer to layer, and every new one would compile
         # again until torch's recompile limit (8 per function) left the kernel unfused.
