@@ -64,8 +64,10 @@ W8A8Rows = Callable[
 # kernel, torch._int_mm the library's, the rescale one more), or max-autotune without CUDA graphs, where
 # inductor also times its own Triton int8 matmuls against the library's and, when one wins, can fuse the
 # rescale into it (the int32 product never written): minutes of compiling on a GPU, unmeasured there so
-# far; only ``benchmarks/int8_bench.py --fused-mode`` asks for it. (Modes with CUDA graphs do not suit a
-# function called once per layer with that layer's weight.)
+# far; only ``benchmarks/int8_bench.py --fused-mode`` asks for it. Compiled per shape there (static
+# shapes: a kernel tuned for one shape is not reused for another; past torch's 8 recompiles per function
+# a shape runs op by op). (Modes with CUDA graphs do not suit a function called once per layer with that
+# layer's weight.)
 FUSED_MODES: tuple[str | None, ...] = (None, "max-autotune-no-cudagraphs")
 _INT_MM_MIN_ROWS = 17  # torch._int_mm needs more than 16 rows on CUDA
 _INT_MM_MULTIPLE = 8
@@ -213,7 +215,8 @@ class FusedW8A8:
         if self._failed is not None:
             raise RuntimeError(f"torch.compile failed on an earlier call: {self._failed}")
         if self._compiled is None:
-            self._compiled = torch.compile(w8a8_rows, dynamic=True, mode=self.mode)
+            # dynamic in inductor's default mode (one compile for every shape), static when autotuning
+            self._compiled = torch.compile(w8a8_rows, dynamic=self.mode is None, mode=self.mode)
         # Detached: the same storage, but no longer a view. Of a view, torch.compile guards the tensor
         # it was viewed from too, which differs from layer to layer, and every new one would compile
         # again until torch's recompile limit (8 per function) left the kernel unfused.
