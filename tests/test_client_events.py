@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from runner.tracking.events import PromptTracker, class_type_of, phase_of, phase_seconds
 
 WORKFLOW: dict[str, Any] = {
@@ -189,6 +191,22 @@ def test_ksampler_nodes_are_timed_as_sampling_but_ksampler_select_is_not() -> No
     assert phase_of("KSampler") == "sampling"
     phases = phase_seconds(tracker.timings)
     assert phases["sampling"] == 1.5 and phases["other"] == 0.1
+
+
+def test_a_start_heard_late_does_not_make_queue_and_execution_outlast_the_wall_time() -> None:
+    """The socket delivered ``execution_start`` 0.5 s late (a busy machine): the server executed for 0.8
+    s of a 1.0 s wall, so the prompt waited 0.2 s at most, not 0.7 s."""
+    from runner.tracking.result import PromptResult
+
+    late = PromptResult("p", "success", 100.0, 100.7, 101.0, server_seconds=0.8)
+    assert late.queue_seconds == pytest.approx(0.2)
+    assert late.queue_seconds + 0.8 <= late.wall_seconds + 1e-9
+    heard_in_time = PromptResult("p", "success", 100.0, 100.1, 101.0, server_seconds=0.8)
+    assert heard_in_time.queue_seconds == pytest.approx(0.1)  # the client's own figure when it fits
+    skewed = PromptResult("p", "success", 100.0, 100.1, 101.0, server_seconds=1.2)  # another clock
+    assert skewed.queue_seconds == 0.0
+    never_ran = PromptResult("p", "error", 100.0, None, 101.0)
+    assert never_ran.queue_seconds == pytest.approx(1.0)
 
 
 def test_a_failure_names_the_exception_without_the_servers_package_path() -> None:

@@ -39,8 +39,17 @@ class PromptResult:
 
     @property
     def queue_seconds(self) -> float:
-        """Submit → execution start; a prompt that never started waited its whole time."""
-        return (self.started_at or self.finished_at) - self.submitted_at
+        """Submit → execution start; a prompt that never started waited its whole time. The start is when
+        the client heard of it, which is late on a busy machine (the socket delivers the event after the
+        server sent it), never early: it is taken no later than the server's own execution window allows
+        (``finished_at − server_seconds``), so that queue and execution never add up to more than the
+        wall time."""
+        if self.started_at is None:
+            return self.finished_at - self.submitted_at
+        started = self.started_at
+        if self.server_seconds is not None:
+            started = min(started, self.finished_at - self.server_seconds)
+        return max(0.0, started - self.submitted_at)
 
     @property
     def overhead_seconds(self) -> float | None:
