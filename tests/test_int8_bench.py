@@ -19,8 +19,8 @@ from benchmarks.timing import measure_interleaved
 from runner.local.workspace import REPO_ROOT
 
 
-def _int8_bench(*options: str) -> subprocess.CompletedProcess[str]:
-    """``benchmarks/int8_bench.py OPTIONS`` as a user runs it; it must succeed."""
+def _int8_bench(*options: str, exit_code: int = 0) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/int8_bench.py OPTIONS`` as a user runs it; it must end with ``exit_code``."""
     done = subprocess.run(
         [sys.executable, "benchmarks/int8_bench.py", *options],
         cwd=REPO_ROOT,
@@ -29,7 +29,7 @@ def _int8_bench(*options: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == exit_code, done.stderr[-3000:]
     return done
 
 
@@ -68,17 +68,8 @@ def test_fused_mode_compiles_int_mm_fused_in_that_mode_and_says_so(tmp_path: Pat
     assert saved["fused_mode"] == "max-autotune-no-cudagraphs"
     fused = [row for row in saved["linear"]["ltxv-mid"] if row["kernel"] == "int_mm_fused"]
     assert len(fused) == 3 and all(row["sqnr_db"] >= 35.0 for row in fused)
-    refused = subprocess.run(
-        [sys.executable, "benchmarks/int8_bench.py", "--skip-files", "--fused-mode", "reduce-overhead"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert (
-        refused.returncode == 2 and "--fused-mode" in refused.stderr and "reduce-overhead" in refused.stderr
-    )
+    refused = _int8_bench("--skip-files", "--fused-mode", "reduce-overhead", exit_code=2)
+    assert "--fused-mode" in refused.stderr and "reduce-overhead" in refused.stderr
 
 
 def test_without_onednn_the_table_still_times_every_kernel_and_auto_keeps_w8a16(tmp_path: Path) -> None:

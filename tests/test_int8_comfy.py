@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+import leanvideo
 import pytest
 import torch
 from leanvideo.int8 import Int8WeightConfig, sqnr_db
@@ -393,7 +394,7 @@ def test_a_scaled_fp8_text_encoder_loads_through_ours_like_stock(
     assert ours_db >= max(stock_db - FP8_MARGIN_DB, 20.0)
 
 
-PACK_DIR = str(Path(__file__).resolve().parents[1] / "custom_nodes" / "leanvideo")
+PACK_DIR = str(Path(leanvideo.__file__).parent)  # as the frames of its code name their files
 # ComfyUI's CPU attention asks psutil for the free memory in every layer: a graph break (psutil reads
 # /proc/meminfo), after which dynamo guards on the number returned, so when the machine's free memory
 # changed between two layers that part of the trace compiled again, one graph more at random (a long
