@@ -37,7 +37,7 @@ from benchmarks.synth_models import (
     stand_in_tokenizer,
     synthesize,
 )
-from runner.fixtures.layouts import LayoutRequest, read_layouts
+from runner.fixtures.layouts import LayoutRequest, Layouts, read_layouts
 from runner.fixtures.ltxv import LTXV_CONFIG, TRANSFORMER_CONFIG, VAE_CONFIG
 from runner.fixtures.tensors import read_safetensors_header
 from runner.graph.models import required_models
@@ -61,6 +61,26 @@ SHIPPED_FAMILIES = {
 MODEL_INPUTS = ("unet_name", "clip_name", "vae_name", "lora_name", "ckpt_name")
 WAN_BLOCK_PROJECTIONS = 10  # q, k, v, o of both attentions and the two FFN layers
 Synthesized = tuple[Family, list[Path]]
+DEPTH_CUT = ("wan-14b", "wan22-14b", "wan22-i2v-14b")  # the families written one block deep here
+
+
+@pytest.fixture(scope="module")
+def layouts(workspace: Workspace) -> Callable[[Family], Layouts]:
+    """The layouts of every family, at full size and depth-cut, read from ComfyUI in one child process:
+    a read takes ~10 s, nearly all of it ComfyUI's import, and all of them together ~12 s."""
+    forms = [*FAMILIES.values(), *(_small(name) for name in DEPTH_CUT)]
+    requests = {
+        f"{index}/{name}": request
+        for index, family in enumerate(forms)
+        for name, request in family.requests.items()
+    }
+    read = read_layouts(workspace.comfyui_dir, requests, python=workspace.python)
+
+    def of(family: Family) -> Layouts:
+        index = forms.index(family)  # a family this fixture did not read is a KeyError here: a test bug
+        return {name: read[f"{index}/{name}"] for name in family.requests}
+
+    return of
 
 
 def _parameters(layout: Any) -> int:
@@ -83,10 +103,9 @@ def _dtypes(header: dict[str, Any], dtype: str) -> list[str]:
     ],
 )
 def test_full_size_layouts_match_the_released_models(
-    family: str, expected: dict[str, float], workspace: Workspace
+    family: str, expected: dict[str, float], layouts: Callable[[Family], Layouts]
 ) -> None:
-    layouts = read_layouts(workspace.comfyui_dir, FAMILIES[family].requests, python=workspace.python)
-    counts = {name: _parameters(layout) / 1e9 for name, layout in layouts.items()}
+    counts = {name: _parameters(layout) / 1e9 for name, layout in layouts(FAMILIES[family]).items()}
     assert counts == pytest.approx(expected, rel=0.01)
 
 
@@ -178,18 +197,18 @@ def test_current_files_are_kept_and_force_writes_the_same_bytes(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["wan-14b", "wan22-14b", "wan22-i2v-14b"])
+@pytest.mark.parametrize("name", DEPTH_CUT)
 def test_depth_cut_wan_files_are_the_release_forms_comfyui_expects(
-    name: str, depth_cut: Callable[[str], Synthesized], workspace: Workspace
+    name: str, depth_cut: Callable[[str], Synthesized], layouts: Callable[[Family], Layouts]
 ) -> None:
     family, paths = depth_cut(name)
     assert all(p.as_posix().endswith(f.relative) for p, f in zip(paths, family.files, strict=True))
     assert all(is_synthetic(p) for p in paths)
-    layouts = read_layouts(workspace.comfyui_dir, family.requests, python=workspace.python)
+    layout = layouts(family)
     for path, file in zip(paths, family.files, strict=True):
         header = read_safetensors_header(path)
         if file.form == "fp8_scaled":  # a DiT in ComfyUI's scaled fp8, as the templates' files are
-            for spec in layouts[file.layout]:  # every tensor ComfyUI's Wan model has, at its shape
+            for spec in layout[file.layout]:  # every tensor ComfyUI's Wan model has, at its shape
                 assert header[spec.key]["shape"] == list(spec.shape), spec.key
             fp8 = [k for k in _dtypes(header, "F8_E4M3") if k != "scaled_fp8"]
             assert len(fp8) == WAN_BLOCK_PROJECTIONS and all(k.startswith("blocks.0.") for k in fp8)
@@ -202,10 +221,10 @@ def test_depth_cut_wan_files_are_the_release_forms_comfyui_expects(
             targets = {k.removeprefix("diffusion_model.").rsplit(".lora_", 1)[0] + ".weight" for k in header}
             targets.discard("__metadata__.weight")
             assert len(targets) == WAN_BLOCK_PROJECTIONS
-            assert targets <= {spec.key for spec in layouts[file.layout]}
+            assert targets <= {spec.key for spec in layout[file.layout]}
             assert all(64 in v["shape"] for k, v in header.items() if k != "__metadata__")  # rank 64
         else:
-            assert set(header) - {"__metadata__"} == {spec.key for spec in layouts[file.layout]}
+            assert set(header) - {"__metadata__"} == {spec.key for spec in layout[file.layout]}
     if name == "wan22-i2v-14b":  # 16 latent + 4 mask + 16 image-latent channels
         assert read_safetensors_header(paths[0])["patch_embedding.weight"]["shape"][1] == 36
 
