@@ -17,6 +17,10 @@ Run them with::
     .venv/bin/python -m pytest -m integration
     .venv/bin/python -m pytest -m browser
     .venv/bin/python -m pytest -m gpu
+
+The suite runs in one process. Two pytest-xdist workers (``-n 2 --dist loadfile``) were measured on a
+2-core machine: slower than one (1978 s against 1783 s), with two tests failing under the contention
+(two session servers, two in-process ComfyUI imports, twice the peak disk).
 """
 
 from __future__ import annotations
