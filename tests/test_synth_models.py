@@ -77,7 +77,7 @@ def layouts(workspace: Workspace) -> Callable[[Family], Layouts]:
     read = read_layouts(workspace.comfyui_dir, requests, python=workspace.python)
 
     def of(family: Family) -> Layouts:
-        index = forms.index(family)  # a family this fixture did not read is a KeyError here: a test bug
+        index = forms.index(family)  # a family this fixture did not read is a ValueError here: a test bug
         return {name: read[f"{index}/{name}"] for name in family.requests}
 
     return of
