@@ -237,15 +237,25 @@ def synthesize(
     force: bool = False,
     python: Path | None = None,
     progress: Callable[[str], None] = print,
+    layouts: Layouts | None = None,
 ) -> list[Path]:
-    """Write the family's files under ``models_dir`` (skipping current ones) and return their paths."""
+    """Write the family's files under ``models_dir`` (skipping current ones) and return their paths.
+
+    ``layouts``: the family's layouts (its ``requests`` read with :func:`read_layouts`) when the caller
+    has them already: one read of several families' layouts takes about what one family's does (~10 s,
+    nearly all of it ComfyUI's import). Read from ComfyUI here when not given."""
     targets = [(models_dir / f.relative, f, stamp(family, f, family.dit_blocks)) for f in family.files]
     stale = [(path, f, s) for path, f, s in targets if _check_target(path, s, force)]
-    if stale:
+    if layouts is not None:
+        missing = sorted(set(family.requests) - set(layouts))
+        if missing:
+            raise SynthError(f"the layouts given for {family.name} lack {', '.join(missing)}")
+    elif stale:
         started = time.perf_counter()
         layouts = read_layouts(comfyui_dir, family.requests, python=python)
         progress(f"read {family.name} layouts from ComfyUI in {time.perf_counter() - started:.1f} s")
     for path, file, file_stamp in stale:
+        assert layouts is not None  # given, or read above as something is stale
         started = time.perf_counter()
         parts = _parts(family, file, layouts, device)
         metadata = {"rank": str(file.lora_rank)} if file.form == "lora" else dict(file.metadata)

@@ -134,10 +134,13 @@ def _small(name: str) -> Family:
 
 @pytest.fixture(scope="module")
 def depth_cut(
-    workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+    workspace: Workspace,
+    tmp_path_factory: pytest.TempPathFactory,
+    layouts: Callable[[Family], Layouts],
 ) -> Iterator[Callable[[str], Synthesized]]:
     """The depth-cut files of a family, written once and kept until another family is asked for (one
-    family on disk at a time: up to 1.9 GB; the tests that share a family follow each other)."""
+    family on disk at a time: up to 1.9 GB; the tests that share a family follow each other), from the
+    layouts the module read at once."""
     held: dict[str, tuple[Synthesized, ExitStack]] = {}
 
     def get(name: str) -> Synthesized:
@@ -149,7 +152,12 @@ def depth_cut(
             root = stack.enter_context(scratch_dir(tmp_path_factory, name))
             family = _small(name)
             paths = synthesize(
-                family, root, workspace.comfyui_dir, device=torch.device("cpu"), python=workspace.python
+                family,
+                root,
+                workspace.comfyui_dir,
+                device=torch.device("cpu"),
+                python=workspace.python,
+                layouts=layouts(family),
             )
             held[name] = ((family, paths), stack)
         return held[name][0]
@@ -165,7 +173,7 @@ def _digest(path: Path) -> str:
 
 @pytest.mark.integration
 def test_current_files_are_kept_and_force_writes_the_same_bytes(
-    depth_cut: Callable[[str], Synthesized], workspace: Workspace
+    depth_cut: Callable[[str], Synthesized], workspace: Workspace, layouts: Callable[[Family], Layouts]
 ) -> None:
     family, paths = depth_cut("wan-14b")
     root = paths[0].parents[1]
@@ -191,6 +199,7 @@ def test_current_files_are_kept_and_force_writes_the_same_bytes(
         python=workspace.python,
         force=True,
         progress=lines.append,
+        layouts=layouts(family),  # the VAE's among them
     )
     assert vae.stat().st_mtime_ns != before[vae] and _digest(vae) == digest  # values are seeded per tensor
     assert any("wrote" in line and "B parameters" in line for line in lines)
@@ -319,6 +328,14 @@ def test_a_real_model_file_is_never_overwritten_or_removed(tmp_path: Path, works
     assert real.read_bytes() == b"not ours"
     assert list(remove(family, tmp_path)) == []
     assert real.read_bytes() == b"not ours"
+
+
+def test_layouts_given_without_one_the_family_needs_are_refused_before_writing(tmp_path: Path) -> None:
+    family = _small("wan-14b")
+    partial = {name: [] for name in family.requests if name != "vae"}
+    with pytest.raises(SynthError, match=r"^the layouts given for wan-14b lack vae$"):
+        synthesize(family, tmp_path, tmp_path / "no-comfyui", device=torch.device("cpu"), layouts=partial)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.integration
