@@ -117,47 +117,67 @@ def resolve(
 ) -> tuple[list[Wheel], dict[str, list[str]]]:
     """Download the wheels of every requirement the image lacks, following their requirements.
 
+    Breadth first, one ``pip download`` per level (pip's start-up, ~1 s, is most of a download from the
+    index); within a level, the first requirement of a name picks its wheel, the others must accept it.
     Returns the wheels and ``{name: [required by …]}`` of the requirements the image provides.
     """
     wheels: dict[str, Wheel] = {}
     provided: dict[str, list[str]] = {}
-    queue: list[tuple[Requirement, str]] = list(roots)
-    while queue:
-        req, origin = queue.pop(0)
-        name = canonicalize_name(req.name)
-        if req.marker is not None and not req.marker.evaluate(target.markers()):
-            continue
-        if name in LEFT_OUT:
-            continue
-        if name in image:
-            provided.setdefault(name, []).append(origin)
-            continue
-        if name in wheels:
+    level: list[tuple[Requirement, str]] = list(roots)
+    while level:
+        wanted: list[tuple[Requirement, str, str]] = []
+        fetch: dict[str, Requirement] = {}
+        for req, origin in level:
+            name = canonicalize_name(req.name)
+            if (req.marker is not None and not req.marker.evaluate(target.markers())) or name in LEFT_OUT:
+                continue
+            if name in image:
+                provided.setdefault(name, []).append(origin)
+                continue
+            if name not in wheels:
+                fetch.setdefault(name, req)
+            wanted.append((req, origin, name))
+        fetched = download_wheels(list(fetch.values()), target, wheel_dir)
+        level = []
+        for req, origin, name in wanted:
+            if name not in wheels:  # the requirement that picked it
+                wheels[name] = fetched[name]
+                level += _dependencies(wheels[name], req, target, wheel_dir)
             wheel = wheels[name]
             if req.specifier and not req.specifier.contains(wheel.version, prereleases=True):
                 raise KitError(f"{origin} needs {req} but the kit already holds {name} {wheel.version}")
             wheel.required_by.append(origin)
-            continue
-        wheel = download_wheel(req, target, wheel_dir)
-        wheel.required_by.append(origin)
-        wheels[name] = wheel
-        for spec, extras in _wheel_requirements(wheel_dir / wheel.file, req.extras):
-            dep = Requirement(spec)
-            if dep.marker is None or any(dep.marker.evaluate(target.markers(e)) for e in extras):
-                dep.marker = None
-                queue.append((dep, f"{wheel.name} {wheel.version}"))
     return sorted(wheels.values(), key=lambda w: w.name), provided
 
 
-def download_wheel(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
-    """pip-download one wheel: the version installed here when it satisfies ``req``, else pip's pick."""
-    pinned = f"{req.name}{req.specifier}"
+def _dependencies(
+    wheel: Wheel, req: Requirement, target: Target, wheel_dir: Path
+) -> list[tuple[Requirement, str]]:
+    """The requirements of ``wheel`` that apply on the target (with the extras ``req`` asked for)."""
+    found: list[tuple[Requirement, str]] = []
+    for spec, extras in _wheel_requirements(wheel_dir / wheel.file, req.extras):
+        dep = Requirement(spec)
+        if dep.marker is None or any(dep.marker.evaluate(target.markers(e)) for e in extras):
+            dep.marker = None
+            found.append((dep, f"{wheel.name} {wheel.version}"))
+    return found
+
+
+def _pinned(req: Requirement) -> str:
+    """``req`` as pip is asked for it: the version installed here when it satisfies ``req``."""
     try:
         local = importlib.metadata.version(req.name)
-        if req.specifier.contains(local, prereleases=True):
-            pinned = f"{req.name}=={local}"
     except importlib.metadata.PackageNotFoundError:
-        pass
+        return f"{req.name}{req.specifier}"
+    return (
+        f"{req.name}=={local}"
+        if req.specifier.contains(local, prereleases=True)
+        else f"{req.name}{req.specifier}"
+    )
+
+
+def _pip_download(pinned: list[str], target: Target, wheel_dir: Path) -> tuple[int, str, list[Path]]:
+    """Run one ``pip download`` of ``pinned`` for the target; its exit code, its messages, the new files."""
     before = set(wheel_dir.glob("*.whl"))
     command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
     command += ["--python-version", target.python, "--implementation", "cp"]
@@ -165,20 +185,44 @@ def download_wheel(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
         command += ["--abi", abi]
     for platform in MANYLINUX:
         command += ["--platform", platform]
-    command += ["-d", str(wheel_dir), pinned]
+    command += ["-d", str(wheel_dir), *pinned]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    new = sorted(set(wheel_dir.glob("*.whl")) - before)
-    if result.returncode != 0 or len(new) != 1:
-        lines = [ln for ln in (result.stderr or result.stdout).splitlines() if "ERROR" in ln]
-        raise KitError(
-            f"no wheel of {pinned} for CPython {target.python} on manylinux x86-64: "
-            f"{lines[0] if lines else 'pip downloaded nothing'}"
-        )
-    path = new[0]
+    return result.returncode, result.stderr or result.stdout, sorted(set(wheel_dir.glob("*.whl")) - before)
+
+
+def _wheel(path: Path) -> Wheel:
     name, version = path.name.split("-")[:2]
     return Wheel(
         canonicalize_name(name), str(Version(version)), path.name, path.stat().st_size, sha256_file(path)
     )
+
+
+def download_wheels(reqs: list[Requirement], target: Target, wheel_dir: Path) -> dict[str, Wheel]:
+    """pip-download one wheel per requirement in one pip run; ``{name: wheel}``. When that run fails,
+    its files are removed and each requirement is downloaded alone, so that the error names the one
+    pip cannot find."""
+    if not reqs:
+        return {}
+    code, _, new = _pip_download([_pinned(req) for req in reqs], target, wheel_dir)
+    by_name = {canonicalize_name(path.name.split("-")[0]): path for path in new}
+    if code == 0 and len(new) == len(reqs) and set(by_name) == {canonicalize_name(r.name) for r in reqs}:
+        return {name: _wheel(path) for name, path in by_name.items()}
+    for path in new:
+        path.unlink()
+    return {canonicalize_name(req.name): download_wheel(req, target, wheel_dir) for req in reqs}
+
+
+def download_wheel(req: Requirement, target: Target, wheel_dir: Path) -> Wheel:
+    """pip-download one wheel: the version installed here when it satisfies ``req``, else pip's pick."""
+    pinned = _pinned(req)
+    code, messages, new = _pip_download([pinned], target, wheel_dir)
+    if code != 0 or len(new) != 1:
+        lines = [ln for ln in messages.splitlines() if "ERROR" in ln]
+        raise KitError(
+            f"no wheel of {pinned} for CPython {target.python} on manylinux x86-64: "
+            f"{lines[0] if lines else 'pip downloaded nothing'}"
+        )
+    return _wheel(new[0])
 
 
 def _wheel_requirements(path: Path, extras: set[str]) -> list[tuple[str, tuple[str, ...]]]:

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from benchmarks import device_kit
 from benchmarks.device_image import ImageError, make_image_venv, read_device_image
-from benchmarks.device_kit import DEFAULT_MAX_MIB, KitError, install_kit
+from benchmarks.device_kit import DEFAULT_MAX_MIB, KitError, Target, download_wheels, install_kit
 from runner.install.pin import load_pin, sha256_file
 from runner.local.workspace import REPO_ROOT, Workspace
 from tests.scratch import scratch_dir
@@ -126,6 +128,32 @@ def test_install_names_a_tampered_file_and_installs_nothing(local_kit: Path, tmp
     victim.unlink()
     with pytest.raises(KitError, match="is missing: the kit is incomplete"):
         install_kit(kit, tmp_path / "into")
+
+
+@pytest.mark.integration
+def test_one_pip_run_fetches_a_level_and_a_missing_wheel_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level of the resolution is one ``pip download``; when it fails, each requirement is fetched
+    alone so that the error names the one the index lacks."""
+    runs: list[list[str]] = []
+    real_run = subprocess.run
+
+    def counted(command: list[str], **kwargs: Any) -> Any:
+        runs.append(command)
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(device_kit.subprocess, "run", counted)
+    target = Target("3.12")
+    got = download_wheels([Requirement("packaging"), Requirement("PyYAML>=6")], target, tmp_path / "a")
+    assert sorted(got) == ["packaging", "pyyaml"] and len(runs) == 1
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(w.file for w in got.values())
+    assert all(sha256_file(tmp_path / "a" / w.file) == w.sha256 for w in got.values())
+    assert got["pyyaml"].version.startswith("6.") and "cp312" in got["pyyaml"].file
+    missing = [Requirement("packaging"), Requirement("leanvideo-no-such-distribution")]
+    with pytest.raises(KitError, match=r"^no wheel of leanvideo-no-such-distribution for CPython 3\.12"):
+        download_wheels(missing, target, tmp_path / "b")
+    assert len(runs) == 4  # the level, then each alone
 
 
 def test_the_image_list_names_a_bad_line(tmp_path: Path) -> None:
