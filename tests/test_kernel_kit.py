@@ -1,6 +1,6 @@
 """The kernel kit: comfy-kitchen carried to the GPU machine as its wheel's files in one xz archive.
 
-Built from the package index for this machine's Python (xz level 1 here, to be quick), it installs the
+Built from the package index for this machine's Python (xz level 0 here, to be quick), it installs the
 very files pip installs from the wheel, imports from its own site and runs the ``kitchen`` kernel; a
 tampered archive, RECORD or file is named and installs nothing; and the device call's script runs its
 table from the kit (the CPU rehearsal of ``benchmarks/gpu_kernel_table.sh``)."""
