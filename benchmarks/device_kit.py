@@ -128,7 +128,7 @@ def resolve(
         wanted: list[tuple[Requirement, str, str]] = []
         fetch: dict[str, Requirement] = {}
         for req, origin in level:
-            name = canonicalize_name(req.name)
+            name: str = canonicalize_name(req.name)
             if (req.marker is not None and not req.marker.evaluate(target.markers())) or name in LEFT_OUT:
                 continue
             if name in image:

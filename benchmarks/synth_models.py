@@ -52,7 +52,7 @@ __all__ = [
 STAMP_KEY = "leanvideo_synthetic"
 SYNTH_FORMAT = 4  # bump when generated values or layouts change (4: release names and forms, Wan 2.2)
 LORA_B_STD = 0.01  # non-zero so the LoRA changes the output, small so 48 blocks stay finite
-WAN_LORA_TARGETS = ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o")
+WAN_LORA_TARGETS: tuple[str, ...] = ("self_attn.q", "self_attn.k", "self_attn.v", "self_attn.o")
 WAN_LORA_TARGETS += ("cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.o", "ffn.0", "ffn.2")
 
 
