@@ -6,22 +6,23 @@ Run: ``.venv/bin/python benchmarks/int8_bench.py [--model ltxv-13b|wan-14b] [--t
 [--fused-mode max-autotune-no-cudagraphs]``.
 The linear benchmark runs on ``--device`` (CUDA when present). Per shape it times the float matmul (fp32
 on a CPU, what ComfyUI computes in there; bf16 on a GPU), every INT8 kernel that runs there (w8a16,
-int_mm, int_mm_fused, kitchen when comfy-kitchen imports), ``auto`` (the dispatcher, after the
-measurement it makes at first use, whose time is reported too), ``torch._int_mm`` alone on activations
-quantized beforehand (what a W8A8 kernel built on it costs at least) and w8a16 compiled by torch.compile
-(what dequantizing in one pass gains),
-each as a ratio of the float matmul, timed in interleaved rounds (one call of each path per round, so
-load from other processes falls on every path alike), with the device synchronised around every timed
-sample (on a GPU 8 calls back to back round 4 weight copies, as auto times them); each kernel's output
-is also checked against the fp32 matmul (SQNR), and a kernel that raises is
-reported with its error while the others are still measured.
-``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its own
-kernel). ``--no-onednn`` runs the linear part with oneDNN off: ``torch._int_mm`` then runs the scalar loop
-torch runs on every CPU without AVX-512 VNNI (AVX2-only, AVX-VNNI-only), so any machine shows what such
-a CPU gets. ``--fused-mode`` compiles ``int_mm_fused`` (its row and auto's candidate) in that
-torch.compile mode instead of inductor's default (:data:`leanvideo.int8.linear.FUSED_MODES`: on a GPU,
-max-autotune may fuse the rescale into an int8 Triton matmul). ``--json`` writes that table as a list
-of ``{shape, kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and ``{shape, auto,
+int_mm, int_mm_fused, kitchen when comfy-kitchen imports, onednn on a CPU with VNNI or AMX), ``auto``
+(the dispatcher, after the measurement it makes at first use, whose time is reported too),
+``torch._int_mm`` alone on activations quantized beforehand (what a W8A8 kernel built on it costs at
+least) and w8a16 compiled by torch.compile (what dequantizing in one pass gains), each as a ratio of the
+float matmul, timed in interleaved rounds (one call of each path per round, so load from other processes
+falls on every path alike), with the device synchronised around every timed sample (on a GPU 8 calls
+back to back round 4 weight copies, as auto times them); each kernel's output is also checked against
+the fp32 matmul (SQNR), and a kernel that raises is reported with its error while the others are still
+measured. ``--convrot`` quantizes the layers with ConvRot (comfy-kitchen then rotates activations in its
+own kernel). ``--no-onednn`` runs the linear part with oneDNN off: ``torch._int_mm`` then runs the
+scalar loop torch runs on every CPU without AVX-512 VNNI (AVX2-only, AVX-VNNI-only), so any machine
+shows what such a CPU gets; the ``onednn`` kernel does not ask that switch and still runs (with
+``ONEDNN_MAX_CPU_ISA=AVX2_VNNI`` as well, a CPU with AVX-512 VNNI shows what an AVX-VNNI-only one gets).
+``--fused-mode`` compiles ``int_mm_fused`` (its row and auto's candidate) in that torch.compile mode
+instead of inductor's default (:data:`leanvideo.int8.linear.FUSED_MODES`: on a GPU, max-autotune may
+fuse the rescale into an int8 Triton matmul). ``--json`` writes that table as a list of ``{shape,
+kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and ``{shape, auto,
 auto_over_best}``.
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
@@ -56,6 +57,7 @@ from leanvideo.int8.linear import (
     KERNELS,
     FusedW8A8,
     import_kitchen,
+    onednn_weights,
     quantize_activations,
     run_kernel,
     unsupported_reason,
@@ -160,7 +162,7 @@ def _bench_shape(
     paths: dict[str, Callable[[], object]] = {
         FLOAT: _going_round([lambda w=w: torch.nn.functional.linear(x, w) for w in floats])
     }
-    kitchen, fused = import_kitchen(), FusedW8A8(fused_mode)
+    kitchen, fused, onednn = import_kitchen(), FusedW8A8(fused_mode), onednn_weights()
     quality: dict[str, float] = {}
     errors: dict[str, str] = {}
     for kernel in KERNELS:
@@ -168,14 +170,17 @@ def _bench_shape(
             logger.info("%s left out at %s×%s: %s", kernel, out_features, in_features, reason)
             continue
         try:
-            out = run_kernel(kernel, x, packed, kitchen=kitchen, fused=fused)
+            out = run_kernel(kernel, x, packed, kitchen=kitchen, fused=fused, onednn=onednn)
         except Exception as exc:  # a kernel that cannot run here is a finding, not a crash
             errors[kernel] = f"{type(exc).__name__}: {exc}"
             logger.warning("%s raised at %s×%s: %s", kernel, out_features, in_features, errors[kernel])
             continue
         quality[kernel] = sqnr_db(reference, out.float())
         paths[kernel] = _going_round(
-            [lambda k=kernel, p=p: run_kernel(k, x, p, kitchen=kitchen, fused=fused) for p in packs]
+            [
+                lambda k=kernel, p=p: run_kernel(k, x, p, kitchen=kitchen, fused=fused, onednn=onednn)
+                for p in packs
+            ]
         )
     if "int_mm" in paths:
         x_q, _ = quantize_activations(x.reshape(-1, in_features))

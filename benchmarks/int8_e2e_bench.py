@@ -2,7 +2,7 @@
 its INT8 copy, paired runs on one real pinned server.
 
 Run: ``.venv/bin/python -m benchmarks.int8_e2e_bench [--pairs N] [--json FILE]
-[--kernel auto|w8a16|int_mm|int_mm_fused] [--layers L --dim D] [--out-dir DIR]``.
+[--kernel auto|w8a16|int_mm|int_mm_fused|onednn] [--layers L --dim D] [--out-dir DIR]``.
 
 It writes (once; later runs reuse them) the DiT of :mod:`benchmarks.mid_dit` (default 8 blocks ×
 width 1024: 144.1 M parameters, bf16) and its INT8 copy, and the tiny models (:mod:`runner.fixtures`),
@@ -62,7 +62,7 @@ from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
 
-KERNEL_CHOICES = ("auto", "w8a16", "int_mm", "int_mm_fused")
+KERNEL_CHOICES = ("auto", "w8a16", "int_mm", "int_mm_fused", "onednn")
 LOADER_NODE = "100"  # the DiT loader each configuration adds; the sampler takes its model from it
 STOCK, INT8 = "stock", "int8"
 

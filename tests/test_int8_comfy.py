@@ -427,7 +427,7 @@ def _graph_breaks(
     return explained.graph_break_count, reasons, ours
 
 
-@pytest.mark.parametrize("route", ["w8a16", "auto", "int_mm_fused", "kitchen"])
+@pytest.mark.parametrize("route", ["w8a16", "auto", "int_mm_fused", "kitchen", "onednn"])
 def test_int8_dit_traces_for_torch_compile_like_the_float_one(
     comfy: SimpleNamespace,
     tiny_models: FixtureSet,

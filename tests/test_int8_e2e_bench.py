@@ -19,7 +19,7 @@ from benchmarks.mid_dit import MidDitConfig
 from runner.local.workspace import REPO_ROOT, Workspace
 
 MIN_PSNR_DB = 35.0  # INT8 against bf16 on the 1×128 DiT: measured 52.6–53.4 dB
-KERNELS = {"w8a16", "int_mm", "int_mm_fused", "kitchen"}
+KERNELS = {"w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn"}
 
 
 def test_default_dit_is_the_mid_ltxv_and_its_config_is_valid() -> None:

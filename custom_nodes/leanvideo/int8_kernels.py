@@ -3,7 +3,7 @@
 Each loader run makes one :class:`~leanvideo.int8.dispatch.KernelDispatcher` for the model it loads:
 
 - forced by the node's ``path`` input, or when that is ``auto`` by ``LEANVIDEO_INT8_KERNEL``
-  (``w8a16``, ``int_mm``, ``int_mm_fused`` or ``kitchen``), else measuring at first use;
+  (``w8a16``, ``int_mm``, ``int_mm_fused``, ``kitchen`` or ``onednn``), else measuring at first use;
 - its table on disk is ``<ComfyUI user directory>/leanvideo/int8_kernels.json``, shared by every load
   and server using that user directory (per device inside, a CPU named with its int8 instruction sets;
   a new torch or comfy-kitchen measures again);

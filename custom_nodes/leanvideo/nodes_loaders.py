@@ -45,14 +45,16 @@ def _shared_inputs() -> list[Any]:
             "path",
             options=list(MATMUL_ROUTES),
             default="auto",
-            tooltip="INT8 matmul kernel. auto measures w8a16, int_mm, int_mm_fused and kitchen on each "
-            "layer shape at first use and keeps the fastest correct one (never one slower than w8a16; "
-            "the table is cached in the user directory). w8a16 dequantizes weights (every device); "
-            "int_mm quantizes activations and multiplies with torch._int_mm; int_mm_fused is int_mm "
-            "with quantizing and rescaling each compiled into one kernel by torch.compile (compiles "
-            "at first use; auto measures it on a GPU only); kitchen uses comfy-kitchen's fused kernel "
-            "(pip install comfy-kitchen). A forced kernel runs w8a16 where it cannot run a shape; w8a8 "
-            "is int_mm's older name. With auto, LEANVIDEO_INT8_KERNEL forces one.",
+            tooltip="INT8 matmul kernel. auto measures w8a16, int_mm, int_mm_fused, kitchen and onednn "
+            "on each layer shape at first use and keeps the fastest correct one (never one slower than "
+            "w8a16; the table is cached in the user directory). w8a16 dequantizes weights (every "
+            "device); int_mm quantizes activations and multiplies with torch._int_mm; int_mm_fused is "
+            "int_mm with quantizing and rescaling each compiled into one kernel by torch.compile "
+            "(compiles at first use; auto measures it on a GPU only); kitchen uses comfy-kitchen's "
+            "fused kernel (pip install comfy-kitchen); onednn is int_mm through oneDNN's int8 linear "
+            "(a CPU with VNNI or AMX, AVX-VNNI-only ones included, where torch._int_mm is slow). A "
+            "forced kernel runs w8a16 where it cannot run a shape; w8a8 is int_mm's older name. With "
+            "auto, LEANVIDEO_INT8_KERNEL forces one.",
         ),
         io.Boolean.Input(
             "quantize_on_load",

@@ -6,9 +6,10 @@ power of two, weight layout), it runs every candidate kernel of :mod:`.linear` o
 
 1. a kernel that cannot run the shape, raises, or disagrees with ``w8a16`` (SQNR below
    :data:`MIN_AGREEMENT_DB`) is rejected, with the reason kept; so is one whose ``cpu_skip`` gives a
-   reason, on a CPU: every W8A8 kernel where ``torch._int_mm`` runs its scalar loop (no AVX-512 VNNI,
-   :func:`.linear.int_mm_cpu_fallback`: measuring it would cost seconds per shape to lose), and
-   ``int_mm_fused`` anyway (compiling it costs every server seconds there, for a few %);
+   reason, on a CPU: every kernel that ends in ``torch._int_mm`` where that runs its scalar loop (no
+   AVX-512 VNNI, :func:`.linear.int_mm_cpu_fallback`: measuring it would cost seconds per shape to
+   lose; ``onednn`` does not end there) and ``int_mm_fused`` anyway (compiling it costs every server
+   seconds there, for a few %);
 2. the remaining kernels are timed in ``runs`` interleaved rounds (device synchronised, on a GPU after
    :data:`CUDA_CALLS_PER_SAMPLE` calls back to back, round :data:`WEIGHT_COPIES` copies of the weight;
    each kernel's fastest call counts, so load from other processes hurts every candidate alike; a
@@ -49,6 +50,7 @@ from .linear import (
     import_kitchen,
     int_mm_cpu_fallback,
     kernel_of_route,
+    onednn_weights,
     run_kernel,
     unsupported_reason,
 )
@@ -77,12 +79,14 @@ OnChoice = Callable[[str, Choice], None]
 
 @dataclass(frozen=True)
 class KernelImpl:
-    """One candidate: how to run it, why it cannot run a shape (``None`` when it can), and why ``auto``
-    does not measure it on this CPU (``None``: it does; forcing it runs it there either way)."""
+    """One candidate: how to run it, why it cannot run a shape (``None`` when it can), why ``auto``
+    does not measure it on this CPU (``None``: it does; forcing it runs it there either way), and how
+    to drop what it keeps for a weight (``onednn``'s packed copy) once it lost that weight's shape."""
 
     run: RunKernel
     unsupported: Unsupported
     cpu_skip: Callable[[], str | None] = lambda: None
+    forget: Callable[[Int8Weight], None] = lambda packed: None
 
 
 class LazyKitchen:
@@ -112,12 +116,19 @@ def default_kernels(
         return kitchen.get() if isinstance(kitchen, LazyKitchen) else kitchen
 
     fused = FusedW8A8(fused_mode)  # int_mm_fused's compiled function, shared by this dispatcher's calls
+    onednn = onednn_weights()  # the onednn kernel's packed weights, each kept while its weight lives
 
     def compiles() -> str | None:
         # on a CPU it gains a few % per layer, and compiling costs each server 2–10 s
         return int_mm_cpu_fallback() or "it compiles, seconds per server"
 
     def impl(name: str) -> KernelImpl:
+        if name == "onednn":
+            return KernelImpl(
+                run=lambda x, packed, bias: run_kernel(name, x, packed, bias, onednn=onednn),
+                unsupported=lambda x, packed: unsupported_reason(name, x, packed),
+                forget=lambda packed: onednn.forget(packed.qdata),
+            )
         if name != "kitchen":  # only the kitchen kernel needs comfy-kitchen imported
             return KernelImpl(
                 run=lambda x, packed, bias: run_kernel(name, x, packed, bias, fused=fused),
@@ -245,6 +256,9 @@ class KernelDispatcher:
             if name != "w8a16" and name != best and value >= seconds["w8a16"]:
                 rejected[name] = "slower than w8a16"
         choice = Choice(best, "measured", seconds, rejected)
+        for name, kernel in self.kernels.items():  # what a kernel that lost keeps for this weight goes
+            if name != best:
+                kernel.forget(packed)
         if best == "w8a16":
             return choice, reference
         del reference

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TABLE_SCHEMA = "leanvideo.int8_kernels"
-TABLE_VERSION = 3  # bump when a kernel's maths or the measurement changes; 2: int_mm_fused; 3: not on CPUs
+# bump when a kernel's maths or the measurement changes; 2: int_mm_fused; 3: not on CPUs; 4: onednn
+TABLE_VERSION = 4
 KITCHEN_DISTRIBUTION = "comfy-kitchen"
 
 

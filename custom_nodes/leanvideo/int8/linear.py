@@ -1,4 +1,4 @@
-"""INT8 linear kernels: W8A16 (dequantize, float matmul) and three W8A8 ones (int8 × int8 → int32, rescale).
+"""INT8 linear kernels: W8A16 (dequantize, float matmul) and four W8A8 ones (int8 × int8 → int32, rescale).
 
 - ``w8a16`` dequantizes the weight to the input's dtype and runs a float matmul; every device, every
   weight layout.
@@ -17,6 +17,10 @@
   an eager backend elsewhere. Convrot layers rotate with comfy-kitchen's own (regular) Hadamard
   matrix, so comfy-kitchen rotates their activations itself (fused into its quantizer on CUDA at group
   256); only version-1 files' Sylvester-rotated layers have their activations rotated here first.
+- ``onednn`` is ``int_mm``'s maths through oneDNN's int8 linear (:mod:`.onednn`), on a CPU with VNNI
+  or AMX: the one W8A8 kernel of a CPU with AVX-VNNI but no AVX-512 VNNI, where ``torch._int_mm``
+  multiplies element by element. Traced by ``torch.compile``, it runs ``int_mm``'s ops (the same
+  numbers) where ``torch._int_mm`` reaches oneDNN, else ``w8a16``'s.
 
 No W8A8 kernel takes block-wise weight scales. Which kernel runs a layer is the dispatcher's
 choice (:mod:`.dispatch`); :func:`int8_linear` runs one named kernel and falls back to ``w8a16`` where
@@ -29,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
 from collections.abc import Callable
@@ -40,21 +43,21 @@ import torch
 
 from .device import cpu_flags
 from .hadamard import rotate_groups
+from .kitchen_op import KITCHEN_MODULE, kitchen_int8_linear_op
+from .onednn import OneDNNWeights, onednn_rows, onednn_unsupported
 from .quantize import Int8Weight, dequantize
 from .spec import QMAX
 
 logger = logging.getLogger(__name__)
 
 # The kernels, in the order the dispatcher tries them; "w8a16" is the baseline every other must beat.
-Kernel = Literal["w8a16", "int_mm", "int_mm_fused", "kitchen"]
-KERNELS: tuple[str, ...] = ("w8a16", "int_mm", "int_mm_fused", "kitchen")
+Kernel = Literal["w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn"]
+KERNELS: tuple[str, ...] = ("w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn")
 # What the loaders' ``path`` input offers: "auto" measures, a kernel name forces that kernel, and
 # "w8a8" is the older name of "int_mm" (kept so saved workflows still validate).
-MatmulRoute = Literal["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8"]
-MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8")
+MatmulRoute = Literal["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8"]
+MATMUL_ROUTES: tuple[str, ...] = ("auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8")
 ROUTE_ALIASES: dict[str, str] = {"w8a8": "int_mm"}
-KITCHEN_MODULE = "comfy_kitchen"
-KITCHEN_OP = "leanvideo::kitchen_int8_linear"
 IntMatmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 W8A8Rows = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor
@@ -114,6 +117,8 @@ def unsupported_reason(
         return "empty input"
     if kernel == "kitchen":
         return "comfy-kitchen is not installed or does not import" if kitchen is None else None
+    if kernel == "onednn":
+        return onednn_unsupported(x)
     if kernel == "int_mm_fused" and not _compile_supported():
         return "torch.compile does not run on this Python"
     out_features, in_features = packed.qdata.shape
@@ -139,6 +144,12 @@ def int_mm_cpu_fallback() -> str | None:
     if not (vnni() if vnni is not None else "avx512_vnni" in cpu_flags()):
         return "this CPU has no AVX-512 VNNI, so torch._int_mm runs its scalar loop instead of oneDNN"
     return None
+
+
+def onednn_weights() -> OneDNNWeights:
+    """A store of the ``onednn`` kernel's packed weights; traced by torch.compile the kernel runs
+    ``int_mm``'s ops where ``torch._int_mm`` reaches oneDNN here, else ``w8a16``'s."""
+    return OneDNNWeights(traced="int_mm" if int_mm_cpu_fallback() is None else "w8a16")
 
 
 def _compile_supported() -> bool:
@@ -291,51 +302,19 @@ def linear_kitchen(
     return out.reshape(*x.shape[:-1], packed.qdata.shape[0])
 
 
-def _register_kitchen_op() -> Callable[..., torch.Tensor]:
-    """comfy-kitchen's ``int8_linear`` as the custom op ``torch.ops.leanvideo.kitchen_int8_linear``, so
-    that torch.compile keeps it as one node of the graph (traced as it is, comfy-kitchen's Python
-    dispatch and native calls break the graph at every layer). Registered when this module is first
-    imported (tracing must never register it); comfy-kitchen itself is imported only when it runs."""
-    namespace, name = KITCHEN_OP.split("::")
-    with contextlib.suppress(AttributeError, RuntimeError):
-        return getattr(getattr(torch.ops, namespace), name)  # type: ignore[no-any-return]
-
-    @torch.library.custom_op(KITCHEN_OP, mutates_args=())
-    def kitchen_int8_linear(
-        rows: torch.Tensor,
-        qdata: torch.Tensor,
-        scale: torch.Tensor,
-        bias: torch.Tensor | None,
-        convrot: bool,
-        convrot_groupsize: int,
-    ) -> torch.Tensor:
-        kitchen = importlib.import_module(KITCHEN_MODULE)
-        out: torch.Tensor = kitchen.int8_linear(
-            rows,
-            qdata,
-            scale,
-            bias,
-            out_dtype=rows.dtype,
-            convrot=convrot,
-            convrot_groupsize=convrot_groupsize,
-        )
-        return out
-
-    @kitchen_int8_linear.register_fake
-    def _(
-        rows: torch.Tensor,
-        qdata: torch.Tensor,
-        scale: torch.Tensor,
-        bias: torch.Tensor | None,
-        convrot: bool,
-        convrot_groupsize: int,
-    ) -> torch.Tensor:
-        return rows.new_empty((rows.shape[0], qdata.shape[0]))
-
-    return kitchen_int8_linear
-
-
-kitchen_int8_linear_op = _register_kitchen_op()
+def linear_onednn(
+    x: torch.Tensor, packed: Int8Weight, bias: torch.Tensor | None = None, *, weights: OneDNNWeights
+) -> torch.Tensor:
+    """Dynamic per-token W8A8 through oneDNN's int8 linear (:mod:`.onednn`), ``weights`` holding the
+    packed copies; traced by torch.compile it runs ``weights.traced``'s ops (``int_mm`` or ``w8a16``)."""
+    if packed.config.granularity == "block":
+        raise ValueError("W8A8 needs per-tensor or per-row weight scales, not block-wise ones")
+    if torch.compiler.is_compiling():
+        return linear_w8a8(x, packed, bias) if weights.traced == "int_mm" else linear_w8a16(x, packed, bias)
+    out_features = packed.qdata.shape[0]
+    scale = packed.scale.to(torch.float32).reshape(-1).expand(out_features).contiguous()
+    out = onednn_rows(_rotated_rows(x, packed), weights.packed(packed.qdata), scale, bias, x.dtype)
+    return out.reshape(*x.shape[:-1], out_features)
 
 
 def run_kernel(
@@ -346,10 +325,12 @@ def run_kernel(
     *,
     kitchen: ModuleType | None = None,
     fused: FusedW8A8 | None = None,
+    onednn: OneDNNWeights | None = None,
 ) -> torch.Tensor:
     """Run the named kernel as it is; raises where it cannot run the shape (see :func:`int8_linear`).
     ``kitchen`` is comfy-kitchen for ``kitchen``; ``fused`` runs ``int_mm_fused`` (make one and keep
-    it: torch.compile's set-up per wrapper costs about as much as a small layer's matmul)."""
+    it: torch.compile's set-up per wrapper costs about as much as a small layer's matmul); ``onednn``
+    holds the ``onednn`` kernel's packed weights (keep it too: packing costs more than a matmul)."""
     if kernel == "w8a16":
         return linear_w8a16(x, packed, bias)
     if kernel == "int_mm":
@@ -362,6 +343,10 @@ def run_kernel(
         if kitchen is None:
             raise ValueError("the kitchen kernel needs comfy-kitchen (pip install comfy-kitchen)")
         return linear_kitchen(x, packed, bias, kitchen=kitchen)
+    if kernel == "onednn":
+        if onednn is None:
+            raise ValueError("the onednn kernel needs its packed weights (onednn=OneDNNWeights())")
+        return linear_onednn(x, packed, bias, weights=onednn)
     raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
 
 
@@ -373,10 +358,14 @@ def int8_linear(
     route: MatmulRoute = "w8a16",
     kitchen: ModuleType | None = None,
     fused: FusedW8A8 | None = None,
+    onednn: OneDNNWeights | None = None,
 ) -> torch.Tensor:
     """``x @ W.T + bias`` on the kernel ``route`` names, or ``w8a16`` where that kernel cannot run the
-    shape. ``auto`` (which needs measurements: :class:`.dispatch.KernelDispatcher`) runs ``w8a16`` here."""
+    shape. ``auto`` (which needs measurements: :class:`.dispatch.KernelDispatcher`) runs ``w8a16`` here;
+    ``onednn`` packs the weight again on every call unless given a kept :class:`.onednn.OneDNNWeights`."""
     kernel = kernel_of_route(route) or "w8a16"
     if unsupported_reason(kernel, x, packed, kitchen) is not None:
         kernel = "w8a16"
-    return run_kernel(kernel, x, packed, bias, kitchen=kitchen, fused=fused)
+    if kernel == "onednn" and onednn is None:
+        onednn = onednn_weights()  # packs the weight for this call only
+    return run_kernel(kernel, x, packed, bias, kitchen=kitchen, fused=fused, onednn=onednn)
