@@ -40,7 +40,8 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     assert file_input in required
     for name, spec in required.items():
         assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
-    assert required["path"][1]["options"] == ["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "w8a8"]
+    routes = ["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8"]
+    assert required["path"][1]["options"] == routes
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:
@@ -110,13 +111,18 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     print("\n".join(f"{e['shape']} -> {e['kernel']} {e['seconds']}" for e in measured))
     assert {e["shape"].split("|")[2] for e in measured} >= {"768x768", "3072x768", "768x3072"}
     assert all(e["source"] == "measured" and "w8a16" in e["seconds"] for e in measured)
+    # every candidate ran on the server's weights (ComfyUI's inference tensors) or was ruled out for why
+    # it cannot run here, never for an error
+    errors = [f"{k}: {why}" for e in measured for k, why in e["rejected"].items() if why.startswith("error")]
+    assert not errors, errors
     [report] = second_run.outputs["2"]["text"]
     print(report)
     assert report.startswith("INT8 kernels: auto (measured at first use per layer shape); table ")
     assert report.split("table ", 1)[1].splitlines()[0].endswith("leanvideo/int8_kernels.json")
     for shape in ("768x768", "3072x768", "768x3072"):
         assert re.search(
-            rf"{shape} rows<=\d+ float32 row\+convrot256 → (w8a16|int_mm|int_mm_fused|kitchen) \(measured\)",
+            rf"{shape} rows<=\d+ float32 row\+convrot256 → "
+            r"(w8a16|int_mm|int_mm_fused|kitchen|onednn) \(measured\)",
             report,
         )
     assert "not run yet" not in report

@@ -78,6 +78,23 @@ def test_a_weight_is_packed_once_again_after_an_in_place_change_and_let_go_with_
     assert len(weights) == 0  # held weakly: the copy goes with its weight
 
 
+@pytest.mark.skipif(not HAS_ONEDNN, reason="torch here was built without oneDNN")
+def test_an_inference_tensor_weight_as_comfyui_loads_it_is_packed_once() -> None:
+    """ComfyUI loads weights under torch.inference_mode: such tensors have no version counter (reading
+    it raises), and the kernel must still run on them, in inference mode and out of it."""
+    with torch.inference_mode():
+        weight, bias = _weight(64, 128)
+        packed = quantize_weight(weight, Int8WeightConfig())
+    assert packed.qdata.is_inference()
+    weights = OneDNNWeights()
+    x = torch.randn(8, 128)
+    out = run_kernel("onednn", x, packed, bias, onednn=weights)
+    with torch.inference_mode():
+        again = run_kernel("onednn", x, packed, bias, onednn=weights)
+    assert len(weights) == 1 and torch.equal(out, again)
+    torch.testing.assert_close(out, linear_w8a8(x, packed, bias), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("traced", ["int_mm", "w8a16"])
 def test_traced_by_torch_compile_it_runs_its_stand_in_in_one_graph(traced: str) -> None:
     import torch._dynamo

@@ -69,9 +69,10 @@ def onednn_vnni_missing() -> str | None:
 class OneDNNWeights:
     """oneDNN's packed copies of int8 weights ``[out, in]``, one per weight tensor, made at its first use.
     Held weakly by the weight (a copy goes when its weight does) and checked against the weight's version
-    counter (a weight changed in place is packed again). Thread-safe; one per dispatcher. ``traced`` is the
-    kernel whose ops the ``onednn`` kernel runs when torch.compile traces it (``int_mm`` or ``w8a16``):
-    a packed copy is looked up in Python, which would break the graph at every layer."""
+    counter (a weight changed in place is packed again; an inference tensor has no counter). Thread-safe;
+    one per dispatcher. ``traced`` is the kernel whose ops the ``onednn`` kernel runs when torch.compile
+    traces it (``int_mm`` or ``w8a16``): a packed copy is looked up in Python, which would break the graph
+    at every layer."""
 
     def __init__(self, traced: str = "w8a16") -> None:
         if traced not in ("int_mm", "w8a16"):
@@ -82,10 +83,11 @@ class OneDNNWeights:
 
     def packed(self, qdata: torch.Tensor) -> torch.Tensor:
         """The packed copy of ``qdata`` (packing it now when there is none, or it changed since)."""
+        version = _version(qdata)
         with self._lock:
             entry = self._packed.get(qdata)
-            if entry is None or entry[0] != qdata._version:
-                entry = (qdata._version, torch.ops.onednn.qlinear_prepack(qdata.contiguous(), None))
+            if entry is None or entry[0] != version:
+                entry = (version, torch.ops.onednn.qlinear_prepack(qdata.contiguous(), None))
                 self._packed[qdata] = entry
             return entry[1]  # type: ignore[no-any-return]
 
@@ -96,6 +98,13 @@ class OneDNNWeights:
 
     def __len__(self) -> int:
         return len(self._packed)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter; ``None`` for an inference tensor (ComfyUI loads weights under
+    ``torch.inference_mode``), which has none: its packed copy stands as made. The loaders' LoRA merge
+    writes a new tensor, never into a weight."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def onednn_rows(
