@@ -13,7 +13,14 @@ import pytest
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight
 from leanvideo.int8.dispatch import KernelDispatcher, KernelImpl
-from leanvideo.int8.linear import linear_w8a8, linear_w8a16, reference_int_mm, run_kernel, w8a8_rows
+from leanvideo.int8.linear import (
+    linear_w8a8,
+    linear_w8a16,
+    quantize_activations,
+    reference_int_mm,
+    run_kernel,
+    w8a8_rows,
+)
 from leanvideo.int8.onednn import OneDNNWeights, onednn_rows, onednn_unsupported, onednn_vnni_missing
 from leanvideo.int8.quantize import Int8Weight
 
@@ -40,9 +47,10 @@ def test_onednn_rows_compute_the_exact_int32_products_rescaled(shape: tuple[int,
     x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(1))
     expected = w8a8_rows(x, qdata.t(), scale.reshape(1, -1), bias, torch.float32, int_mm=reference_int_mm)
     packed = OneDNNWeights().packed(qdata)
-    got = onednn_rows(x, packed, scale, bias, torch.float32)
+    rows_q, row_scale = quantize_activations(x)
+    got = onednn_rows(rows_q, row_scale, packed, scale, bias, torch.float32)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    assert onednn_rows(x, packed, scale, None, torch.bfloat16).dtype == torch.bfloat16
+    assert onednn_rows(rows_q, row_scale, packed, scale, None, torch.bfloat16).dtype == torch.bfloat16
 
 
 def test_it_runs_only_where_oneDNN_has_VNNI_or_AMX(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -313,7 +313,8 @@ def linear_onednn(
         return linear_w8a8(x, packed, bias) if weights.traced == "int_mm" else linear_w8a16(x, packed, bias)
     out_features = packed.qdata.shape[0]
     scale = packed.scale.to(torch.float32).reshape(-1).expand(out_features).contiguous()
-    out = onednn_rows(_rotated_rows(x, packed), weights.packed(packed.qdata), scale, bias, x.dtype)
+    rows_q, row_scale = quantize_activations(_rotated_rows(x, packed))
+    out = onednn_rows(rows_q, row_scale, weights.packed(packed.qdata), scale, bias, x.dtype)
     return out.reshape(*x.shape[:-1], out_features)
 
 

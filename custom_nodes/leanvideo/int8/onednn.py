@@ -23,7 +23,8 @@ for as long as the weight lives; a weight written in place is packed again.
 Example::
 
     weights = OneDNNWeights(traced="int_mm")
-    y = onednn_rows(rows, weights.packed(packed.qdata), weight_scale, bias, torch.float32)
+    rows_q, row_scale = quantize_activations(rows)
+    y = onednn_rows(rows_q, row_scale, weights.packed(packed.qdata), weight_scale, bias, torch.float32)
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .device import INT8_ISA_FLAGS, cpu_flags
-from .spec import QMAX
 
 ZERO_POINT = 128  # the shift that makes a row quantized to [-127, 127] the unsigned [1, 255] oneDNN takes
 # ONEDNN_MAX_CPU_ISA values below every VNNI instruction set (oneDNN's names; the others include one)
@@ -108,17 +108,18 @@ def _version(tensor: torch.Tensor) -> int | None:
 
 
 def onednn_rows(
-    rows: torch.Tensor,
+    rows_q: torch.Tensor,
+    row_scale: torch.Tensor,
     packed_weight: torch.Tensor,
     weight_scale: torch.Tensor,
     bias: torch.Tensor | None,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """W8A8 on 2-D rows ``[rows, in]`` with a packed weight (:meth:`OneDNNWeights.packed`) and its float32
-    scales ``[out]``: quantize the rows, multiply in oneDNN, rescale (+ bias), return ``dtype``."""
-    work = rows.to(torch.float32)
-    row_scale = work.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / QMAX
-    shifted = torch.round(work / row_scale).clamp_(-QMAX, QMAX).add_(ZERO_POINT).to(torch.uint8)
+    """W8A8 on int8 rows ``[rows, in]`` with their float32 scales ``[rows, 1]`` (as
+    :func:`.linear.quantize_activations` makes them), a packed weight (:meth:`OneDNNWeights.packed`) and
+    its float32 scales ``[out]``: multiply in oneDNN, rescale (+ bias), return ``dtype``."""
+    # v + 128 as an unsigned byte is v's bits with the top one flipped: one pass over the int8 rows
+    shifted = rows_q.view(torch.uint8).bitwise_xor(ZERO_POINT)
     zero_points = torch.zeros(weight_scale.shape[0], dtype=torch.int64)
     scaled = torch.ops.onednn.qlinear_pointwise(
         shifted, 1.0, ZERO_POINT, packed_weight, weight_scale, zero_points,
