@@ -23,7 +23,10 @@ shows what such a CPU gets; the ``onednn`` kernel does not ask that switch and s
 instead of inductor's default (:data:`leanvideo.int8.linear.FUSED_MODES`: on a GPU, max-autotune may
 fuse the rescale into an int8 Triton matmul). ``--json`` writes that table as a list of ``{shape,
 kernel, ratio}`` (``{shape, kernel, error}`` for a kernel that raised) and ``{shape, auto,
-auto_over_best}``.
+auto_over_best, auto_over_chosen, chosen_over_best}``: auto's median over the best kernel's median,
+auto over the kernel it chose round by round (the median of the per-round ratios: what dispatching
+costs, with drift between rounds cancelled; two medians taken apart differ by the machine's noise,
+several % on a busy CPU), and that kernel's median over the best one's (whether it chose well).
 
 Method (pyperf-style): warmup runs are discarded; each value is the median of the measured runs,
 with p10/p90 (:func:`benchmarks.stats.summarize`); a warning marks spreads with stdev ≥ 10 % of the
@@ -64,8 +67,9 @@ from leanvideo.int8.linear import (
 )
 from leanvideo.int8.quantize import Int8Weight, dequantize
 
+from benchmarks.dispatch_cost import describe_cost, dispatch_cost
 from benchmarks.int8_files import bench_files, print_files
-from benchmarks.timing import Timing, measure_interleaved
+from benchmarks.timing import Timing, paired_ratio, sample_interleaved
 
 RECORD_SCHEMA = "leanvideo.int8_bench"
 # 2: linear rows on --device, "baseline" and "relative_to_baseline"; 3: p10/p90 linearly interpolated
@@ -75,8 +79,10 @@ RECORD_SCHEMA = "leanvideo.int8_bench"
 # "rejected" kernels, --convrot shapes, the comfy-kitchen version in the environment; 6: int_mm_fused
 # rows, "int8 matmul alone" and "w8a16 compiled" rows; 7: auto's "first_use_s" (its measurement), the
 # environment's "onednn" (false with --no-onednn); 8: on a GPU a sample is 8 calls back to back round 4
-# weight copies (7 synchronised around every call); 9: "fused_mode", int_mm_fused's torch.compile mode
-RECORD_VERSION = 9
+# weight copies (7 synchronised around every call); 9: "fused_mode", int_mm_fused's torch.compile mode;
+# 10: auto's "auto_over_chosen" (paired per round) and "chosen_over_best"; "dispatch", auto's own cost
+# per call (benchmarks.dispatch_cost; null with --skip-linear)
+RECORD_VERSION = 10
 FLOAT = "float matmul"  # fp32 on a CPU (what ComfyUI computes in there), bf16 on a GPU
 # torch._int_mm on activations quantized beforehand: no kernel (its output is int32), the floor every
 # W8A8 kernel built on it stands on, so a table shows how much of int_mm's time is quantizing/rescaling
@@ -121,8 +127,9 @@ def _compiled_w8a16(x: torch.Tensor, weights: list[Int8Weight]) -> Callable[[], 
 @dataclass
 class ShapeRun:
     """One shape's measurements: timings by label, each kernel's SQNR against the fp32 matmul, the
-    kernels that raised (their error), and auto's choice with the kernels it ruled out (and why) and
-    the seconds its first call took (the measurement)."""
+    kernels that raised (their error), auto's choice with the kernels it ruled out (and why), the
+    seconds its first call took (the measurement), and auto's time over its chosen kernel's, round by
+    round (the dispatcher's own cost per call, drift between rounds cancelled)."""
 
     timings: dict[str, Timing]
     sqnr_db: dict[str, float]
@@ -130,6 +137,7 @@ class ShapeRun:
     chose: str
     rejected: dict[str, str]
     first_use_s: float
+    auto_over_chosen: float
 
 
 def _bench_shape(
@@ -196,8 +204,10 @@ def _bench_shape(
     first_use_s = time.perf_counter() - started
     [choice] = dispatcher.choices().values()
     paths[AUTO] = _going_round([lambda p=p: dispatcher.linear(x, p) for p in packs])
-    timings = measure_interleaved(paths, runs=runs, sync=sync, calls=calls)
-    return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected), first_use_s)
+    samples = sample_interleaved(paths, runs=runs, sync=sync, calls=calls)
+    timings = {label: Timing.of(values) for label, values in samples.items()}
+    over_chosen = paired_ratio(samples[AUTO], samples[choice.kernel])
+    return ShapeRun(timings, quality, errors, choice.kernel, dict(choice.rejected), first_use_s, over_chosen)
 
 
 def bench_linear(
@@ -232,7 +242,12 @@ def bench_linear(
             if label in run.sqnr_db:
                 row["sqnr_db"] = run.sqnr_db[label]
             if label == AUTO:
-                row |= {"chose": run.chose, "auto_over_best": timing.median_s / best}
+                row |= {
+                    "chose": run.chose,
+                    "auto_over_best": timing.median_s / best,
+                    "auto_over_chosen": run.auto_over_chosen,
+                    "chosen_over_best": run.timings[run.chose].median_s / best,
+                }
                 row["first_use_s"] = run.first_use_s
                 row["rejected"] = run.rejected
             results.append(row)
@@ -250,9 +265,8 @@ def kernel_table(linear: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]
                 continue
             table.append({"shape": row["shape"], "kernel": row["kernel"], "ratio": row["ratio"]})
             if row["kernel"] == AUTO:
-                table.append(
-                    {"shape": row["shape"], "auto": row["chose"], "auto_over_best": row["auto_over_best"]}
-                )
+                ratios = ("auto_over_best", "auto_over_chosen", "chosen_over_best")
+                table.append({"shape": row["shape"], "auto": row["chose"], **{k: row[k] for k in ratios}})
     return table
 
 
@@ -340,6 +354,9 @@ def main() -> int:
         sys.stdout.flush()
         if args.json:
             args.json.write_text(json.dumps(kernel_table(linear), indent=1))
+    dispatch = None if args.skip_linear else dispatch_cost(device)
+    if dispatch is not None:
+        print(f"\n{describe_cost(dispatch)}")
     record = {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,
@@ -349,6 +366,7 @@ def main() -> int:
         "fused_mode": args.fused_mode,
         "files": files,
         "linear": linear,
+        "dispatch": dispatch,
     }
     text = json.dumps(record, indent=2)
     print(text)
@@ -374,7 +392,9 @@ def _print_linear(
         quality = f"  {row['sqnr_db']:5.1f} dB" if "sqnr_db" in row else ""
         chose = (
             f"  chose {row['chose']} (measured in {row['first_use_s']:.2f} s), "
-            f"{row['auto_over_best']:.3f}× the best kernel it may choose"
+            f"{row['auto_over_best']:.3f}× the best kernel it may choose (round by round "
+            f"{row['auto_over_chosen']:.3f}× {row['chose']} itself, which took "
+            f"{row['chosen_over_best']:.3f}× the best)"
             if "chose" in row
             else ""
         )

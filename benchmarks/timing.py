@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,19 +52,20 @@ def measure(
     return Timing.of(values)
 
 
-def measure_interleaved(
+def sample_interleaved(
     functions: dict[str, Callable[[], object]],
     *,
     runs: int,
     sync: Callable[[], None] | None = None,
     calls: int = 1,
-) -> dict[str, Timing]:
-    """Like :func:`measure` for several functions, timed in interleaved rounds (each function once per
-    round, in a new seeded order each round), so that load from other processes falls on every path
-    alike. A call pays for what the call before it left behind (W8A16 frees a dequantized weight, and
-    the next call's allocations fault in fresh pages), so each timed sample follows an untimed call of
-    the same function, as in a model, where one kernel runs layer after layer. A sample is ``calls``
-    calls back to back, then ``sync``; its value is the time per call."""
+) -> dict[str, list[float]]:
+    """Each function's ``runs`` samples (seconds per call), timed in interleaved rounds (each function
+    once per round, in a new seeded order each round), so that load from other processes falls on every
+    path alike; sample ``i`` of every function comes from round ``i`` (see :func:`paired_ratio`). A call
+    pays for what the call before it left behind (W8A16 frees a dequantized weight, and the next call's
+    allocations fault in fresh pages), so each timed sample follows an untimed call of the same
+    function, as in a model, where one kernel runs layer after layer. A sample is ``calls`` calls back
+    to back, then ``sync``; its value is the time per call."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     wait = sync or (lambda: None)
@@ -84,4 +86,26 @@ def measure_interleaved(
                 function()
             wait()
             values[label].append((time.perf_counter() - started) / calls)
-    return {label: Timing.of(samples) for label, samples in values.items()}
+    return values
+
+
+def measure_interleaved(
+    functions: dict[str, Callable[[], object]],
+    *,
+    runs: int,
+    sync: Callable[[], None] | None = None,
+    calls: int = 1,
+) -> dict[str, Timing]:
+    """Like :func:`measure` for several functions, timed as :func:`sample_interleaved` times them."""
+    samples = sample_interleaved(functions, runs=runs, sync=sync, calls=calls)
+    return {label: Timing.of(values) for label, values in samples.items()}
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
+    """The median over rounds of ``numerator[i] / denominator[i]``: two paths timed in the same rounds
+    (:func:`sample_interleaved`) compared round by round, so that drift between rounds (another
+    process's burst, a clock change) cancels instead of landing on one median and not the other."""
+    if len(numerator) != len(denominator) or not numerator:
+        counts = f"{len(numerator)} and {len(denominator)}"
+        raise ValueError(f"need as many samples of each path, at least one, not {counts}")
+    return statistics.median(a / b for a, b in zip(numerator, denominator, strict=True))

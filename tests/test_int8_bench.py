@@ -5,6 +5,7 @@ raises is reported without losing the others, and the timed rounds do not favour
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from leanvideo.int8.linear import KERNELS, import_kitchen
 from leanvideo.int8.onednn import onednn_vnni_missing
 
 from benchmarks import int8_bench
-from benchmarks.timing import measure_interleaved
+from benchmarks.timing import measure_interleaved, paired_ratio, sample_interleaved
 from runner.local.workspace import REPO_ROOT
 
 
@@ -51,12 +52,17 @@ def test_the_table_times_and_checks_every_kernel_and_names_auto_s_choice(tmp_pat
         assert all(ratio > 0 for ratio in ratios.values())
         [auto] = [r for r in rows if r["shape"] == shape and "auto" in r]
         assert auto["auto"] in KERNELS and auto["auto_over_best"] > 0
+        # round by round auto is its kernel plus a dictionary look-up: far nearer 1 than two medians
+        assert 0.5 < auto["auto_over_chosen"] < 2.0 and auto["chosen_over_best"] >= 1.0
     saved = json.loads(record.read_text(encoding="utf-8"))
     assert saved["version"] == int8_bench.RECORD_VERSION and "comfy_kitchen" in saved["environment"]
     checked = [row for row in saved["linear"]["ltxv-mid"] if row["kernel"] in KERNELS]
     assert len(checked) == 3 * len(kernels)
     assert all(row["sqnr_db"] >= 35.0 for row in checked)  # each kernel's output against fp32
     assert all(row["first_use_s"] > 0 for row in saved["linear"]["ltxv-mid"] if row["kernel"] == "auto")
+    dispatch = saved["dispatch"]  # auto's own cost: the same kernel, with and without the dispatcher
+    assert dispatch["kernel"] in KERNELS and dispatch["kernel_us"] > 0 and dispatch["auto_us"] > 0
+    assert "auto's own cost per call" in done.stdout
 
 
 def test_fused_mode_compiles_int_mm_fused_in_that_mode_and_says_so(tmp_path: Path) -> None:
@@ -161,6 +167,39 @@ def test_a_sample_of_several_calls_runs_them_back_to_back_and_reports_the_time_p
     assert [len(s) for s in samples if s] == [1, 4] * 6
     with pytest.raises(ValueError, match="calls must be at least 1"):
         measure_interleaved(paths, runs=1, calls=0)
+
+
+def test_samples_line_up_by_round_and_a_paired_ratio_survives_a_burst_that_two_medians_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Path ``b`` costs 1.02× ``a``; the machine slows down round after round (each round twice the
+    last): sample ``i`` of each path is round ``i``'s. Then one burst lands on one of ``b``'s samples:
+    the medians taken apart now compare different rounds (2.04×), round by round it is still 1.02×."""
+    import benchmarks.timing as timing_module
+
+    clock = {"now": 0.0, "round_cost": 1.0}
+    seen: list[str] = []
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return clock["now"]
+
+    def call(label: str) -> None:
+        seen.append(label)
+        if len(seen) % 4 == 3:  # the first call of a round (after 2 warmup calls, 4 calls a round)
+            clock["round_cost"] *= 2
+        clock["now"] += clock["round_cost"] * (1.02 if label == "b" else 1.0)
+
+    monkeypatch.setattr(timing_module, "time", FakeTime)
+    samples = sample_interleaved({label: (lambda label=label: call(label)) for label in "ab"}, runs=5)
+    assert samples["a"] == [2.0, 4.0, 8.0, 16.0, 32.0]
+    assert samples["b"] == pytest.approx([1.02 * a for a in samples["a"]])
+    burst = [100.0, *samples["b"][1:]]
+    assert statistics.median(burst) / statistics.median(samples["a"]) == pytest.approx(2.04)
+    assert paired_ratio(burst, samples["a"]) == pytest.approx(1.02)
+    with pytest.raises(ValueError, match="as many samples"):
+        paired_ratio([1.0, 2.0], [1.0])
 
 
 def test_a_path_going_round_weight_copies_calls_each_in_turn() -> None:
