@@ -168,6 +168,9 @@ def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
         WorkflowError, match=r"'LeanVideoFixtureAttentionMask': .*leanvideo serve --fixture-nodes"
     ):
         convert_ui_workflow({"nodes": [node(1, "LeanVideoFixtureAttentionMask")], "links": []}, OBJECT_INFO)
+    two = {"nodes": [node(1, "Nope"), node(2, "CheckpointLoaderSimple"), node(3, "AlsoNope")], "links": []}
+    with pytest.raises(WorkflowError, match=r"^2 nodes of unknown types:\n  node 1: .*'Nope'.*\n  node 3: "):
+        convert_ui_workflow(two, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="node 2 is a group node"):
         convert_ui_workflow({"nodes": [node(2, "workflow>My group")], "links": []}, OBJECT_INFO)
     with pytest.raises(WorkflowError, match="no 'nodes' list"):

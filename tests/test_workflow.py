@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner.errors import WorkflowError
-from runner.graph.validate import validate_workflow
+from runner.graph.validate import find_cycles, validate_workflow
 from runner.graph.workflow import apply_overrides, find_seeds, load_workflow, parse_override
 
 OBJECT_INFO: dict[str, Any] = {
@@ -115,6 +115,7 @@ def test_overrides_by_id_title_and_unique_class_are_typed(workflow: dict[str, An
         ("Sample.model=3", "takes a MODEL from a link"),
         ("Sample.seed", "expected NODE.input=VALUE"),
         ("seed=3", "expected NODE.input=VALUE"),
+        ("99.steps=3", r"^--set '99.steps=3': no node '99' in the workflow"),
     ],
 )
 def test_bad_overrides_are_rejected_with_what_is_wrong(
@@ -308,3 +309,53 @@ def test_a_list_that_is_no_link_is_a_problem(workflow: dict[str, Any]) -> None:
     workflow["3"]["inputs"]["text"] = {"__value__": "a fox"}  # a value as the editor wraps lists
     assert ("3", "text") not in {(p.node_id, p.input_name) for p in validate_workflow(workflow, OBJECT_INFO)}
     assert found[("5", "seed")].startswith("[5, 0] is neither a value nor a link")
+
+
+def test_dependency_cycles_are_named_node_by_node(workflow: dict[str, Any]) -> None:
+    assert find_cycles(workflow) == []
+    workflow["3"]["inputs"]["clip"] = ["5", 0]  # 3 waits on 5, which waits on 3 (positive)
+    workflow["4"]["inputs"]["clip"] = ["4", 0]  # 4 waits on itself
+    cycles = sorted(find_cycles(workflow))
+    assert cycles == [["3", "5", "3"], ["4", "4"]]
+    messages = [
+        str(p) for p in validate_workflow(workflow, OBJECT_INFO) if p.message.startswith("dependency")
+    ]
+    assert sorted(messages) == [
+        "dependency cycle: node 3 (CLIPTextEncode) → 5 (KSampler) → 3 (each takes an input from the next, so "
+        "none can run first): remove one of these links",
+        "dependency cycle: node 4 (CLIPTextEncode) → 4 (each takes an input from the next, so none can run "
+        "first): remove one of these links",
+    ]
+
+
+def test_a_long_chain_is_walked_without_recursion() -> None:
+    chain = {str(i): {"class_type": "X", "inputs": {"a": [str(i - 1), 0]} if i else {}} for i in range(5000)}
+    assert find_cycles(chain) == []
+    chain["0"]["inputs"] = {"a": ["4999", 0]}
+    (cycle,) = find_cycles(chain)
+    assert len(cycle) == 5001 and cycle[0] == cycle[-1]
+
+
+@pytest.mark.parametrize(
+    ("node", "said"),
+    [
+        (
+            {"class_type": "KSampler", "inputs": "oops"},
+            r'node 5 \(KSampler\): inputs must be an object .* not "oops"',
+        ),
+        ({"class_type": "KSampler", "inputs": None}, r"node 5 \(KSampler\): inputs must be an object"),
+        ({"class_type": 5, "inputs": {}}, r"node 5: class_type 5 is not a node type name"),
+        ({"class_type": "", "inputs": {}}, r'node 5: class_type "" is not a node type name'),
+    ],
+)
+def test_a_malformed_api_node_is_named(tmp_path: Path, node: dict[str, Any], said: str) -> None:
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps({**WORKFLOW, "5": node}), encoding="utf-8")
+    with pytest.raises(WorkflowError, match=f"workflow file {path}: {said}"):
+        load_workflow(path)
+
+
+def test_validate_reports_inputs_that_are_no_object_given_in_memory(workflow: dict[str, Any]) -> None:
+    workflow["5"]["inputs"] = ["model"]
+    found = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, OBJECT_INFO)}
+    assert found[("5", None)].startswith("inputs must be an object")

@@ -36,6 +36,7 @@ from typing import Any
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import unknown_node_hint
+from runner.graph.ui_shape import check_ui_shape
 from runner.graph.workflow import api_workflow, is_ui_workflow
 
 Workflow = dict[str, Any]
@@ -71,24 +72,28 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
     """The API-format workflow the editor would submit for ``ui``; see the module docstring.
 
     Raises:
-        WorkflowError: not a UI workflow, an unknown node type, or a legacy group node.
+        WorkflowError: not a UI workflow, a damaged one (:mod:`runner.graph.ui_shape`), an unknown node
+            type, or a legacy group node.
     """
     if not isinstance(ui, dict) or not isinstance(ui.get("nodes"), list):
         raise WorkflowError("not an editor (UI) workflow: it has no 'nodes' list")
+    check_ui_shape(ui)
     flat_nodes, rows = flatten_subgraphs(ui)
     nodes = {str(node["id"]): node for node in flat_nodes}  # ids made unique by flatten_subgraphs
     links = {int(row[0]): _link(row) for row in rows}
     graph = _Graph(nodes, links, object_info)
     api: Workflow = {}
+    unknown: list[str] = []
     for node_id, node in nodes.items():
         kind = str(node.get("type"))
         if is_editor_only(node):
             continue
         if kind.startswith("workflow>") or kind.startswith("workflow/"):
             raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")
-        if kind not in object_info:
+        if kind not in object_info:  # every one is listed: installing them is one trip, not one per run
             hint = unknown_node_hint(kind, object_info) or " (not in the server's /object_info)"
-            raise WorkflowError(f"node {node_id}: unknown node type {kind!r}{hint}")
+            unknown.append(f"node {node_id}: unknown node type {kind!r}{hint}")
+            continue
         inputs = widget_inputs(node, object_info[kind])
         if kind in FRONTEND_WIDGETS:
             inputs[FRONTEND_WIDGETS[kind]] = ""
@@ -102,6 +107,10 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
                 inputs.pop(str(slot["name"]), None)
         title = node.get("title") or object_info[kind].get("display_name") or kind
         api[node_id] = {"inputs": inputs, "class_type": kind, "_meta": {"title": title}}
+    if len(unknown) == 1:
+        raise WorkflowError(unknown[0])
+    if unknown:
+        raise WorkflowError(f"{len(unknown)} nodes of unknown types:\n  " + "\n  ".join(unknown))
     return api
 
 

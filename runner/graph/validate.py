@@ -1,5 +1,6 @@
 """A whole API-format workflow checked against ``/object_info`` before it is submitted: unknown nodes,
-missing or invalid inputs, bad links, lists that are no links, and model files the server does not have.
+missing or invalid inputs, bad links, lists that are no links, dependency cycles, and model files the
+server does not have.
 
 Example::
 
@@ -55,6 +56,11 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
             problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
             continue
         inputs = node.get("inputs") or {}
+        if not isinstance(inputs, dict):
+            problems.append(
+                Problem(node_id, class_type, None, "inputs must be an object (name -> value or link)")
+            )
+            continue
         required = ((info.get("input") or {}).get("required")) or {}
         for name in required:
             if name not in inputs:
@@ -69,7 +75,49 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
                 problems += _check_link(workflow, object_info, node_id, class_type, name, spec, value)
             else:
                 problems += _check_value(node_id, class_type, name, spec, value)
+    problems += [_cycle_problem(workflow, cycle) for cycle in find_cycles(workflow)]
     return problems
+
+
+def find_cycles(workflow: Workflow) -> list[list[str]]:
+    """Each dependency cycle of ``workflow`` once, as node ids ``[a, b, …, a]`` where each takes an input
+    from the next (ComfyUI rejects such a prompt without naming a node)."""
+    sources = {node_id: _sources(workflow, node) for node_id, node in workflow.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+    for start in workflow:
+        if start in state:
+            continue
+        path, stack = [start], [iter(sources[start])]
+        state[start] = 1
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(step) == 1:
+                cycles.append([*path[path.index(step) :], step])
+            elif step not in state:
+                state[step] = 1
+                path.append(step)
+                stack.append(iter(sources[step]))
+    return cycles
+
+
+def _sources(workflow: Workflow, node: Any) -> list[str]:
+    inputs = node.get("inputs") if isinstance(node, dict) else None
+    if not isinstance(inputs, dict):
+        return []
+    return sorted({str(v[0]) for v in inputs.values() if is_link(v) and str(v[0]) in workflow})
+
+
+def _cycle_problem(workflow: Workflow, cycle: list[str]) -> Problem:
+    named = " → ".join(f"{node_id} ({workflow[node_id].get('class_type')})" for node_id in cycle[:-1])
+    message = (
+        f"dependency cycle: node {named} → {cycle[-1]} (each takes an input from the next, so none can "
+        "run first): remove one of these links"
+    )
+    return Problem("", "", None, message)
 
 
 def _check_link(

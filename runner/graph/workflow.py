@@ -104,6 +104,18 @@ def api_workflow(workflow: Any, path: Path) -> Workflow:
         isinstance(node, dict) and "class_type" in node for node in workflow.values()
     ):
         raise WorkflowError(f"workflow file {path} is not in API format (node id -> {{class_type, inputs}})")
+    for node_id, node in workflow.items():
+        if not isinstance(node["class_type"], str) or not node["class_type"]:
+            shown = json.dumps(node["class_type"])[:60]
+            raise WorkflowError(
+                f"workflow file {path}: node {node_id}: class_type {shown} is not a node type name"
+            )
+        if not isinstance(node.get("inputs", {}), dict):
+            shown = json.dumps(node["inputs"])[:60]
+            raise WorkflowError(
+                f"workflow file {path}: node {node_id} ({node['class_type']}): inputs must be an object of "
+                f"input name -> value or link, not {shown}"
+            )
     return workflow
 
 
@@ -177,7 +189,10 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
     for spec in specs:
         target, name, value = parse_override(spec)
         typed = spec.partition("=")[2]  # what a text input takes: "1.50" stays "1.50", not 1.5
-        node_id = resolve_node(workflow, target)
+        try:
+            node_id = resolve_node(workflow, target)
+        except WorkflowError as exc:
+            raise WorkflowError(f"--set {spec!r}: {exc}") from exc
         node = workflow[node_id]
         class_type = str(node.get("class_type"))
         inputs = node.setdefault("inputs", {})

@@ -1,0 +1,144 @@
+"""Check the shape of an editor (UI) workflow before it is converted: a damaged file gets an error that
+names the node or link at fault, never a traceback from deep inside the converter.
+
+What is checked, in the graph and in every subgraph definition (``definitions.subgraphs``):
+
+- ``nodes`` is a list of objects, each with an ``id`` (an integer, or a text as in subgraphs);
+- a node's ``inputs`` and ``outputs`` are lists of objects, and an input's ``link`` is a link id or null;
+- ``links`` is a list of links, each ``[id, origin id, origin slot, target id, target slot, type]`` (the
+  type may be left out) or an object with those keys; ids and slots are integers.
+
+Example::
+
+    check_ui_shape(json.loads(Path("ui.json").read_text()))  # raises WorkflowError naming the culprit
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from runner.errors import WorkflowError
+
+LINK_FIELDS = ("id", "origin_id", "origin_slot", "target_id", "target_slot")
+SAVE_AGAIN = "the file is damaged; save it again from the editor"
+INTEGER = re.compile(r"\s*-?\d+\s*")
+
+
+def check_ui_shape(ui: dict[str, Any]) -> None:
+    """Raise :class:`WorkflowError` at the first node or link of ``ui`` that is not shaped as the editor
+    writes it; see the module docstring."""
+    _check_graph(ui, "")
+    definitions = ui.get("definitions")
+    if definitions is None:
+        return
+    if not isinstance(definitions, dict):
+        raise WorkflowError(f"'definitions' is {_kind(definitions)}, not an object: {SAVE_AGAIN}")
+    subgraphs = definitions.get("subgraphs")
+    if subgraphs is None:
+        return
+    if not isinstance(subgraphs, list):
+        raise WorkflowError(f"definitions.subgraphs is {_kind(subgraphs)}, not a list: {SAVE_AGAIN}")
+    for index, subgraph in enumerate(subgraphs):
+        if not isinstance(subgraph, dict):
+            raise WorkflowError(f"subgraph #{index + 1} in definitions is {_kind(subgraph)}, not an object")
+        where = f" of subgraph {subgraph.get('id', f'#{index + 1}')}"
+        _check_graph(subgraph, where, inner=True)
+        for key in ("inputs", "outputs"):
+            _check_objects(subgraph.get(key), key, where.removeprefix(" of "))
+
+
+def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None:
+    nodes = graph.get("nodes")
+    if nodes is None and inner:
+        nodes = []
+    if not isinstance(nodes, list):
+        raise WorkflowError(f"'nodes'{where} is {_kind(nodes)}, not a list of nodes: {SAVE_AGAIN}")
+    for index, node in enumerate(nodes):
+        _check_node(index, node, where)
+    links = graph.get("links")
+    if links is None:  # a graph without links
+        links = []
+    if not isinstance(links, list):
+        raise WorkflowError(f"'links'{where} is {_kind(links)}, not a list of links: {SAVE_AGAIN}")
+    for index, row in enumerate(links):
+        _check_link(index, row, where)
+
+
+def _check_node(index: int, node: Any, where: str) -> None:
+    if not isinstance(node, dict):
+        raise WorkflowError(
+            f"node #{index + 1} in 'nodes'{where} is {_kind(node)}, not an object: {SAVE_AGAIN}"
+        )
+    if not _is_id(node.get("id")):
+        shown = "has no id" if "id" not in node else f"has the id {_shown(node['id'])}, not a number"
+        raise WorkflowError(f"node #{index + 1} ({node.get('type')}){where} {shown}: {SAVE_AGAIN}")
+    name = f"node {node['id']} ({node.get('type')}){where}"
+    for key in ("inputs", "outputs"):
+        _check_objects(node.get(key), key, name)
+    for slot in node.get("inputs") or []:
+        link = slot.get("link")
+        if link is not None and not _is_integer(link):
+            raise WorkflowError(
+                f"{name} input {slot.get('name')!r}: link {_shown(link)} is not a link id: {SAVE_AGAIN}"
+            )
+
+
+def _check_objects(slots: Any, key: str, owner: str) -> None:
+    """``slots`` (the ``key`` of ``owner``: its inputs or outputs) is null or a list of objects."""
+    if slots is None:
+        return
+    if not isinstance(slots, list):
+        raise WorkflowError(f"the {key} of {owner} are {_kind(slots)}, not a list: {SAVE_AGAIN}")
+    for number, slot in enumerate(slots):
+        if not isinstance(slot, dict):
+            raise WorkflowError(
+                f"{key[:-1]} #{number + 1} of {owner} is {_kind(slot)}, not an object: {SAVE_AGAIN}"
+            )
+
+
+def _check_link(index: int, row: Any, where: str) -> None:
+    name = f"link #{index + 1} in 'links'{where}"
+    if isinstance(row, dict):
+        missing = [key for key in LINK_FIELDS if key not in row]
+        if missing:
+            raise WorkflowError(f"{name} ({_shown(row)}) has no {', '.join(missing)}: {SAVE_AGAIN}")
+        values = [row[key] for key in LINK_FIELDS]
+    elif isinstance(row, list):
+        if len(row) < len(LINK_FIELDS):
+            raise WorkflowError(
+                f"{name} is {_shown(row)}: a link is [id, origin node, origin slot, target node, target "
+                f"slot, type]: {SAVE_AGAIN}"
+            )
+        values = row[: len(LINK_FIELDS)]
+    else:
+        raise WorkflowError(f"{name} is {_kind(row)}, not a link: {SAVE_AGAIN}")
+    for key, value in zip(LINK_FIELDS, values, strict=True):
+        good = _is_id(value) if key in ("origin_id", "target_id") else _is_integer(value)
+        if not good:
+            link = f"link {values[0]}" if _is_integer(values[0]) else name
+            raise WorkflowError(f"{link}{where}: its {key} is {_shown(value)}, not a number: {SAVE_AGAIN}")
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer as JSON gives one, or as text (``"12"``, which the converter reads the same way)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and INTEGER.fullmatch(value) is not None
+
+
+def _is_id(value: Any) -> bool:
+    """A node id: an integer, or a non-empty text (subgraphs' inner ids are texts)."""
+    return _is_integer(value) or (isinstance(value, str) and bool(value.strip()))
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__} ({_shown(value)})"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -1,0 +1,113 @@
+"""A damaged editor (UI) file is refused with an error naming the node or link at fault, by convert and
+by every command that reads one (exit 5), never with a traceback."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.cli.main import main
+from runner.errors import WorkflowError
+from runner.graph.convert import convert_ui_workflow
+from runner.graph.ui_shape import check_ui_shape
+from runner.local.server import ComfyServer
+from tests.test_convert import OBJECT_INFO, UI
+
+
+def damaged(change: Any) -> dict[str, Any]:
+    ui = copy.deepcopy(UI)
+    change(ui)
+    return ui
+
+
+def set_node(index: int, key: str, value: Any) -> Any:
+    return lambda ui: ui["nodes"][index].__setitem__(key, value)
+
+
+def set_link(index: int, value: Any) -> Any:
+    return lambda ui: ui["links"].__setitem__(index, value)
+
+
+CASES = [
+    (set_link(0, [1, 2]), r"link #1 in 'links' is \[1, 2\]: a link is \[id, origin node"),
+    (set_link(0, None), r"link #1 in 'links' is null, not a link"),
+    (set_link(0, {"id": 1}), r"link #1 in 'links' \(\{\"id\": 1\}\) has no origin_id, origin_slot"),
+    (set_link(0, [1, 1, "zz", 2, 0, "MODEL"]), r"link 1: its origin_slot is \"zz\", not a number"),
+    (set_link(0, [None, 1, 0, 2, 0, "MODEL"]), r"link #1 in 'links': its id is null"),
+    (set_link(0, [1, True, 0, 2, 0, "MODEL"]), r"link 1: its origin_id is true"),
+    (lambda ui: ui.__setitem__("links", 5), r"'links' is a int \(5\), not a list of links"),
+    (lambda ui: ui["nodes"][0].pop("id"), r"node #1 \(CheckpointLoaderSimple\) has no id"),
+    (set_node(0, "id", None), r"node #1 \(CheckpointLoaderSimple\) has the id null, not a number"),
+    (set_node(3, "inputs", "oops"), r"the inputs of node 4 \(KSampler\) are a str \(\"oops\"\), not a list"),
+    (set_node(3, "inputs", ["model"]), r"input #1 of node 4 \(KSampler\) is a str"),
+    (set_node(3, "outputs", {"a": 1}), r"the outputs of node 4 \(KSampler\) are a dict"),
+    (
+        lambda ui: ui["nodes"][3]["inputs"][0].__setitem__("link", "zz"),
+        r"node 4 \(KSampler\) input 'model': link \"zz\" is not a link id",
+    ),
+    (
+        lambda ui: ui["nodes"].__setitem__(2, "node"),
+        r"node #3 in 'nodes' is a str \(\"node\"\), not an object",
+    ),
+    (lambda ui: ui.__setitem__("definitions", []), r"'definitions' is a list"),
+    (
+        lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "nodes": [5]}]}),
+        r"node #1 in 'nodes' of subgraph s1 is a int",
+    ),
+    (
+        lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "inputs": "x"}]}),
+        r"the inputs of subgraph s1 are a str",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "said"), CASES)
+def test_a_damaged_file_names_the_node_or_link(change: Any, said: str) -> None:
+    ui = damaged(change)
+    with pytest.raises(WorkflowError, match=said) as caught:
+        convert_ui_workflow(ui, OBJECT_INFO)
+    assert "the file is damaged; save it again from the editor" in str(caught.value)
+
+
+def test_the_shapes_the_editor_writes_pass() -> None:
+    check_ui_shape(UI)  # list and object links, null links, a node with no inputs
+    as_text = damaged(lambda ui: ui["links"].__setitem__(0, ["1", "1", "0", "2", "0", "MODEL"]))
+    check_ui_shape(as_text)  # integers as text, which the converter reads the same way
+    assert convert_ui_workflow(as_text, OBJECT_INFO)["4"]["inputs"]["model"] == ["1", 0]
+    shipped = sorted(Path("workflows").glob("**/*.json"))
+    checked = 0
+    for path in shipped:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(document, dict) and "nodes" in document and "links" in document:
+            check_ui_shape(document)
+            checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.integration
+def test_every_command_that_reads_an_editor_file_refuses_a_damaged_one_with_exit_5(
+    comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(damaged(set_link(0, [1, 2]))), encoding="utf-8")
+    server = ["--server", comfy_server.url]
+    for command in (
+        ["workflow", "convert", str(path)],
+        ["workflow", "validate", str(path)],
+        ["run", str(path)],
+    ):
+        code = main(
+            [*command, *server, "--out", str(tmp_path / "out")]
+            if command[0] == "run"
+            else [*command, *server]
+        )
+        err = capsys.readouterr().err
+        assert code == 5, (command, err)
+        assert f"{path}: link #1 in 'links' is [1, 2]" in err, err
+        assert "Traceback" not in err
+    assert main(["workflow", "diff", str(path), str(path), *server]) == 5
+    assert "link #1 in 'links' is [1, 2]" in capsys.readouterr().err
