@@ -182,3 +182,35 @@ def test_both_passes_are_listed_together_by_line(folder: Path, monkeypatch: pyte
     assert [line.split(":")[0].strip() for line in lines] == ["line 1", "line 2", "line 3"]
     assert "unknown field 'sett'" in lines[0] and "below the minimum 0" in lines[1]
     assert "id 'a' is already used on line 1" in lines[2]
+
+
+def test_a_csv_quote_left_open_is_named_and_nothing_is_read_past_it(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.csv",
+        "id,workflow,set:Sample.seed",
+        'a,"wf.api.json,1',  # the quote would swallow the lines after it into one cell
+        "b,wf.api.json,2",
+    )
+    with pytest.raises(WorkflowError, match=r"1 problem\(s\); nothing was queued") as caught:
+        read_jobs_file(jobs_file)
+    assert 'line 2: a quote (") opened on this line is never closed' in str(caught.value)
+    stray = write_lines(folder / "stray.csv", "id,workflow", "a,wf.api.json", 'b,"wf.api.json"x')
+    with pytest.raises(WorkflowError, match=r"line 3: not valid CSV: ',' expected after '\"'"):
+        read_jobs_file(stray)
+
+
+def test_a_quoted_csv_cell_may_span_lines_and_its_job_keeps_the_line_it_starts_on(folder: Path) -> None:
+    jobs_file = write_lines(
+        folder / "jobs.csv",
+        "id,workflow,set:Sample.seed",
+        'a,"wf.api.json",1',
+        'b,wf.api.json,"2',
+        '"',
+        "c,wf.api.json,3",
+    )
+    jobs = read_jobs_file(jobs_file)
+    assert [(j.job_id, j.line, j.overrides) for j in jobs] == [
+        ("a", 2, ("Sample.seed=1",)),
+        ("b", 3, ("Sample.seed=2",)),
+        ("c", 5, ("Sample.seed=3",)),
+    ]

@@ -33,6 +33,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -201,19 +202,20 @@ def _jsonl_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any
 
 
 def _csv_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if not header:
+    # strict: a quote left open is an error, not a cell that swallows every line after it
+    reader = csv.reader(io.StringIO(text), strict=True)
+    records = _csv_records(reader, problems)
+    header = next(records, None)
+    if not header or not header[1]:
         return []
-    names = [name.strip() for name in header]
+    names = [name.strip() for name in header[1]]
     unknown = [n for n in names if (n not in FIELDS and not n.startswith(SET_COLUMN)) or n == "set"]
     for name in unknown:
         problems.append(f"line 1: column {name!r} is not one of id, workflow, priority, set:NODE.input")
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"line 1: column {name!r} appears {names.count(name)} times")
     rows: list[tuple[int, dict[str, Any]]] = []
-    for cells in reader:
-        number = reader.line_num
+    for number, cells in records:
         if not any(cell.strip() for cell in cells):
             continue
         if len(cells) != len(names):
@@ -229,6 +231,27 @@ def _csv_rows(text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]
                 row[name] = cell
         rows.append((number, row))
     return rows
+
+
+def _csv_records(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """``(line, cells)`` of each CSV record; reading stops at the first malformed one, said in
+    ``problems`` with the line it starts on."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                problems.append(
+                    f'line {start}: a quote (") opened on this line is never closed, so every line after it '
+                    "would be read as one cell: close it"
+                )
+            else:
+                problems.append(f"line {start}: not valid CSV: {exc}")
+            return
+        yield start, cells
 
 
 def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str]) -> JobLine | None:
