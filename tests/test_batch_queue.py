@@ -31,6 +31,7 @@ from runner.batch.queue import (
     submit_batch,
 )
 from runner.batch.worker import BatchWorker
+from runner.cli.main import main
 from runner.errors import UsageError
 from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
@@ -54,6 +55,22 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
         assert {j.state for j in list_jobs(client, "b")} == {"cancelled"}
         assert sorted(retry_batch(client, "b")) == ["a", "b"]
         assert {j.state for j in list_jobs(client, "b")} == {"queued"}
+
+
+def test_the_retry_command_says_what_it_requeued_or_why_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with open_client(db_url) as client:
+        submit_batch(client, "b", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=tmp_path / "out"))
+    assert main(["batch", "retry", "b", "--db", db_url]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to requeue: batch b has no cancelled or errored jobs"
+    assert main(["batch", "retry", "b", "--failed", "--db", db_url]) == 0
+    assert "has no cancelled, errored or failed jobs" in capsys.readouterr().out
+    assert main(["batch", "cancel", "b", "--db", db_url]) == 0
+    capsys.readouterr()
+    assert main(["batch", "retry", "b", "--db", db_url]) == 0
+    assert capsys.readouterr().out.strip() == "requeued 2 job(s): a, b"
 
 
 def test_a_cancelled_job_whose_prompt_finished_first_reports_its_results(tmp_path: Path) -> None:
@@ -146,7 +163,9 @@ def test_a_job_that_raised_is_run_again_by_retry(tmp_path: Path) -> None:
     assert (job.state, job.workflow_id) == ("error", "e/x/retry-1")  # ran again (and raised again)
 
 
-def test_a_node_error_fails_the_job_once_with_the_node_and_retry_failed_runs_it_again(tmp_path: Path) -> None:
+def test_a_node_error_fails_the_job_once_with_the_node_and_retry_failed_runs_it_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async def script(fake: FakeComfy, pid: str) -> None:
         await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
         if sum(1 for call in fake.calls if call[0] == "POST /prompt") == 1:  # the first run fails in node 2
@@ -170,6 +189,9 @@ def test_a_node_error_fails_the_job_once_with_the_node_and_retry_failed_runs_it_
             assert job.record["attempts"] == 1 and job.record["fault"] == "workflow"
             assert job.record["error"] == {"node_id": "2", "class_type": "KSampler", "message": "boom"}
             assert not (out / "only").exists()
+            assert main(["batch", "retry", "f", "--db", db_url]) == 0  # a failure is not retried unasked
+            said = "nothing to requeue: batch f has no cancelled or errored jobs (1 failed: add --failed"
+            assert capsys.readouterr().out.startswith(said)
 
             assert retry_batch(client, "f", failed=True) == ["only"]
             wait_for_final(client, "f")

@@ -75,7 +75,13 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
             console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")
             return 0
         requeued = retry_batch(client, name, failed=args.failed)
-        console.print(f"requeued {len(requeued)} job(s): {', '.join(requeued) or '—'}", highlight=False)
+        if requeued:
+            console.print(f"requeued {len(requeued)} job(s): {', '.join(requeued)}", highlight=False)
+        else:
+            failed = sum(job.state == "failed" for job in batch_jobs(client, name))
+            wanted = "cancelled, errored or failed" if args.failed else "cancelled or errored"
+            hint = f" ({failed} failed: add --failed to run them again)" if failed and not args.failed else ""
+            console.print(f"nothing to requeue: batch {name} has no {wanted} jobs{hint}", highlight=False)
         return 0
 
 
@@ -136,10 +142,11 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
                 err.line()
         counts = summary.counts
+        others = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if state != "success" and n)
         console.print(
-            f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not "
-            f"({dict(counts)}); job folders in {settings.out_dir}; manifest: leanvideo batch results {name} "
-            "--out DIR",
+            f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not"
+            f"{f' ({others})' if others else ''}; job folders in {settings.out_dir}; manifest: leanvideo "
+            f"batch results {name} --out DIR",
             highlight=False,
         )
         if counts["success"] == summary.total:
