@@ -44,7 +44,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from runner.errors import WorkflowError
+from runner.errors import UsageError, WorkflowError
+from runner.local.server_args import refuse_owned_flags
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -262,6 +263,10 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
         if "=" not in spec or "." not in spec.split("=", 1)[0]:
             raise MatrixError(f"{where} key 'set': {spec!r} is not NODE.input=VALUE")
     server_args = _string_list(raw, "server_args", where)
+    try:
+        refuse_owned_flags(server_args)
+    except UsageError as error:
+        raise MatrixError(f"{where} key 'server_args': {error}") from error
     inserts_raw = raw.get("insert", [])
     if not isinstance(inserts_raw, list):
         raise MatrixError(f"{where} key 'insert' must be an array of tables ([[variant.insert]])")

@@ -104,6 +104,10 @@ def test_the_wan22_matrix_splits_the_steps_and_patches_both_experts() -> None:
         ('[[variant]]\nname = "a"\nextends = "b"\n', "variant 'a': key 'extends': 'b' is not an earlier"),
         ('[[variant]]\nname = "a"\nset = ["steps=3"]\n', "variant 'a': key 'set': 'steps=3'"),
         ('[[variant]]\nname = "a"\n[[variant]]\nname = "a"\n', "variant 'a': duplicate name"),
+        (
+            '[[variant]]\nname = "a"\nserver_args = ["--port=9000"]\n',
+            "variant 'a': key 'server_args': ComfyUI flag '--port=9000' after `--`: leanvideo passes --port",
+        ),
         ('repeats = 0\n[[variant]]\nname = "a"\n', "repeats must be ≥ 1"),
         ('mode = "hot"\n[[variant]]\nname = "a"\n', "mode must be one of"),
         ('order = "random"\n[[variant]]\nname = "a"\n', "order must be one of ('interleaved', 'sequential')"),

@@ -9,13 +9,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from runner.errors import PortInUseError, ServerCrashedError, ServerError
+from runner.errors import PortInUseError, ServerCrashedError, ServerError, UsageError
 from runner.fixtures import FixtureSet
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.ports import port_is_free
@@ -70,6 +71,27 @@ def test_server_gets_its_own_folders_and_loopback(server_config: ServerConfig) -
         ("--database-url", f"sqlite:///{server_config.state_dir / 'comfyui.db'}"),
     ):
         assert command[command.index(flag) + 1] == str(expected)
+
+
+@pytest.mark.parametrize(
+    ("extra", "instead"),
+    [
+        (("--port", "9000"), "use leanvideo's --port instead"),
+        (("--listen",), "use `leanvideo serve --host ADDRESS` instead"),
+        (("--cpu", "--output-directory=/tmp/x"), "use the command's --out instead"),
+        (("--base-directory", "b"), "it is not configurable"),
+    ],
+)
+def test_flags_the_runner_sets_itself_are_refused_after_the_double_dash(
+    server_config: ServerConfig, extra: tuple[str, ...], instead: str
+) -> None:
+    said = r"^ComfyUI flag '--[a-z-]+(=[^']*)?' after `--`: leanvideo passes --[a-z-]+ to ComfyUI itself"
+    with pytest.raises(UsageError, match=said) as caught:
+        replace(server_config, extra_args=extra)
+    assert str(caught.value).endswith(instead)
+    assert replace(server_config, extra_args=("--async-offload", "--reserve-vram", "2")).extra_args[0] == (
+        "--async-offload"
+    )
 
 
 def test_without_the_frontend_package_the_server_gets_an_empty_page(

@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=override_spec,
         default=[],
         metavar="NODE.input=VALUE",
-        help="change an input; NODE is a node id, title or unique class (Sample.noise_seed=42, 9.steps=4)",
+        help="change an input; NODE is a node id, title or unique class (Sample.noise_seed=42, 9.steps=4); "
+        "repeatable, and for one input given twice the last wins (the run record lists both)",
     )
     run.add_argument(
         "--out",

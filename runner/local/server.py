@@ -33,6 +33,7 @@ import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
+from runner.local.server_args import refuse_owned_flags
 from runner.local.server_log import keep_previous_log, read_log_tail
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
@@ -83,6 +84,7 @@ class ServerConfig:
             raise ValueError(f"ready_timeout must be positive, got {self.ready_timeout}")
         if not (self.comfyui_dir / "main.py").is_file():
             raise ValueError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
+        refuse_owned_flags(self.extra_args)
 
     @classmethod
     def in_workspace(
