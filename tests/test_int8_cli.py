@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from leanvideo.int8.convert import quantize_file
 from leanvideo.int8.files import read_tensors
 from leanvideo.int8.formats import read_int8_file
@@ -17,7 +18,7 @@ from safetensors.torch import save_file
 
 from runner.cli.main import main
 from runner.cli.quantize import add_quantize_parser, run_quantize
-from runner.errors import LeanVideoError
+from runner.errors import LeanVideoError, UsageError
 from runner.fixtures import FixtureSet
 
 pytestmark = pytest.mark.integration
@@ -45,8 +46,23 @@ def test_quantize_the_tiny_dit(tiny_models: FixtureSet, tmp_path: Path) -> None:
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
-    with pytest.raises(LeanVideoError, match="refusing to overwrite"):
+    with pytest.raises(UsageError, match=f"OUT {target} exists; refusing to overwrite it"):
         _run(str(tiny_models.diffusion_model), str(target))
+
+
+def test_a_one_layer_file_is_reported_in_the_singular(tmp_path: Path) -> None:
+    source = tmp_path / "one.safetensors"
+    save_file(
+        {
+            "transformer_blocks.0.attn1.to_q.weight": torch.randn(
+                64, 64, generator=torch.Generator().manual_seed(0)
+            )
+        },
+        str(source),
+    )
+    code, output = _run(str(source), str(tmp_path / "one-int8.safetensors"))
+    assert code == 0, output
+    assert "(ltxv, 1 INT8 layer, round trip verified)" in output and "lowest SQNR (1 layer)" in output
 
 
 def test_quantize_json_report_and_options(tiny_models: FixtureSet, tmp_path: Path) -> None:
@@ -104,7 +120,16 @@ def test_loras_and_vaes_are_refused_with_what_they_are(
     for family in ([], ["--family", "ltxv"]):
         code, err = _fail(capsys, str(vae), str(tmp_path / "vae-int8.safetensors"), *family)
         assert code == 1 and f"{vae}: a VAE (key " in err and "Load VAE" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["vae.safetensors"]
+    wan_vae = tmp_path / "wan_vae.safetensors"  # Wan's layout: conv1, middle, upsamples, head
+    keys = (
+        "encoder.conv1.weight",
+        "encoder.middle.0.residual.0.gamma",
+        "decoder.upsamples.0.resample.1.weight",
+    )
+    save_file({key: torch.zeros(4, 4) for key in keys}, str(wan_vae))
+    code, err = _fail(capsys, str(wan_vae), str(tmp_path / "wan_vae-int8.safetensors"))
+    assert code == 1 and f"{wan_vae}: a VAE (key 'decoder.upsamples.0.resample.1.weight')" in err and "Load VAE" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vae.safetensors", "wan_vae.safetensors"]
 
 
 def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
@@ -116,9 +141,9 @@ def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
     code, err = _fail(capsys, str(tiny_models.int8_checkpoint), str(tmp_path / "twice.safetensors"))
     assert code == 1 and "already INT8 (tensor 'model.diffusion_model." in err
     code, err = _fail(capsys, dit, str(tmp_path))
-    assert code == 1 and f"{tmp_path} is a folder; name the new file" in err
+    assert code == 2 and f"OUT {tmp_path} is a folder; name the new file" in err
     code, err = _fail(capsys, dit, str(tmp_path / "missing" / "x.safetensors"))
-    assert code == 1 and f"the folder {tmp_path / 'missing'} does not exist" in err
+    assert code == 2 and f"the folder {tmp_path / 'missing'} does not exist" in err
     code = main(["quantize", dit, str(tmp_path / "x.safetensors"), "--json", "--family", "wan"])
     assert code == 1 and json.loads(capsys.readouterr().out)["error"]["exit_code"] == 1
     mine = tmp_path / "dit-int8.safetensors.partial"  # a file of the user's with the old temporary name
@@ -174,7 +199,7 @@ def test_damaged_weights_misnamed_outputs_and_links_are_refused_before_writing(
     link = tmp_path / "link.safetensors"
     link.symlink_to(tmp_path / "elsewhere.safetensors")  # dangling: nothing there yet
     code, err = _fail(capsys, dit, str(link))
-    assert code == 1 and f"{link} is a link" in " ".join(err.split())
+    assert code == 2 and f"{link} is a link" in " ".join(err.split())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.safetensors"]
 
 

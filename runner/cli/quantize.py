@@ -2,7 +2,7 @@
 
 Thin CLI over :func:`leanvideo.int8.convert.quantize_file`: it streams tensor by tensor, refuses to
 overwrite OUT, verifies the written file, and reports the size ratio and per-layer SQNR. Errors
-propagate as :mod:`runner.errors` (exit 1 bad input or OUT exists, 2 usage).
+propagate as :mod:`runner.errors` (exit 1 bad input, 2 usage: also an OUT that exists or cannot be written).
 
 Wiring (in ``runner/cli/main.py``)::
 
@@ -49,8 +49,8 @@ def add_quantize_parser(subparsers: Any) -> None:
         description="Quantize IN (bf16/fp16/fp32, float8_e4m3fn/e5m2 or ComfyUI scaled fp8 safetensors) to "
         "OUT in the LeanVideo INT8 format (ComfyUI-native metadata included). Sensitive layers stay in high "
         "precision. LoRAs and VAEs are not quantized.",
-        epilog="exit codes: 0 written and verified, 1 bad input or OUT exists, 2 usage (also an OUT "
-        "not named .safetensors), 130 interrupted (nothing left behind)",
+        epilog="exit codes: 0 written and verified, 1 bad input, 2 usage (also an OUT that exists, is a "
+        "folder or a link, or is not named .safetensors), 130 interrupted (nothing left behind)",
     )
     parser.add_argument("input", type=Path, metavar="IN", help="float or fp8 .safetensors file")
     parser.add_argument("output", type=Path, metavar="OUT", help="new .safetensors file (never overwritten)")
@@ -85,6 +85,7 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     from leanvideo.int8.files import read_header
     from leanvideo.int8.policy import guess_family
     from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
+    from leanvideo.int8.target import check_target
 
     from runner.fixtures import STAMP_KEY as FIXTURE_STAMP
 
@@ -101,6 +102,10 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
         )
     if args.convrot_group != DEFAULT_CONVROT_GROUP and not args.convrot:
         raise UsageError(f"--convrot-group {args.convrot_group} goes with --convrot")
+    try:  # said before IN is read, and as an unusable argument (exit 2), as `workflow convert --out` is
+        check_target(args.output)
+    except OSError as error:
+        raise UsageError(f"OUT {error}") from error
     try:
         config = Int8WeightConfig(
             granularity=args.granularity,
@@ -218,7 +223,8 @@ def _db_text(value: float) -> str:
 def _render(report: QuantizeReport, family: str, console: Console) -> None:
     values = report.layer_sqnr_db
     console.print(
-        f"wrote {report.target} ({family}, {len(values)} INT8 layers, round trip verified): "
+        f"wrote {report.target} ({family}, {len(values)} INT8 layer{'s' if len(values) != 1 else ''}, round "
+        "trip verified): "
         f"{report.target_bytes / 1e6:.1f} MB / {report.source_bytes / 1e6:.1f} MB = "
         f"[bold]{report.size_ratio:.3f}×[/]",
         highlight=False,
@@ -242,7 +248,8 @@ def _render(report: QuantizeReport, family: str, console: Console) -> None:
             f"where that cut their error by {ROTATION_MIN_GAIN_DB:g} dB or more",
             highlight=False,
         )
-    table = Table(title=f"lowest SQNR ({WORST_LAYERS_SHOWN} layers)")
+    shown = min(WORST_LAYERS_SHOWN, len(values))
+    table = Table(title=f"lowest SQNR ({shown} layer{'s' if shown != 1 else ''})")
     table.add_column("layer")
     table.add_column("SQNR dB", justify="right")
     for layer, value in sorted(values.items(), key=lambda item: item[1])[:WORST_LAYERS_SHOWN]:

@@ -78,7 +78,9 @@ _NOT_QUANTIZED: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "VAE",
-        r"(^|\.)(decoder|encoder)\.(conv_in|conv_out|up_blocks|down_blocks|mid_block)\.",
+        # diffusers/LTXV/Hunyuan layout (conv_in, up_blocks, …) and Wan's (conv1, middle, upsamples, …)
+        r"(^|\.)(decoder|encoder)\.(conv_in|conv_out|up_blocks|down_blocks|mid_block|conv1|middle|upsamples"
+        r"|downsamples|head)\.",
         "VAEs stay in their own precision; load it with Load VAE",
     ),
 )
