@@ -238,3 +238,23 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     assert files["te.safetensors"]["path"] == str(user / "models" / "text_encoders" / "te.safetensors")
     assert files["dit.safetensors"]["status"] == "present"
     assert files["l.safetensors"]["target"] == str(user / "models" / "loras")
+
+
+def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Path) -> None:
+    path, models = write(tmp_path)
+    (models / "loras").mkdir()
+    (models / "loras" / "l.safetensors").symlink_to(tmp_path / "moved-away.safetensors")
+    workflow = json.loads(path.read_text(encoding="utf-8"))
+    workflow["6"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "ltxv-tiny.safetensors"}}
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    link = models / "loras" / "l.safetensors"
+    assert by_node["3"].status == "missing"
+    assert (
+        by_node["3"].hint
+        == f"{link} is a link to {tmp_path / 'moved-away.safetensors'}, which does not exist"
+    )
+    assert (
+        by_node["6"].hint
+        == f"a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures {models}`"
+    )

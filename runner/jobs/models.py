@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.fixtures import fixture_set
 from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
 from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
@@ -149,7 +150,9 @@ def check_models(
                 url=source.url if source else None,
                 cited_in=source.cited_in if source else None,
                 target=str(models_dir / folder) if folder else None,
-                hint=_near(ref.name, ref.folder, index),
+                hint=_dangling(models_dir, ref.folder, ref.name)
+                or _near(ref.name, ref.folder, index)
+                or _fixture_hint(models_dir, ref.folder, ref.name),
             )
         report.files.append(file)
     return report
@@ -208,13 +211,32 @@ def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
     return model_sources(document, twin.name) if isinstance(document, dict) else {}
 
 
+def _dangling(models_dir: Path, folder: str | None, name: str) -> str | None:
+    """A link standing where the file belongs whose target is gone: said, not just "missing"."""
+    for candidate in _candidates(models_dir, folder, name):
+        if candidate.is_symlink() and not candidate.exists():
+            return f"{candidate} is a link to {os.readlink(candidate)}, which does not exist"
+    return None
+
+
+def _fixture_hint(models_dir: Path, folder: str | None, name: str) -> str | None:
+    """A tiny model of this project that is not written yet: the command that writes it."""
+    for path in fixture_set(models_dir).paths():
+        if path.name == name and (folder is None or path.parent.name in MODEL_FOLDERS.get(folder, (folder,))):
+            return (
+                f"a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures {models_dir}`"
+            )
+    return None
+
+
 def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
     """The file ``name`` in ``folder`` (or its aliases; any folder when unknown), or None."""
+    return next((c for c in _candidates(models_dir, folder, name) if c.is_file()), None)
+
+
+def _candidates(models_dir: Path, folder: str | None, name: str) -> list[Path]:
+    """Where ``name`` of ``folder`` (or its aliases; any folder when unknown) would be, in order."""
     subdirs = MODEL_FOLDERS.get(folder, (folder,)) if folder else ALL_FOLDERS
     # As ComfyUI reads the name: "../" cannot climb out of the folder (symlinked files still count)
     inside = os.path.relpath(os.path.join("/", name), "/")
-    for subdir in subdirs:
-        candidate = models_dir / subdir / inside
-        if candidate.is_file():
-            return candidate
-    return None
+    return [models_dir / subdir / inside for subdir in subdirs]
