@@ -40,7 +40,7 @@ def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.Captur
     [
         (["--repeats", "0"], "--repeats must be ≥ 1, got 0"),
         (["--warmups", "-1"], "--warmups must be ≥ 0"),
-        (["--out", "README.md"], "README.md is a file: give a folder"),
+        (["--out", "README.md"], "README.md is a file, not a folder"),
         (["--jobs", "4"], "--concurrency and --jobs set up --load"),
     ],
 )

@@ -85,7 +85,7 @@ def test_serve_refuses_what_it_cannot_use_before_starting(
     taken = tmp_path / "a-file"
     taken.write_text("kept")
     done = _cli("demo", "--out", str(taken))
-    assert done.returncode == 2 and f"--out {taken}: cannot be the output folder" in done.stderr
+    assert done.returncode == 2 and f"--out {taken}: {taken} is a file, not a folder" in done.stderr
     assert taken.read_text() == "kept"
     done = _cli("demo", "--port", "99999")
     assert done.returncode == 2 and "'99999' is not a port" in done.stderr

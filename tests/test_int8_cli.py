@@ -128,7 +128,11 @@ def test_loras_and_vaes_are_refused_with_what_they_are(
     )
     save_file({key: torch.zeros(4, 4) for key in keys}, str(wan_vae))
     code, err = _fail(capsys, str(wan_vae), str(tmp_path / "wan_vae-int8.safetensors"))
-    assert code == 1 and f"{wan_vae}: a VAE (key 'decoder.upsamples.0.resample.1.weight')" in err and "Load VAE" in err
+    assert (
+        code == 1
+        and f"{wan_vae}: a VAE (key 'decoder.upsamples.0.resample.1.weight')" in err
+        and "Load VAE" in err
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vae.safetensors", "wan_vae.safetensors"]
 
 

@@ -132,7 +132,7 @@ def test_an_unusable_out_folder_exits_2_before_anything_is_submitted(
     code = main(["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--out", str(taken), "--json"])
     error = json.loads(capsys.readouterr().out)["error"]
     assert code == 2 and (error["type"], error["exit_code"]) == ("UsageError", 2)
-    assert error["message"].startswith(f"--out {taken}: cannot make the run folder")
+    assert error["message"] == f"--out {taken}: {taken} is a file, not a folder"
     assert httpx.get(f"{comfy_server.url}/history").json() == before and taken.read_text() == "kept"
     code = main(["run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--set", "Sampel.seed=1", "--json"])
     error = json.loads(capsys.readouterr().out)["error"]

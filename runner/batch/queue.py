@@ -38,6 +38,7 @@ from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
 from runner.errors import LeanVideoError, UsageError
+from runner.local.out_folder import check_out_folder
 
 logger = logging.getLogger(__name__)
 
@@ -171,11 +172,7 @@ def submit_batch(
     """
     check_batch_name(name)
     out = settings.out_dir
-    there = next(folder for folder in (out, *out.parents) if folder.exists())  # the nearest that is
-    if not there.is_dir():
-        raise UsageError(f"--out {out}: {there} is a file, not a folder; nothing was queued")
-    if not os.access(there, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: the folder {there} is not writable; nothing was queued")
+    check_out_folder(out, create=False, after="; nothing was queued")
     specs = [job_spec(name, job, settings) for job in jobs]
     existing = {
         status.workflow_id: (status.attributes or {}).get("digest")

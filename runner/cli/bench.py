@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ from runner.errors import (
     WorkflowError,
     WorkspaceError,
 )
+from runner.local.out_folder import check_out_folder
 from runner.local.ports import port_is_free
 
 
@@ -166,15 +166,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(str(exc)) from exc
     if (out / "bench.json").exists():
         raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file: give a folder (made when missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--out {out}: cannot make the folder ({reason})") from exc
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: the folder is not writable")
+    check_out_folder(out)
     err = Console(stderr=True, soft_wrap=True)
     outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
     if args.json:

@@ -16,8 +16,8 @@ from rich.table import Table
 
 from runner.cli.render import print_json
 from runner.cli.server_options import port_number
-from runner.errors import UsageError
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
+from runner.local.out_folder import check_out_folder
 from runner.local.workspace import find_workspace
 
 
@@ -46,10 +46,7 @@ def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], con
     """``leanvideo demo``: run, then render (table or JSON)."""
     workspace = find_workspace()
     out = args.out.resolve()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {args.out}: cannot be the output folder ({exc.strerror or exc})") from exc
+    check_out_folder(out)
     if not args.json:
         console.print("running the tiny LTXV text-to-video demo: LeanVideo INT8, then stock ComfyUI…")
     outcome = run_demo(out, workspace, port=args.port, extra_args=passthrough)

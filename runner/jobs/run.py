@@ -29,6 +29,7 @@ from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageEr
 from runner.graph.convert import as_api_workflow
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file
+from runner.local.out_folder import check_out_folder
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
@@ -170,6 +171,7 @@ def make_run_dir(run_dir: Path) -> None:
     Raises:
         UsageError: ``--out`` is a file, not writable, or the folder already exists.
     """
+    check_out_folder(run_dir.parent, create=False)
     try:
         run_dir.mkdir(parents=True)
     except OSError as exc:
