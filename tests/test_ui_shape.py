@@ -39,28 +39,28 @@ CASES = [
     (set_link(0, [1, 1, "zz", 2, 0, "MODEL"]), r"link 1: its origin_slot is \"zz\", not a number"),
     (set_link(0, [None, 1, 0, 2, 0, "MODEL"]), r"link #1 in 'links': its id is null"),
     (set_link(0, [1, True, 0, 2, 0, "MODEL"]), r"link 1: its origin_id is true"),
-    (lambda ui: ui.__setitem__("links", 5), r"'links' is a int \(5\), not a list of links"),
+    (lambda ui: ui.__setitem__("links", 5), r"'links' is a number \(5\), not a list of links"),
     (lambda ui: ui["nodes"][0].pop("id"), r"node #1 \(CheckpointLoaderSimple\) has no id"),
     (set_node(0, "id", None), r"node #1 \(CheckpointLoaderSimple\) has the id null, not a number"),
-    (set_node(3, "inputs", "oops"), r"the inputs of node 4 \(KSampler\) are a str \(\"oops\"\), not a list"),
-    (set_node(3, "inputs", ["model"]), r"input #1 of node 4 \(KSampler\) is a str"),
-    (set_node(3, "outputs", {"a": 1}), r"the outputs of node 4 \(KSampler\) are a dict"),
+    (set_node(3, "inputs", "oops"), r"the inputs of node 4 \(KSampler\) are a text \(\"oops\"\), not a list"),
+    (set_node(3, "inputs", ["model"]), r"input #1 of node 4 \(KSampler\) is a text"),
+    (set_node(3, "outputs", {"a": 1}), r"the outputs of node 4 \(KSampler\) are an object"),
     (
         lambda ui: ui["nodes"][3]["inputs"][0].__setitem__("link", "zz"),
         r"node 4 \(KSampler\) input 'model': link \"zz\" is not a link id",
     ),
     (
         lambda ui: ui["nodes"].__setitem__(2, "node"),
-        r"node #3 in 'nodes' is a str \(\"node\"\), not an object",
+        r"node #3 in 'nodes' is a text \(\"node\"\), not an object",
     ),
     (lambda ui: ui.__setitem__("definitions", []), r"'definitions' is a list"),
     (
         lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "nodes": [5]}]}),
-        r"node #1 in 'nodes' of subgraph s1 is a int",
+        r"node #1 in 'nodes' of subgraph s1 is a number",
     ),
     (
         lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "inputs": "x"}]}),
-        r"the inputs of subgraph s1 are a str",
+        r"the inputs of subgraph s1 are a text",
     ),
 ]
 

@@ -135,8 +135,19 @@ def _is_id(value: Any) -> bool:
     return _is_integer(value) or (isinstance(value, str) and bool(value.strip()))
 
 
+JSON_KINDS = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a text",
+    dict: "an object",
+    list: "a list",
+}
+
+
 def _kind(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__} ({_shown(value)})"
+    """``value`` as JSON names its kind, with the value itself: ``a text ("oops")``."""
+    return "null" if value is None else f"{JSON_KINDS.get(type(value), 'a value')} ({_shown(value)})"
 
 
 def _shown(value: Any) -> str:
