@@ -15,7 +15,7 @@ import torch
 from leanvideo.int8 import Int8WeightConfig, sqnr_db
 from leanvideo.int8.convert import quantize_file, quantize_state_dict
 from leanvideo.int8.export import to_layout
-from leanvideo.int8.files import read_tensors
+from leanvideo.int8.files import read_header, read_tensors
 from leanvideo.int8.policy import plan_quantization
 from leanvideo.int8.spec import Int8FormatError
 from safetensors.torch import save_file
@@ -142,6 +142,23 @@ def test_int8_weight_and_scale_move_together(comfy: SimpleNamespace, tiny_models
     module.to("meta")
     assert module.weight._qdata.device.type == "meta"
     assert module.weight._layout_params["scale"].device.type == "meta"
+
+
+def test_a_weight_of_the_wrong_shape_is_refused_naming_file_tensor_and_shapes(
+    comfy: SimpleNamespace, tmp_path: Path, tiny_models: FixtureSet
+) -> None:
+    """As the stock loader's size mismatch: not a matmul error in the sampler, naming nothing."""
+    key = "model.diffusion_model.transformer_blocks.0.attn1.to_k.weight"
+    for source, name in ((tiny_models.checkpoint, "cut-float"), (tiny_models.int8_checkpoint, "cut-int8")):
+        tensors = read_tensors(source)
+        rows, columns = tensors[key].shape
+        tensors[key] = tensors[key][:, : columns // 2].contiguous()  # an int8 weight keeps its row scales
+        cut = tmp_path / f"{name}.safetensors"
+        save_file(tensors, str(cut), read_header(source).metadata)  # its config: the model's other sizes
+        said = rf"{name}\.safetensors: tensor 'transformer_blocks\.0\.attn1\.to_k\.weight' is "
+        said += rf"{rows}×{columns // 2}, but this model's layer takes {rows}×{columns}: the file is damaged"
+        with pytest.raises(Int8FormatError, match=said):
+            comfy.loading.load_diffusion_model_int8(cut, comfy.loading.Int8LoadOptions(quantize_on_load=True))
 
 
 def test_bad_files_fail_before_comfy_builds_anything(

@@ -185,9 +185,12 @@ def build_diffusion_model(
     }
     if (dtype := COMPUTE_DTYPES[options.compute_dtype]) is not None:
         model_options["dtype"] = dtype
-    patcher = comfy.sd.load_diffusion_model_state_dict(
-        tensors, model_options=model_options, metadata=loaded.metadata
-    )
+    try:
+        patcher = comfy.sd.load_diffusion_model_state_dict(
+            tensors, model_options=model_options, metadata=loaded.metadata
+        )
+    except Int8FormatError as error:  # a layer refused its tensor: name the file it is in
+        raise Int8FormatError(f"{path}: {error}") from error
     if patcher is None:
         found = describe_misplaced(tensors, source=str(path), wanted="diffusion model")
         raise Int8FormatError(found or f"{path}: ComfyUI could not detect the diffusion model type")
@@ -238,9 +241,12 @@ def load_text_encoder_int8(
         model_options["dtype"] = dtype
     if on_cpu:
         model_options["load_device"] = model_options["offload_device"] = torch.device("cpu")
-    clip = comfy.sd.load_text_encoder_state_dicts(
-        state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
-    )
+    try:
+        clip = comfy.sd.load_text_encoder_state_dicts(
+            state_dicts, embedding_directory=embedding_directory, clip_type=kind, model_options=model_options
+        )
+    except Int8FormatError as error:  # a layer refused its tensor: name the files
+        raise Int8FormatError(f"{', '.join(map(str, paths))}: {error}") from error
     _reload_measured(clip)
     logger.info("Loaded %s with matmul route %s", ", ".join(read_as), options.matmul_route)
     return clip

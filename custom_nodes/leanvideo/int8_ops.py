@@ -150,6 +150,12 @@ class Int8Linear(torch.nn.Module, comfy.ops.CastWeightBiasOp):
         entry_tensor = state_dict.pop(prefix + CONFIG_SUFFIX.lstrip("."), None)
         state_dict.pop(prefix + "input_scale", None)
         layer = prefix.rstrip(".")
+        expected = (self.out_features, self.in_features)
+        if weight is not None and tuple(weight.shape) != expected:  # as nn.Linear would refuse it
+            raise Int8FormatError(
+                f"tensor {prefix + 'weight'!r} is {'×'.join(map(str, weight.shape))}, but this model's layer "
+                f"takes {expected[0]}×{expected[1]}: the file is damaged or is another model's"
+            )
         if weight is None:
             missing_keys.append(prefix + "weight")
             shape = (self.out_features, self.in_features)
