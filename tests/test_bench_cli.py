@@ -55,6 +55,18 @@ def test_unusable_options_are_refused_before_any_server_starts(
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_left_by_a_bench_that_did_not_finish_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "runs" / "4-step").mkdir(parents=True)
+    (out / "workflows").mkdir()
+    assert main([str(TINY), "--out", str(out)]) == 2
+    said = f"--out {out} holds runs/, workflows/ of a bench that did not finish (no bench.json: interrupted?)"
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert sorted(p.name for p in out.iterdir()) == ["runs", "workflows"]
+
+
 def test_bad_matrix_exits_with_the_workflow_error_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -166,6 +166,12 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(str(exc)) from exc
     if (out / "bench.json").exists():
         raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
+    if leftovers := [name for name in ("runs", "workflows", "servers") if (out / name).exists()]:
+        raise UsageError(
+            f"--out {out} holds {', '.join(f'{name}/' for name in leftovers)} of a bench that did not finish "
+            "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
+            "remove those folders"
+        )
     check_out_folder(out)
     err = Console(stderr=True, soft_wrap=True)
     outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
