@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks.matrix import Variant
 from runner.errors import WorkflowError
+from runner.graph.suggest import close_hint, unknown_node_hint
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import apply_overrides
 
@@ -49,6 +50,8 @@ def matrix_problems(
         found = _override_problems(workflow, variant.overrides, object_info, where, label="set")
         if found or line_refused:  # the rest would only report the same mistakes again, as bad values
             problems += found
+            if variant.server_args == server_args:  # what validating would have said that they do not
+                problems += _unknown_inserts(variant, object_info, where)
             continue
         problems += _override_problems(workflow, overrides, object_info, where)
         if variant.server_args == server_args:
@@ -74,3 +77,16 @@ def _override_problems(
             said = str(error).removeprefix(f"--set {spec!r}: ")  # named here once, as the source says
             problems.append(f"{where}{label} {spec!r}: {said}")
     return problems
+
+
+def _unknown_inserts(variant: Variant, object_info: dict[str, Any], where: str) -> list[str]:
+    """The variant's inserted nodes whose type the server lacks, said as ``workflow validate`` says them."""
+    return [
+        f"{where}node {insertion.node_id} ({insertion.class_type}): unknown node type"
+        + (
+            unknown_node_hint(insertion.class_type, object_info)
+            or close_hint(insertion.class_type, object_info)
+        )
+        for insertion in variant.inserts
+        if insertion.class_type not in object_info
+    ]

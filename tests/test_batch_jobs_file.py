@@ -214,3 +214,26 @@ def test_a_quoted_csv_cell_may_span_lines_and_its_job_keeps_the_line_it_starts_o
         ("b", 3, ("Sample.seed=2",)),
         ("c", 5, ("Sample.seed=3",)),
     ]
+
+
+def test_every_problem_of_one_line_is_listed_across_both_passes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A duplicate id does not hide the same line's unknown field, nor a bad priority its bad value:
+    each would have come up only once the other was fixed."""
+    from runner.batch import jobs_file
+
+    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers: OBJECT_INFO)
+    path = write_lines(
+        folder / "jobs.jsonl",
+        '{"id": "x", "workflow": "wf.api.json"}',
+        '{"id": "x", "workflow": "wf.api.json", "sett": {}}',
+        '{"id": "y", "workflow": "wf.api.json", "set": {"Sample.seed": 500}, "priority": 0}',
+    )
+    with pytest.raises(WorkflowError, match=r"4 problem\(s\); nothing was queued") as caught:
+        jobs_file.load_batch(path, ["http://127.0.0.1:1"])
+    lines = [line.strip() for line in str(caught.value).splitlines()[1:]]
+    assert lines[0] == "line 2: id 'x' is already used on line 1"
+    assert lines[1].startswith("line 2: unknown field 'sett'")
+    assert lines[2].startswith("line 3: priority 0 must be an integer from 1")
+    assert lines[3].startswith("line 3: set 'Sample.seed':") and "above the maximum 100" in lines[3]

@@ -83,14 +83,15 @@ def read_jobs_file(path: Path) -> list[JobLine]:
     Raises:
         WorkflowError: the file is unreadable or empty, or lines are bad (all of them listed).
     """
-    jobs, problems = _read_jobs(path, {})
+    jobs, _, problems = _read_jobs(path, {})
     _raise_if_any(path, problems)
     return jobs
 
 
-def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[str]]:
-    """The good jobs of ``path`` and the problems of the others (the first pass); the workflows it
-    read stay in ``workflows`` for the second."""
+def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[JobLine], list[str]]:
+    """The good jobs of ``path``, the jobs of lines with problems that can still be checked by the
+    second pass (their workflow reads), and the problems (the first pass); the workflows it read stay
+    in ``workflows`` for the second."""
     try:
         text = path.read_text(encoding="utf-8-sig")  # spreadsheets save "CSV UTF-8" with a BOM
     except UnicodeDecodeError as exc:
@@ -101,13 +102,15 @@ def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[s
     problems: list[str] = []
     rows = _csv_rows(text, problems) if path.suffix.lower() == ".csv" else _jsonl_rows(text, problems)
     jobs: list[JobLine] = []
+    flawed: list[JobLine] = []  # every problem of a line is listed, so these go on to the second pass
     seen: dict[str, int] = {}
     for line, row in rows:
+        before = len(problems)
         stated_id = str(row.get("id", line))
         if stated_id in seen:  # also when the line that used it first is bad
             problems.append(f"line {line}: id {stated_id!r} is already used on line {seen[stated_id]}")
-            continue
-        seen[stated_id] = line
+        else:
+            seen[stated_id] = line
         job = _job_from_row(line, row, path.parent, problems)
         if job is None:
             continue
@@ -116,10 +119,10 @@ def _read_jobs(path: Path, workflows: _Workflows) -> tuple[list[JobLine], list[s
         except WorkflowError as exc:
             problems.append(f"line {line}: workflow: {exc}")
             continue
-        jobs.append(job)
+        (jobs if len(problems) == before else flawed).append(job)
     if not rows and not problems:
         problems.append("no jobs in the file")
-    return jobs, problems
+    return jobs, flawed, problems
 
 
 def prepare_jobs(path: Path, jobs: list[JobLine], object_info: ObjectInfo) -> list[PreparedJob]:
@@ -255,7 +258,8 @@ def _csv_records(reader: Any, problems: list[str]) -> Iterator[tuple[int, list[s
 
 
 def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str]) -> JobLine | None:
-    before = len(problems)
+    """The job ``row`` states, each of its problems added to ``problems``; ``None`` only when it names no
+    workflow (a job with other problems comes back, for the second pass to check it too)."""
     for name in row:
         if name not in FIELDS:
             problems.append(f"line {line}: unknown field {name!r} (fields: {', '.join(FIELDS)})")
@@ -268,9 +272,10 @@ def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str
     workflow = row.get("workflow")
     if not isinstance(workflow, str) or not workflow.strip():
         problems.append(f"line {line}: workflow: a workflow file path is required")
+        workflow = None
     overrides = _overrides(line, row.get("set", {}), problems)
     priority = _priority(line, row.get("priority"), problems)
-    if len(problems) > before or not isinstance(workflow, str):
+    if workflow is None:  # a line with other problems is still checked against its workflow
         return None
     path = Path(workflow).expanduser()
     return JobLine(line, job_id, (path if path.is_absolute() else base / path).resolve(), overrides, priority)
@@ -349,10 +354,10 @@ def load_batch(path: Path, servers: list[str]) -> list[PreparedJob]:
     """Read and check the jobs file, then every good line against the servers' ``/object_info``;
     the problems of both passes are listed together, by line."""
     workflows: _Workflows = {}
-    lines, problems = _read_jobs(path, workflows)
-    if not lines:
+    lines, flawed, problems = _read_jobs(path, workflows)
+    if not lines and not flawed:
         _raise_if_any(path, problems)
-    prepared, more = _prepare(lines, fetch_object_info(servers), workflows)
+    prepared, more = _prepare([*lines, *flawed], fetch_object_info(servers), workflows)
     _raise_if_any(path, sorted(problems + more, key=_line_number))
     return prepared
 
