@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.cli.main import main
 from runner.errors import UsageError
 from runner.local.out_folder import check_out_folder
 
@@ -26,3 +27,23 @@ def test_a_missing_folder_is_made_only_when_asked(tmp_path: Path) -> None:
     check_out_folder(out)
     assert out.is_dir()
     check_out_folder(out)  # there already: fine
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "wf.json", "--out", ""],
+        ["demo", "--out", " "],
+        ["bench", "m.toml", "--out", ""],
+        ["batch", "submit", "jobs.jsonl", "--server", "http://127.0.0.1:9", "--out", ""],
+        ["batch", "results", "b", "--out", ""],
+        ["workflow", "convert", "ui.json", "--out", ""],
+    ],
+)
+def test_an_empty_out_is_a_usage_error_not_the_current_folder(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert "argument --out: an empty path (a variable that is not set?)" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from runner.cli.server_options import number_type, positive_seconds, server_url
+from runner.cli.server_options import given_path, number_type, positive_seconds, server_url
 
 
 def add_batch_parser(sub: Any) -> None:
@@ -33,7 +33,9 @@ def add_batch_parser(sub: Any) -> None:
     _servers(submit, required=True)
     _db(submit)
     submit.add_argument("--name", help="batch name (default: the jobs file's name without suffix)")
-    submit.add_argument("--out", type=Path, help="where job folders go (default leanvideo-out/batch-NAME)")
+    submit.add_argument(
+        "--out", type=given_path, help="where job folders go (default leanvideo-out/batch-NAME)"
+    )
     submit.add_argument("--wait", action="store_true", help="run the batch here, with live progress")
     submit.add_argument(
         "--add", action="store_true", help="add the file's new jobs to a batch of that name that exists"
@@ -76,7 +78,7 @@ def add_batch_parser(sub: Any) -> None:
         epilog=READ_VERB_CODES.replace("2 usage", "2 usage (also an --out holding files not of this batch)"),
     )
     results.add_argument("name")
-    results.add_argument("--out", type=Path, required=True, help="folder for the manifest")
+    results.add_argument("--out", type=given_path, required=True, help="folder for the manifest")
     results.add_argument("--json", action="store_true", help="also print the manifest rows as JSON")
     _db(results)
 

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.cli.render import failure_label, print_json
-from runner.cli.server_options import override_spec, port_number, server_url
+from runner.cli.server_options import given_path, override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -52,7 +52,9 @@ def add_bench_parser(subparsers: Any) -> None:
         "130 interrupted (docs/benchmarks.md)",
     )
     parser.add_argument("matrix", type=Path, help="matrix file (see docs/benchmarks.md)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: bench-out/<matrix>)")
+    parser.add_argument(
+        "--out", type=given_path, default=None, help="output folder (default: bench-out/<matrix>)"
+    )
     parser.add_argument(
         "--server",
         type=server_url,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runner.cli.render import print_json
-from runner.cli.server_options import port_number
+from runner.cli.server_options import given_path, port_number
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
 from runner.local.out_folder import check_out_folder
 from runner.local.workspace import find_workspace
@@ -33,7 +33,7 @@ def add_demo_parser(sub: Any) -> None:
         epilog="exit codes: 0 done, 2 usage (also a --port in use), 3 not installed, 4 a server did not "
         "start or was lost, 6 a prompt failed, 130 interrupted",
     )
-    demo.add_argument("--out", type=Path, default=Path("leanvideo-out"), help="output folder")
+    demo.add_argument("--out", type=given_path, default=Path("leanvideo-out"), help="output folder")
     demo.add_argument(
         "--port",
         type=port_number,

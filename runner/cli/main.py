@@ -37,6 +37,7 @@ from runner.cli.server_options import (
     UsageExit,
     add_server_arguments,
     existing_folder,
+    given_path,
     override_spec,
     port_number,
     positive_seconds,
@@ -183,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--out",
-        type=Path,
+        type=given_path,
         default=Path("leanvideo-out"),
         help="parent of the run folders (default: leanvideo-out)",
     )

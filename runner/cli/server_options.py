@@ -83,6 +83,14 @@ def server_url(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def given_path(text: str) -> Path:
+    """A path from the command line (``--out``); an empty one (``--out "$UNSET"``) is argparse's usage
+    error, not the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (a variable that is not set?); give one")
+    return Path(text)
+
+
 def existing_folder(text: str) -> Path:
     """A folder that exists, from the command line (``--models``), or argparse's usage error."""
     path = Path(text)

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from runner.cli.render import print_json, problems_table
-from runner.cli.server_options import add_server_arguments, override_spec, run_options
+from runner.cli.server_options import add_server_arguments, given_path, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow
 from runner.graph.diff import diff_workflows, summarize
@@ -64,7 +64,7 @@ def add_workflow_parser(sub: Any) -> None:
     convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
     add_server_arguments(convert)
     convert.add_argument(
-        "--out", type=Path, help="write the API JSON here (never overwritten; default stdout)"
+        "--out", type=given_path, help="write the API JSON here (never overwritten; default stdout)"
     )
 
 
