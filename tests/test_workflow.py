@@ -116,6 +116,9 @@ def test_overrides_by_id_title_and_unique_class_are_typed(workflow: dict[str, An
         ("Sample.seed", "expected NODE.input=VALUE"),
         ("seed=3", "expected NODE.input=VALUE"),
         ("99.steps=3", r"^--set '99.steps=3': no node '99' in the workflow"),
+        ("Sample.seed=true", r"expects an integer, got true$"),  # said as JSON, as it was typed
+        ("Sample.steps=1e400", r"expects an integer, got Infinity$"),
+        ("Sample.sampler_name=null", r": null is not one of the choices"),
     ],
 )
 def test_bad_overrides_are_rejected_with_what_is_wrong(
@@ -180,6 +183,9 @@ def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
         "does not exist on the server; the server has: clip_l.safetensors, ltxv-tiny.safetensors"
     )
     assert "leanvideo serve --fixture-nodes" in problems[("4", None)]
+    workflow["1"]["inputs"]["ckpt_name"] = "LTXV-Tiny.SAFETENSORS"  # another case: the likeliest mistake
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert problems[("1", "ckpt_name")].endswith("; close matches: ltxv-tiny.safetensors")
     # a node of the pack on a server that has none of the pack's nodes: the pack is not loaded there
     workflow["4"]["class_type"] = "LeanVideoCheckpointLoaderINT8"
     problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}

@@ -42,8 +42,8 @@ def close_hint(
     listed: Iterable[object] | None = None,
 ) -> str:
     """``; close matches: …`` (up to five, nearest first), else ``; the server has: …`` (the first
-    dozen of ``listed``, by default the candidates, sorted). File names are compared without their
-    extension: every ``.safetensors`` name is a little alike."""
+    dozen of ``listed``, by default the candidates, sorted). Names are compared in lower case, and file
+    names without their extension: every ``.safetensors`` name is a little alike."""
     names = sorted({str(c) for c in candidates})
     shown = names if listed is None else sorted({str(c) for c in listed})
     stems = {name: _stem(name) for name in names}
@@ -55,4 +55,7 @@ def close_hint(
 
 
 def _stem(name: str) -> str:
-    return next((name.removesuffix(suffix) for suffix in MODEL_SUFFIXES if name.endswith(suffix)), name)
+    """``name`` as names are compared: without a model file's extension, and in lower case (a name in
+    another case is the likeliest mistake of all, and ComfyUI reads names with their case)."""
+    lower = name.lower()
+    return next((lower.removesuffix(suffix) for suffix in MODEL_SUFFIXES if lower.endswith(suffix)), lower)

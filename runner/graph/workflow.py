@@ -240,7 +240,7 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
             value = str(value)
         if value not in choices:
             raise WorkflowError(
-                f"{where}: {value!r} is not one of the choices{close_hint(str(value), choices)}"
+                f"{where}: {_shown(value)} is not one of the choices{close_hint(str(value), choices)}"
             )
         return value
     given = value
@@ -249,16 +249,16 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
         if isinstance(value, bool) or not (
             isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         ):
-            raise WorkflowError(f"{where} expects an integer, got {given!r}")
+            raise WorkflowError(f"{where} expects an integer, got {_shown(given)}")
         value = int(value)
     elif kind == "FLOAT":
         value = _number_of(value, float)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise WorkflowError(f"{where} expects a finite number, got {given!r}")
+            raise WorkflowError(f"{where} expects a finite number, got {_shown(given)}")
         value = float(value)
     elif kind == "BOOLEAN":
         if not isinstance(value, bool):
-            raise WorkflowError(f"{where} expects true or false, got {value!r}")
+            raise WorkflowError(f"{where} expects true or false, got {_shown(value)}")
         return value
     elif kind == "STRING":
         return value if isinstance(value, str) else json.dumps(value)
@@ -270,6 +270,16 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
     if high is not None and value > high:
         raise WorkflowError(f"{where}: {value} is above the maximum {high}")
     return value
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the user wrote it in JSON (``true``, ``1e400`` read as ``Infinity``), a text quoted."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value)[:80]
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _number_of(value: Any, kind: type[int] | type[float]) -> Any:
