@@ -123,6 +123,11 @@ def test_the_submitter_killed_mid_batch_and_started_again_finishes_every_job_exa
     assert {r["prompt_id"] for r in records} <= ran
     # finished jobs were not run again; only those in flight at the kill (≤ 1 per server) ran twice
     assert 6 <= len(ran) <= 6 + len(servers), len(ran)
+    # and their records count the attempt that died with the submitter (a prompt noted but not yet
+    # submitted is counted too: it cannot be told from one the server had already finished)
+    lost = [r for r in records if r["attempt_log"][0]["status"] == "lost"]
+    assert all(r["attempts"] == len(r["attempt_log"]) for r in records)
+    assert len(ran) - 6 <= len(lost) <= len(servers), [r["attempt_log"] for r in records]
 
 
 def test_a_server_killed_mid_job_has_its_job_finished_on_the_other_server(

@@ -87,3 +87,26 @@ def test_batch_cancel_takes_off_the_prompt_a_dead_worker_left(tmp_path: Path) ->
         assert ("POST /queue", {"delete": ["0rphan00-0000"]}) in fake.calls
         assert ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) in fake.calls
     assert (folder / NOTE).is_file()
+
+
+def test_the_attempt_a_dead_worker_left_is_counted_and_logged_in_the_jobs_record(tmp_path: Path) -> None:
+    """The prompt ran on a GPU, so the record says two attempts: the lost one (fault ``worker``) and
+    the one that finished."""
+    from runner.batch.pool import ServerPool
+    from runner.batch.queue import list_jobs
+    from runner.batch.worker import BatchWorker
+    from tests.test_batch_queue import wait_for_final
+
+    out, db_url = tmp_path / "out", f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with FakeComfy(finish) as fake, open_client(db_url) as client:
+        _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", fake.url)
+        fake.running.add("0rphan00-0000")
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=30):
+            submit_batch(client, "b", [prepared("a")], BatchSettings(out_dir=out))
+            wait_for_final(client, "b")
+        (job,) = list_jobs(client, "b")
+    assert job.state == "success" and job.record is not None
+    assert job.record["attempts"] == 2 and job.record["attempt"] == 2
+    lost, done = job.record["attempt_log"]
+    assert lost == {"attempt": 1, "server": fake.url, "status": "lost", "fault": "worker", "seconds": None}
+    assert (done["attempt"], done["status"], done["server"]) == (2, "success", fake.url)

@@ -177,11 +177,26 @@ def run_attempt(
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
     began = time.monotonic()
-    base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt}
+    # A dead worker's prompt of this job must not run on beside it. It ran, so it counts as an attempt
+    # (the outcome's "lost" lists it, and this attempt's number comes after it).
+    lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
+    base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt + len(lost)}
+    outcome = _attempt(job, server, base, began, cancelled, in_flight)
+    return {**outcome, "lost": lost} if lost else outcome
+
+
+def _attempt(
+    job: dict[str, Any],
+    server: str,
+    base: dict[str, Any],
+    began: float,
+    cancelled: Callable[[], bool] | None,
+    in_flight: InFlight | None,
+) -> dict[str, Any]:
+    """:func:`run_attempt` once the orphans are off: the prompt, its files, the job's folder."""
     prompt_id = str(uuid.uuid4())
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
-    take_off_orphans(job, partial.parent)  # a dead worker's prompt of this job must not run on beside it
     try:  # before the prompt: an unusable --out costs no GPU time
         partial.mkdir(parents=True)
         note_prompt(partial, job, prompt_id, server)

@@ -10,7 +10,7 @@ best effort) and removes its folder.
 
 Example::
 
-    take_off_orphans(job, Path(job["out_dir"]) / ".partial")  # ["5f0c…"]: the prompts it took off
+    take_off_orphans(job, Path(job["out_dir"]) / ".partial")  # [{"prompt_id": "5f0c…", "server": …}]
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ def take_off_orphans(
     *,
     keep_folders: bool = False,
     why: str = "a worker killed mid-job",
-) -> list[str]:
+) -> list[dict[str, str]]:
     """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
     remove their folders (unless ``keep_folders``: a live worker may still be writing there); returns
-    the prompt ids. A note of another batch's job of the same id (one ``--out`` for two batches) is left
-    alone."""
+    each such attempt's ``{"prompt_id", "server"}``. A note of another batch's job of the same id (one
+    ``--out`` for two batches) is left alone."""
     taken = []
     for folder in sorted(partial_root.glob(f"{glob.escape(str(job['job_id']))}-*")):
         note = read_json_object(folder / NOTE)
@@ -69,7 +69,7 @@ def take_off_orphans(
         )
         if not keep_folders:
             shutil.rmtree(folder, ignore_errors=True)
-        taken.append(prompt_id)
+        taken.append({"prompt_id": prompt_id, "server": server})
     return taken
 
 

@@ -12,7 +12,9 @@ so what DBOS records is the outcome of each attempt:
   least busy healthy server (the failed one is out of the pool until a probe answers), up to the
   job's ``max_attempts``;
 - a **workflow** fault or a **timeout** ends the job as failed, with the node id and message;
-- the job's **result record** is the workflow's output: exactly one per job id.
+- the job's **result record** is the workflow's output: exactly one per job id, with every attempt in
+  its ``attempt_log``, also one whose worker died while its prompt ran (``"status": "lost"``, fault
+  ``worker``: the next attempt found its prompt and took it off the server).
 
 When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
 with the same ``worker_id`` starts (by default this machine's name and its server list, so
@@ -53,6 +55,8 @@ POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
 CANCEL_TIMEOUT_S = 5.0  # per request, when a stopping worker takes its left prompts off their servers
+# An attempt whose worker died while its prompt was out (found by the next attempt's orphan check)
+LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
 
 class JobRunner:
@@ -68,8 +72,10 @@ class JobRunner:
         """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
         log: list[dict[str, Any]] = []
         outcome: dict[str, Any] = {}
-        for attempt in range(1, int(job["max_attempts"]) + 1):
-            outcome = DBOS.run_step({"name": "attempt"}, self.attempt, job, attempt)
+        for _ in range(int(job["max_attempts"])):
+            outcome = DBOS.run_step({"name": "attempt"}, self.attempt, job, len(log) + 1)
+            for lost in outcome.pop("lost", []):  # a worker died during it: it ran, and is counted
+                log.append({"attempt": len(log) + 1, "server": lost["server"], **LOST_ATTEMPT})
             log.append({k: outcome.get(k) for k in ("attempt", "server", "status", "fault", "seconds")})
             if outcome["status"] == "success" or outcome.get("fault") != "server":
                 break
