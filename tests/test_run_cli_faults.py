@@ -41,6 +41,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--server", "http://127.0.0.1:99999"],
         ["--timeout", "0"],
         ["--timeout", "nan"],
+        ["--retries", "-1"],
     )
     for bad in bad_args:
         with pytest.raises(SystemExit) as caught:
@@ -48,6 +49,9 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert caught.value.code == 2
     err = capsys.readouterr().err
     assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
-    assert "timeout must be a positive number of seconds, got nan" in err
+    assert "argument --timeout: nan: must be a positive number of seconds" in err
+    assert "argument --retries: -1: must be 0 or more" in err
+    # each said as argparse says a bad argument: after the command's usage, naming it
+    assert err.count("usage: leanvideo run") == len(bad_args)
     assert "server must be an http:// or https:// URL, got 'notaurl'" in err
     assert "server URL 'http://127.0.0.1:99999': Port out of range" in err

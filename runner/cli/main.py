@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=1800.0,
         help="seconds for the whole run, retries included; then the prompt is interrupted (default 1800)",
     )

@@ -110,6 +110,19 @@ def override_spec(text: str) -> str:
     return text
 
 
+def header_value(text: str) -> str:
+    """An extra HTTP header ``NAME: VALUE`` (ASCII), or argparse's usage error."""
+    name, colon, _ = text.partition(":")
+    if not colon or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 'NAME: VALUE'")
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{text!r}: HTTP headers carry ASCII only")
+    return text
+
+
+retry_count = number_type(int, "number of retries", least=0, rule="0 or more")
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
@@ -125,13 +138,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--header",
         action="append",
+        type=header_value,
         default=[],
         metavar="'NAME: VALUE'",
         help="extra HTTP header (repeatable)",
     )
     parser.add_argument(
         "--retries",
-        type=int,
+        type=retry_count,
         default=DEFAULT_RETRIES,
         metavar="N",
         help=f"repeat a request the network cut up to N times, with growing jittered waits "
@@ -142,12 +156,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
 def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
     """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
     headers = []
-    for value in args.header:
-        name, colon, content = value.partition(":")
-        if not colon or not name.strip():
-            _usage_error(f"--header {value!r}: expected 'NAME: VALUE'")
-        if not value.isascii():
-            _usage_error(f"--header {value!r}: HTTP headers carry ASCII only")
+    for value in args.header:  # checked by header_value
+        name, _, content = value.partition(":")
         headers.append((name.strip(), content.strip()))
     if args.token is not None and not args.token.isascii():
         _usage_error("--token (or $LEANVIDEO_TOKEN): HTTP headers carry ASCII only")
