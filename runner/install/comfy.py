@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -199,7 +200,9 @@ def ensure_workspace_comfyui(
 def validate_comfyui(path: Path) -> Path:
     comfy = path.expanduser().absolute()
     if not comfy.is_dir():
-        raise InstallError(f"--comfyui {comfy}: no such folder")
+        raise InstallError(
+            f"--comfyui {comfy}: {'a file, not a folder' if comfy.exists() else 'no such folder'}"
+        )
     missing = [name for name in ("main.py", "comfy", "comfyui_version.py") if not (comfy / name).exists()]
     if missing:
         raise InstallError(f"{comfy} is not a ComfyUI folder (no {', '.join(missing)}); pass its top folder")
@@ -240,3 +243,13 @@ def register_pack(comfy: Path, pack: Path) -> None:
     link.parent.mkdir(exist_ok=True)
     link.symlink_to(pack, target_is_directory=True)
     say(f"registered the node pack: {link} -> {pack}")
+
+
+def requirement_names(requirements: Path) -> list[str]:
+    """The distribution names a requirements file asks for (``aiohttp>=3.11.8`` -> ``aiohttp``)."""
+    try:
+        lines = requirements.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    names = (re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line.strip()) for line in lines)
+    return [found[0] for found in names if found and not found[0].startswith("-")]

@@ -111,6 +111,11 @@ def find_workspace(root: Path | None = None) -> Workspace:
             "ComfyUI folder."
         )
     if not (comfyui / "main.py").is_file():
+        if env_comfy:
+            raise WorkspaceError(
+                f"LEANVIDEO_COMFYUI={env_comfy}: {comfyui} is not a ComfyUI folder (no main.py); point it at "
+                "a ComfyUI's top folder, or unset it to use the one install.py recorded"
+            )
         raise WorkspaceError(f"{comfyui} is not a ComfyUI folder (no main.py). Re-run `python install.py`.")
     python = Path(str(record["python"])) if isinstance(record.get("python"), str) else Path(sys.executable)
     if not python.exists():
