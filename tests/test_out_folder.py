@@ -47,3 +47,19 @@ def test_an_empty_out_is_a_usage_error_not_the_current_folder(
         main(argv)
     assert done.value.code == 2
     assert "argument --out: an empty path (a variable that is not set?)" in capsys.readouterr().err
+
+
+def test_a_demo_port_without_a_next_one_and_a_file_in_the_models_folder_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--port", "65535", "--out", str(tmp_path / "demo")])
+    assert done.value.code == 2 and "the demo takes two ports, P and P+1" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "checkpoints").write_text("mine")
+    assert main(["fixtures", str(models)]) == 2
+    said = f"{models / 'checkpoints'} is a file, not a folder: move it away"
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert (models / "checkpoints").read_text() == "mine"

@@ -136,6 +136,20 @@ def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) ->
     assert "unrecognized arguments: --no-such-comfyui-flag" in previous
 
 
+def test_a_package_missing_from_the_venv_is_said_with_the_fix(
+    server_config: ServerConfig, tmp_path: Path
+) -> None:
+    """A package uninstalled since install.py ran: ComfyUI's traceback ends in ModuleNotFoundError."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import leanvideo_no_such_package' \"$@\"\n")
+    python.chmod(0o755)
+    with pytest.raises(ServerCrashedError) as caught:
+        ComfyServer(replace(server_config, python=python)).start()
+    message = str(caught.value)
+    assert "ModuleNotFoundError: No module named 'leanvideo_no_such_package'" in message
+    assert message.endswith(f"missing from {python}: run `python3 install.py` (it installs what is missing)")
+
+
 def test_server_dies_with_its_parent(server_config: ServerConfig, tmp_path: Path) -> None:
     """A parent killed with SIGKILL (no cleanup code runs) must not leave ComfyUI orphaned."""
     script = textwrap.dedent(

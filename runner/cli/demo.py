@@ -20,6 +20,8 @@ from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
 from runner.local.out_folder import check_out_folder
 from runner.local.workspace import find_workspace
 
+MAX_PORT = 65535
+
 
 def add_demo_parser(sub: Any) -> None:
     """Add ``demo`` to the ``leanvideo`` sub-commands."""
@@ -36,10 +38,20 @@ def add_demo_parser(sub: Any) -> None:
     demo.add_argument("--out", type=given_path, default=Path("leanvideo-out"), help="output folder")
     demo.add_argument(
         "--port",
-        type=port_number,
+        type=demo_port,
         help="the first server's port; the second takes the next one (default: free ones)",
     )
     demo.add_argument("--json", action="store_true", help="print every figure and path as JSON")
+
+
+def demo_port(text: str) -> int:
+    """The first of the demo's two ports (P and P+1), or argparse's usage error."""
+    port = port_number(text)
+    if port == MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"{text}: the demo takes two ports, P and P+1; give one below {MAX_PORT}"
+        )
+    return port
 
 
 def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:

@@ -352,19 +352,22 @@ def cmd_stop(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:
-    from runner.fixtures import write_fixtures
+    from runner.fixtures import fixture_set, write_fixtures
 
     ws = find_workspace()
     target = (args.dir or ws.models_dir).resolve()
+    for folder in (target, *sorted({path.parent for path in fixture_set(target).paths()})):
+        if folder.exists() and not folder.is_dir():  # said, not "File exists" from deep inside
+            raise UsageError(f"{folder} is a file, not a folder: move it away, or give another models folder")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{target}: cannot be the models folder ({exc.strerror or exc})") from exc
-    fixture_set = write_fixtures(target, ws.comfyui_dir, force=args.force, python=ws.python)
+    written = write_fixtures(target, ws.comfyui_dir, force=args.force, python=ws.python)
     table = Table(title=f"tiny models in {target}")
     table.add_column("file")
     table.add_column("MB", justify="right")
-    for path in fixture_set.paths():
+    for path in written.paths():
         table.add_row(str(path.relative_to(target)), f"{path.stat().st_size / 1e6:.1f}")
     console.print(table)
     return 0

@@ -304,9 +304,16 @@ class ComfyServer:
             while True:
                 code = self._process.poll()
                 if code is not None:
+                    tail = read_log_tail(self.log_path)
+                    hint = (
+                        f"\nA package ComfyUI imports is missing from {self.config.python}: run "
+                        "`python3 install.py` (it installs what is missing)"
+                        if "ModuleNotFoundError" in tail
+                        else ""
+                    )
                     raise ServerCrashedError(
                         f"ComfyUI exited with code {code} while starting on port {self.config.port}. "
-                        f"Log {self.log_path}, last lines:\n{read_log_tail(self.log_path)}"
+                        f"Log {self.log_path}, last lines:\n{tail}{hint}"
                     )
                 try:
                     if http.get(f"{self.url}/system_stats").status_code == 200:
