@@ -27,6 +27,7 @@ from runner.local.server import (
     frontend_installed,
     write_headless_page,
 )
+from runner.local.server_log import import_failures
 from runner.local.workspace import NODE_PACK_DIR, Workspace
 
 pytestmark = pytest.mark.integration
@@ -251,3 +252,15 @@ def test_the_fixtures_know_comfyuis_other_folders_for_their_models() -> None:
 
     for folder, aliases in ALIAS_FOLDERS.items():
         assert MODEL_FOLDERS[folder] == (folder, *aliases)
+
+
+def test_nodes_that_did_not_import_are_read_from_the_log(tmp_path: Path) -> None:
+    """What ComfyUI logs when a built-in node file fails (a damaged tree: it still starts)."""
+    log = tmp_path / "comfyui.log"
+    log.write_text(
+        "WARNING: some comfy_extras/ nodes did not import correctly.\n"
+        "IMPORT FAILED: nodes_lt.py\nIMPORT FAILED: nodes_wan.py\n\nThis issue might be caused by …\n",
+        encoding="utf-8",
+    )
+    assert import_failures(log) == ["nodes_lt.py", "nodes_wan.py"]
+    assert import_failures(tmp_path / "none.log") == []

@@ -34,7 +34,7 @@ import yaml
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
 from runner.local.server_args import refuse_owned_flags
-from runner.local.server_log import keep_previous_log, read_log_tail
+from runner.local.server_log import import_failures, keep_previous_log, read_log_tail
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
@@ -294,6 +294,14 @@ class ComfyServer:
         except BaseException:
             self.stop()
             raise
+        if failed := import_failures(self.log_path):  # it runs, but workflows will miss those nodes
+            logger.warning(
+                "ComfyUI on port %d started without its nodes from %s (IMPORT FAILED in %s): "
+                "`python3 install.py` checks its files against the pin and its packages",
+                self.config.port,
+                ", ".join(failed),
+                self.log_path,
+            )
         self._write_record()
 
     def _wait_ready(self) -> None:

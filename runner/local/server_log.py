@@ -34,3 +34,15 @@ def keep_previous_log(log: Path) -> None:
             os.replace(log, log.with_name(log.name + ".1"))
     except OSError:  # no log yet, or one that cannot be moved: the new server starts anyway
         pass
+
+
+def import_failures(path: Path) -> list[str]:
+    """The built-in node files ComfyUI's log says did not import (``IMPORT FAILED: nodes_lt.py``): a
+    damaged or incomplete ComfyUI, or a dependency missing since it was installed."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [
+        line.split("IMPORT FAILED:", 1)[1].strip() for line in text.splitlines() if "IMPORT FAILED:" in line
+    ]
