@@ -40,6 +40,7 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     assert file_input in required
     for name, spec in required.items():
         assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
+    assert all(info["output_tooltips"]), f"{node_id}: an output has no tooltip"
     routes = ["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8"]
     assert required["path"][1]["options"] == routes
 

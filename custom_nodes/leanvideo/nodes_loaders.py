@@ -110,7 +110,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
                 *_shared_inputs(),
                 _lora_mode_input(),
             ],
-            outputs=[io.Model.Output()],
+            outputs=[io.Model.Output(tooltip="The diffusion model, its linear layers in INT8.")],
         )
 
     @classmethod
@@ -168,7 +168,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                     "the GPU's memory stays for the diffusion model.",
                 ),
             ],
-            outputs=[io.Clip.Output()],
+            outputs=[io.Clip.Output(tooltip="The text encoder, its linear layers in INT8.")],
         )
 
     @classmethod
@@ -221,7 +221,10 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
                 *_shared_inputs(),
                 _lora_mode_input(),
             ],
-            outputs=[io.Model.Output(), io.Vae.Output()],
+            outputs=[
+                io.Model.Output(tooltip="The checkpoint's diffusion model, its linear layers in INT8."),
+                io.Vae.Output(tooltip="The checkpoint's VAE, in its own precision."),
+            ],
         )
 
     @classmethod
