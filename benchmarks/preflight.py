@@ -20,8 +20,7 @@ from typing import Any
 
 from benchmarks.matrix import Variant
 from runner.errors import WorkflowError
-from runner.graph.suggest import close_hint, unknown_node_hint
-from runner.graph.validate import validate_workflow
+from runner.graph.validate import unknown_node_problem, validate_workflow
 from runner.graph.workflow import apply_overrides
 
 
@@ -82,11 +81,7 @@ def _override_problems(
 def _unknown_inserts(variant: Variant, object_info: dict[str, Any], where: str) -> list[str]:
     """The variant's inserted nodes whose type the server lacks, said as ``workflow validate`` says them."""
     return [
-        f"{where}node {insertion.node_id} ({insertion.class_type}): unknown node type"
-        + (
-            unknown_node_hint(insertion.class_type, object_info)
-            or close_hint(insertion.class_type, object_info)
-        )
+        f"{where}{unknown_node_problem(insertion.node_id, insertion.class_type, object_info)}"
         for insertion in variant.inserts
         if insertion.class_type not in object_info
     ]

@@ -52,8 +52,7 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         class_type = str(node.get("class_type"))
         info = object_info.get(class_type)
         if info is None:
-            hint = unknown_node_hint(class_type, object_info) or close_hint(class_type, object_info)
-            problems.append(Problem(node_id, class_type, None, f"unknown node type{hint}"))
+            problems.append(unknown_node_problem(node_id, class_type, object_info))
             continue
         inputs = node.get("inputs") or {}
         if not isinstance(inputs, dict):
@@ -77,6 +76,13 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
                 problems += _check_value(node_id, class_type, name, spec, value)
     problems += [_cycle_problem(workflow, cycle) for cycle in find_cycles(workflow)]
     return problems
+
+
+def unknown_node_problem(node_id: str, class_type: str, object_info: ObjectInfo) -> Problem:
+    """Node ``node_id`` is of a type the server lacks: what to do (start it with the helper nodes, the
+    pack is not loaded) or the closest types it has."""
+    hint = unknown_node_hint(class_type, object_info) or close_hint(class_type, object_info)
+    return Problem(node_id, class_type, None, f"unknown node type{hint}")
 
 
 def find_cycles(workflow: Workflow) -> list[list[str]]:
