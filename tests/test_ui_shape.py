@@ -55,6 +55,14 @@ CASES = [
     ),
     (lambda ui: ui.__setitem__("definitions", []), r"'definitions' is a list"),
     (
+        lambda ui: ui.__setitem__("definitions", {"subgraphs": "x"}),
+        r"the subgraphs of 'definitions' are a text \(\"x\"\), not a list",
+    ),
+    (
+        lambda ui: ui.__setitem__("definitions", {"subgraphs": [5]}),
+        r"subgraph #1 of 'definitions' is a number \(5\), not an object",
+    ),
+    (
         lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "nodes": [5]}]}),
         r"node #1 in 'nodes' of subgraph s1 is a number",
     ),

@@ -36,13 +36,8 @@ def check_ui_shape(ui: dict[str, Any]) -> None:
     if not isinstance(definitions, dict):
         raise WorkflowError(f"'definitions' is {_kind(definitions)}, not an object: {SAVE_AGAIN}")
     subgraphs = definitions.get("subgraphs")
-    if subgraphs is None:
-        return
-    if not isinstance(subgraphs, list):
-        raise WorkflowError(f"definitions.subgraphs is {_kind(subgraphs)}, not a list: {SAVE_AGAIN}")
-    for index, subgraph in enumerate(subgraphs):
-        if not isinstance(subgraph, dict):
-            raise WorkflowError(f"subgraph #{index + 1} in definitions is {_kind(subgraph)}, not an object")
+    _check_objects(subgraphs, "subgraphs", "'definitions'")
+    for index, subgraph in enumerate(subgraphs or []):
         where = f" of subgraph {subgraph.get('id', f'#{index + 1}')}"
         _check_graph(subgraph, where, inner=True)
         for key in ("inputs", "outputs"):
@@ -86,7 +81,8 @@ def _check_node(index: int, node: Any, where: str) -> None:
 
 
 def _check_objects(slots: Any, key: str, owner: str) -> None:
-    """``slots`` (the ``key`` of ``owner``: its inputs or outputs) is null or a list of objects."""
+    """``slots`` (the ``key`` of ``owner``: its inputs, outputs or subgraphs) is null or a list of
+    objects."""
     if slots is None:
         return
     if not isinstance(slots, list):
