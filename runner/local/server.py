@@ -34,7 +34,12 @@ import yaml
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
 from runner.local.server_args import refuse_owned_flags
-from runner.local.server_log import import_failures, keep_previous_log, read_log_tail
+from runner.local.server_log import (
+    keep_previous_log,
+    missing_nodes_warning,
+    missing_package_hint,
+    read_log_tail,
+)
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
@@ -294,14 +299,8 @@ class ComfyServer:
         except BaseException:
             self.stop()
             raise
-        if failed := import_failures(self.log_path):  # it runs, but workflows will miss those nodes
-            logger.warning(
-                "ComfyUI on port %d started without its nodes from %s (IMPORT FAILED in %s): "
-                "`python3 install.py` checks its files against the pin and its packages",
-                self.config.port,
-                ", ".join(failed),
-                self.log_path,
-            )
+        if (missing := missing_nodes_warning(self.log_path)) is not None:  # it runs, without those nodes
+            logger.warning("ComfyUI on port %d %s", self.config.port, missing)
         self._write_record()
 
     def _wait_ready(self) -> None:
@@ -313,12 +312,7 @@ class ComfyServer:
                 code = self._process.poll()
                 if code is not None:
                     tail = read_log_tail(self.log_path)
-                    hint = (
-                        f"\nA package ComfyUI imports is missing from {self.config.python}: run "
-                        "`python3 install.py` (it installs what is missing)"
-                        if "ModuleNotFoundError" in tail
-                        else ""
-                    )
+                    hint = missing_package_hint(tail, self.config.python)
                     raise ServerCrashedError(
                         f"ComfyUI exited with code {code} while starting on port {self.config.port}. "
                         f"Log {self.log_path}, last lines:\n{tail}{hint}"

@@ -1,5 +1,6 @@
-"""A server's ``comfyui.log``: its last lines for an error message, and the previous server's log kept
-when a new one starts in the same folder.
+"""A server's ``comfyui.log``: its last lines for an error message, what they say went wrong (a missing
+package, built-in nodes that did not import), and the previous server's log kept when a new one starts
+in the same folder.
 
 Example::
 
@@ -12,7 +13,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["LOG_TAIL_LINES", "keep_previous_log", "read_log_tail"]
+__all__ = [
+    "LOG_TAIL_LINES",
+    "import_failures",
+    "keep_previous_log",
+    "missing_nodes_warning",
+    "missing_package_hint",
+    "read_log_tail",
+]
 
 LOG_TAIL_LINES = 40
 
@@ -46,3 +54,23 @@ def import_failures(path: Path) -> list[str]:
     return [
         line.split("IMPORT FAILED:", 1)[1].strip() for line in text.splitlines() if "IMPORT FAILED:" in line
     ]
+
+
+def missing_nodes_warning(path: Path) -> str | None:
+    """What to say of a server that started without some of its built-in nodes (its log ``path`` names
+    them), or None when every one imported."""
+    failed = import_failures(path)
+    if not failed:
+        return None
+    return (
+        f"started without its nodes from {', '.join(failed)} (IMPORT FAILED in {path}): "
+        "`python3 install.py` checks its files against the pin and its packages"
+    )
+
+
+def missing_package_hint(tail: str, python: Path) -> str:
+    """The fix to add to a start-up failure whose log ``tail`` ends in a missing module, else ``""``."""
+    if "ModuleNotFoundError" not in tail:
+        return ""
+    fix = "run `python3 install.py` (it installs what is missing)"
+    return f"\nA package ComfyUI imports is missing from {python}: {fix}"
