@@ -55,6 +55,17 @@ def test_unusable_options_are_refused_before_any_server_starts(
     assert not (tmp_path / "out").exists()
 
 
+def test_an_error_naming_a_long_path_keeps_it_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The error console does not wrap at 80 columns: a path broken over two lines cannot be copied
+    in_the_way = tmp_path / ("a-folder-with-a-long-name-" * 4) / "results.txt"
+    in_the_way.parent.mkdir()
+    in_the_way.write_text("", encoding="utf-8")
+    assert main([str(TINY), "--out", str(in_the_way)]) == 2
+    assert f"{in_the_way} is a file, not a folder" in capsys.readouterr().err
+
+
 def test_an_out_left_by_a_bench_that_did_not_finish_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -213,13 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_bench_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
     console = Console(soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True)  # a path in an error stays on one line
     try:
         return run_bench(args, console)
     except LeanVideoError as exc:
-        Console(stderr=True).print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted")
+        err.print("interrupted")
         return 130
 
 
