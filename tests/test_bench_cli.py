@@ -117,3 +117,19 @@ def test_a_port_in_use_is_refused_before_any_server_starts(
         assert main([str(TINY), "--out", str(tmp_path / "out"), "--port", str(port)]) == 2
     assert f"--port {port} is in use" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_matrix_refused_before_any_run_leaves_no_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same --out must be usable once the matrix is mended (a leftover folder would be refused)
+    (tmp_path / "broken.api.json").write_text('{"1": ', encoding="utf-8")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[bench]\nworkflow = "broken.api.json"\n[[variant]]\nname = "a"\n', encoding="utf-8")
+    assert main([str(matrix), "--out", str(tmp_path / "out")]) == 5
+    assert "is not valid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    kept = tmp_path / "kept"  # an --out that was there before stays, with what it held
+    (kept / "notes").mkdir(parents=True)
+    assert main([str(matrix), "--out", str(kept)]) == 5
+    assert sorted(path.name for path in kept.iterdir()) == ["notes"]

@@ -181,8 +181,19 @@ def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(
     code = main([str(TINY), "--out", str(out), "--server", comfy_server.url, "--set", "9.bogus=1"])
     err = capsys.readouterr().err.replace("\n", "")
     assert code == 5 and "has no input 'bogus'" in err and "nothing was run" in err
-    assert not (out / "bench.json").exists()
+    assert not out.exists()  # nothing was written: the same --out can be used once the --set is mended
     assert httpx.get(f"{comfy_server.url}/history").json() == history
+
+
+def test_a_matrix_refused_on_a_server_the_bench_started_leaves_nothing_behind(
+    tmp_path: Path, tiny_models: FixtureSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server's state folder (under OUT/servers) goes with the refusal: a leftover would make the
+    next bench with the same --out refuse it as one that did not finish."""
+    out = tmp_path / "out"
+    code = main([str(TINY), "--out", str(out), "--set", "9.bogus=1"])
+    assert code == 5 and "nothing was run" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_every_mistake_of_a_matrix_is_listed_before_any_run(
@@ -226,7 +237,7 @@ target = "11.model"
     assert "variant 'base': set '9.stepz=1'" in err and "has no input 'stepz'" in err
     assert "variant 'inserted': node x (NoSuchNode): unknown node type" in err
     assert "other server" not in err  # with --server it would not run: not its mistake to stop the bench
-    assert not (out / "bench.json").exists() and not (out / "report.md").exists()
+    assert not out.exists()
     assert httpx.get(f"{comfy_server.url}/history").json() == history
 
 

@@ -14,6 +14,8 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,9 +176,14 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
             "remove those folders"
         )
+    made = [path for path in (out, out / "servers", out / "workflows") if not path.exists()]
     check_out_folder(out)
     err = Console(stderr=True, soft_wrap=True)
-    outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
+    try:
+        outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
+    except WorkflowError:  # refused before any run: what it made goes, so the same --out can be used again
+        _remove_made(made, out)
+        raise
     if args.json:
         print_json(console, outcome.document_path.read_text(encoding="utf-8"))
         return bench_exit_code(outcome, err)
@@ -185,6 +192,19 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}")
     console.print(f"results: {outcome.document_path.parent} ({outcome.seconds:.0f} s)", highlight=False)
     return bench_exit_code(outcome, err)
+
+
+def _remove_made(made: list[Path], out: Path) -> None:
+    """Remove the folders in ``made`` (which did not exist before the bench) unless a run was recorded
+    in ``out``: a server's state folder of a refused matrix, and ``out`` itself when left empty."""
+    if (out / "runs").exists() or (out / "bench.json").exists():
+        return
+    for path in reversed(made):
+        if path == out:
+            with contextlib.suppress(OSError):  # only when empty: a file the user put there meanwhile stays
+                out.rmdir()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def bench_exit_code(outcome: Any, err: Console) -> int:
