@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,13 @@ from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import failure_label, print_json, run_progress, summary_table
+from runner.cli.serve import add_serve_parsers, run_serve_command, run_stop_command
 from runner.cli.server_options import (
     Parser,
     UsageExit,
     add_server_arguments,
-    existing_folder,
     given_path,
     override_spec,
-    port_number,
     positive_seconds,
     run_options,
 )
@@ -47,11 +45,8 @@ from runner.cli.signals import stop_signals
 from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.jobs.run import run_workflow
-from runner.local.background import find_running_servers, stop_background_server
-from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import REPO_ROOT, find_workspace
 
-DEFAULT_PORT = 8188
 EXIT_CODES = (
     "exit codes: 0 ok, 1 other error, 2 usage, 3 not installed, 4 server unreachable or prompt lost "
     "(server restarted), 5 workflow invalid or rejected, 6 prompt failed on the server, 7 timed out, "
@@ -113,44 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    serve = sub.add_parser(
-        "serve",
-        help="start the pinned ComfyUI with the LeanVideo node pack",
-        description="Start ComfyUI with the node pack. ComfyUI flags after `--` pass through unchanged, "
-        "e.g. `leanvideo serve -- --async-offload`.",
-        epilog="exit codes: 0 ready (--background) or stopped with Ctrl-C/SIGTERM, 2 usage (also a --port "
-        "in use), 3 not installed, 4 the server did not start, or exited with an error, 130 interrupted "
-        "while it started",
-    )
-    serve.add_argument(
-        "--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
-    serve.add_argument(
-        "--background", action="store_true", help="return once ready; stop with `leanvideo stop`"
-    )
-    serve.add_argument(
-        "--models",
-        type=existing_folder,
-        help="models folder: checkpoints/, loras/, … (default <workspace>/models)",
-    )
-    serve.add_argument(
-        "--fixture-nodes",
-        action="store_true",
-        help="also load the tiny-model helper nodes (for tiny workflows)",
-    )
-    serve.add_argument(
-        "--ready-timeout", type=positive_seconds, default=120.0, help="seconds to wait for readiness"
-    )
-
-    stop = sub.add_parser(
-        "stop",
-        help="stop servers started with `serve --background`",
-        description="Stop servers started with `serve --background` (not those a running command owns).",
-        epilog="exit codes: 0 stopped (or none running), 3 not installed",
-    )
-    stop.add_argument("--port", type=port_number, help="only the server on this port (default: all of them)")
+    add_serve_parsers(sub)
 
     fixtures = sub.add_parser(
         "fixtures",
@@ -271,8 +229,8 @@ def os_error_message(exc: OSError) -> str:
 def _dispatch(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console, err: Console) -> int:
     """Run the command ``args`` names; returns its exit code."""
     commands: dict[str, Callable[[], int]] = {
-        "serve": lambda: cmd_serve(args, passthrough, console),
-        "stop": lambda: cmd_stop(args, console),
+        "serve": lambda: run_serve_command(args, passthrough, console),
+        "stop": lambda: run_stop_command(args, console),
         "fixtures": lambda: cmd_fixtures(args, console),
         "run": lambda: cmd_run(args, console, err),
         "quantize": lambda: run_quantize(args, console),
@@ -298,57 +256,6 @@ def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
         )
         return WorkspaceError.exit_code
     return run_batch_command(args, console, err)
-
-
-def cmd_serve(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
-    ws = find_workspace()
-    config = replace(
-        ServerConfig.in_workspace(
-            ws,
-            ws.servers_dir / str(args.port),
-            port=args.port,
-            fixture_nodes=args.fixture_nodes,
-            extra_args=passthrough,
-        ),
-        models_dir=(args.models or ws.models_dir).resolve(),
-        host=args.host,
-        ready_timeout=args.ready_timeout,
-    )
-    server = ComfyServer(config, detach=args.background)
-    server.start()
-    console.print(f"ComfyUI ready at [bold]{server.url}[/] (pid {server.pid}, log {server.log_path})")
-    if args.background:
-        console.print(f"stop it with: leanvideo stop --port {args.port}")
-        return 0
-
-    try:  # Ctrl-C and SIGTERM (stop_signals) both stop it
-        code = server.wait()
-    except KeyboardInterrupt:
-        console.print("stopping…")
-        server.stop()
-        return 0
-    console.print(f"ComfyUI exited with code {code}; see {server.log_path}")
-    return 0 if code == 0 else 4
-
-
-def cmd_stop(args: argparse.Namespace, console: Console) -> int:
-    ws = find_workspace()
-    records = [r for r in find_running_servers(ws.servers_dir) if args.port in (None, r["port"])]
-    if not records:
-        where = f" on port {args.port}" if args.port else ""
-        console.print(f"no server started with `serve --background` runs{where}", highlight=False)
-        for owned in find_running_servers(ws.servers_dir, owned=True):
-            if args.port in (None, owned["port"]):
-                console.print(
-                    f"ComfyUI on port {owned['port']} belongs to a running command (serve in the foreground, "
-                    "demo, bench or a script) and stops with it",
-                    highlight=False,
-                )
-        return 0
-    for record in records:
-        stop_background_server(record)
-        console.print(f"stopped ComfyUI on port {record['port']} (pid {record['pid']})")
-    return 0
 
 
 def cmd_fixtures(args: argparse.Namespace, console: Console) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Any, NoReturn, TypeVar
 from runner.errors import WorkflowError
 from runner.graph.workflow import parse_override
 from runner.jobs.run import RunOptions
+from runner.local.ports import bind_error
 from runner.transport.client import DEFAULT_SERVER, check_server_url
 from runner.transport.retry import DEFAULT_RETRIES
 
@@ -51,6 +53,14 @@ def port_number(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
     return port
+
+
+def listen_host(text: str) -> str:
+    """An address this machine can listen on (``--host``), or argparse's usage error naming it."""
+    error = bind_error(text, 0)  # port 0: any free one, so only the address is tried
+    if error is not None and error.errno != errno.EADDRINUSE:
+        raise argparse.ArgumentTypeError(f"cannot listen on {text!r}: {error.strerror or error}")
+    return text
 
 
 N = TypeVar("N", int, float)
