@@ -8,6 +8,7 @@ raises, one that returns zeros) so they hold on any machine, however loaded."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -277,6 +278,22 @@ def test_table_is_reused_from_disk_and_a_new_version_invalidates_it(tmp_path: Pa
         KernelDispatcher(cache_path=table, kernels=kernels, fingerprint=fingerprint).linear(x, packed, bias)
         assert sorted(set(calls)) == ["fast", "w8a16"]  # measured again
         assert json.loads(table.read_text())["fingerprint"] == fingerprint
+
+
+def test_a_damaged_table_is_said_once_and_written_whole_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read at start and again before each save (to merge what other processes measured): only the
+    first read says it is ignored; the save replaces it with a readable table."""
+    table = tmp_path / "int8_kernels.json"
+    table.write_text("{damaged", encoding="utf-8")
+    dispatcher = KernelDispatcher(cache_path=table, kernels={"w8a16": _w8a16(0.02), "fast": _w8a16()})
+    for rows in (8, 64):  # two shape classes: two saves
+        x, packed, bias = _fixture()
+        dispatcher.linear(x[:rows], packed, bias)
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING and str(table) in r.getMessage()]
+    assert len(said) == 1 and "Ignoring unreadable INT8 kernel table" in said[0].getMessage()
+    assert len(load_table(table, current_fingerprint())) == 2
 
 
 def test_a_table_from_a_cpu_with_other_int8_instructions_is_not_reused(

@@ -198,3 +198,29 @@ def test_a_workspace_where_no_server_ran_yet_has_no_table_and_no_models_yet(
     assert main(["models", "check", str(workflow), "--json"]) == 1  # missing files, each with its folder
     report = json.loads(capsys.readouterr().out)
     assert report["missing"] >= 1 and all(f["target"] for f in report["files"] if f["status"] == "missing")
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{not json", "not an INT8 kernel table: not valid JSON (Expecting property name"),
+        ("[1, 2]", "not an INT8 kernel table: it is a list ([1, 2]), not an object with 'fingerprint'"),
+        ('{"entries": {}}', "not an INT8 kernel table: it has no 'fingerprint'"),
+        ('{"fingerprint": 3, "entries": {}}', "its 'fingerprint' is a number (3), not an object"),
+        ('{"fingerprint": {}, "entries": []}', "its 'entries' is a list ([]), not an object"),
+        ('{"fingerprint": {}, "entries": {"x": {}}}', "entry 'x': shape class key 'x' is not device|"),
+        ('{"fingerprint": {}, "entries": {"cpu|float32|8x8|rows<=8|per_channel": 3}}', "is a number (3)"),
+        (
+            '{"fingerprint": {}, "entries": {"cpu|float32|8x8|rows<=8|per_channel": {"kernel": "w8a16"}}}',
+            "entry 'cpu|float32|8x8|rows<=8|per_channel' has no 'source'",
+        ),
+    ],
+)
+def test_a_table_of_the_wrong_structure_is_said_in_words(
+    content: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "int8_kernels.json"
+    table.write_text(content, encoding="utf-8")
+    assert main(["kernels", str(table)]) == 1
+    err = capsys.readouterr().err
+    assert f"{table}: " in err and said in err and "Error:" not in err  # no exception class names

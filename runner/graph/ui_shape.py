@@ -34,7 +34,7 @@ def check_ui_shape(ui: dict[str, Any]) -> None:
     if definitions is None:
         return
     if not isinstance(definitions, dict):
-        raise WorkflowError(f"'definitions' is {_kind(definitions)}, not an object: {SAVE_AGAIN}")
+        raise WorkflowError(f"'definitions' is {json_kind(definitions)}, not an object: {SAVE_AGAIN}")
     subgraphs = definitions.get("subgraphs")
     _check_objects(subgraphs, "subgraphs", "'definitions'")
     for index, subgraph in enumerate(subgraphs or []):
@@ -49,14 +49,14 @@ def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None
     if nodes is None and inner:
         nodes = []
     if not isinstance(nodes, list):
-        raise WorkflowError(f"'nodes'{where} is {_kind(nodes)}, not a list of nodes: {SAVE_AGAIN}")
+        raise WorkflowError(f"'nodes'{where} is {json_kind(nodes)}, not a list of nodes: {SAVE_AGAIN}")
     for index, node in enumerate(nodes):
         _check_node(index, node, where)
     links = graph.get("links")
     if links is None:  # a graph without links
         links = []
     if not isinstance(links, list):
-        raise WorkflowError(f"'links'{where} is {_kind(links)}, not a list of links: {SAVE_AGAIN}")
+        raise WorkflowError(f"'links'{where} is {json_kind(links)}, not a list of links: {SAVE_AGAIN}")
     for index, row in enumerate(links):
         _check_link(index, row, where)
 
@@ -64,7 +64,7 @@ def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None
 def _check_node(index: int, node: Any, where: str) -> None:
     if not isinstance(node, dict):
         raise WorkflowError(
-            f"node #{index + 1} in 'nodes'{where} is {_kind(node)}, not an object: {SAVE_AGAIN}"
+            f"node #{index + 1} in 'nodes'{where} is {json_kind(node)}, not an object: {SAVE_AGAIN}"
         )
     if not _is_id(node.get("id")):
         shown = "has no id" if "id" not in node else f"has the id {_shown(node['id'])}, not a number"
@@ -86,11 +86,11 @@ def _check_objects(slots: Any, key: str, owner: str) -> None:
     if slots is None:
         return
     if not isinstance(slots, list):
-        raise WorkflowError(f"the {key} of {owner} are {_kind(slots)}, not a list: {SAVE_AGAIN}")
+        raise WorkflowError(f"the {key} of {owner} are {json_kind(slots)}, not a list: {SAVE_AGAIN}")
     for number, slot in enumerate(slots):
         if not isinstance(slot, dict):
             raise WorkflowError(
-                f"{key[:-1]} #{number + 1} of {owner} is {_kind(slot)}, not an object: {SAVE_AGAIN}"
+                f"{key[:-1]} #{number + 1} of {owner} is {json_kind(slot)}, not an object: {SAVE_AGAIN}"
             )
 
 
@@ -109,7 +109,7 @@ def _check_link(index: int, row: Any, where: str) -> None:
             )
         values = row[: len(LINK_FIELDS)]
     else:
-        raise WorkflowError(f"{name} is {_kind(row)}, not a link: {SAVE_AGAIN}")
+        raise WorkflowError(f"{name} is {json_kind(row)}, not a link: {SAVE_AGAIN}")
     for key, value in zip(LINK_FIELDS, values, strict=True):
         good = _is_id(value) if key in ("origin_id", "target_id") else _is_integer(value)
         if not good:
@@ -141,7 +141,7 @@ JSON_KINDS = {
 }
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """``value`` as JSON names its kind, with the value itself: ``a text ("oops")``."""
     return "null" if value is None else f"{JSON_KINDS.get(type(value), 'a value')} ({_shown(value)})"
 

@@ -22,6 +22,7 @@ from typing import Any
 from leanvideo.int8.kernel_table import TABLE_SCHEMA, Choice, ShapeClass, current_fingerprint
 
 from runner.errors import LeanVideoError
+from runner.graph.ui_shape import json_kind
 
 TABLE_NAME = "int8_kernels.json"
 
@@ -83,21 +84,46 @@ def find_tables(places: Iterable[Path]) -> list[Path]:
 
 
 def read_table(path: Path) -> KernelTable:
-    """``path`` as a :class:`KernelTable`; :class:`LeanVideoError` naming the file when it is no table."""
+    """``path`` as a :class:`KernelTable`; :class:`LeanVideoError` naming the file, and the entry at fault,
+    when it is no table."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if _is_bench_data(data):
-            raise LeanVideoError(f"{path}: {BENCH_TABLE}")
-        fingerprint = dict(data["fingerprint"])
-        rows = tuple(
-            KernelRow(ShapeClass.from_key(str(key)), Choice.from_dict(entry))
-            for key, entry in data["entries"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise LeanVideoError(f"{path}: not an INT8 kernel table ({type(exc).__name__}: {exc})") from exc
+    except OSError as exc:
+        raise LeanVideoError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    except ValueError as exc:
+        raise LeanVideoError(f"{path}: not an INT8 kernel table: not valid JSON ({exc})") from exc
+    if _is_bench_data(data):
+        raise LeanVideoError(f"{path}: {BENCH_TABLE}")
+    if problem := _structure_problem(data):
+        raise LeanVideoError(f"{path}: not an INT8 kernel table: {problem}")
+    rows = []
+    for key, entry in data["entries"].items():
+        where = f"{path}: INT8 kernel table entry {key!r}"
+        if not isinstance(entry, dict):
+            raise LeanVideoError(f"{where} is {json_kind(entry)}, not an object")
+        try:
+            rows.append(KernelRow(ShapeClass.from_key(str(key)), Choice.from_dict(entry)))
+        except KeyError as exc:
+            raise LeanVideoError(f"{where} has no {exc}") from exc
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise LeanVideoError(f"{where}: {exc}") from exc
+    fingerprint = dict(data["fingerprint"])
     return KernelTable(
-        path=path, fingerprint=fingerprint, current=fingerprint == current_fingerprint(), rows=rows
+        path=path, fingerprint=fingerprint, current=fingerprint == current_fingerprint(), rows=tuple(rows)
     )
+
+
+def _structure_problem(data: Any) -> str | None:
+    """What keeps ``data`` from being a table (an object with the objects ``fingerprint`` and ``entries``),
+    or ``None``."""
+    if not isinstance(data, dict):
+        return f"it is {json_kind(data)}, not an object with 'fingerprint' and 'entries'"
+    for name in ("fingerprint", "entries"):
+        if name not in data:
+            return f"it has no {name!r}"
+        if not isinstance(data[name], dict):
+            return f"its {name!r} is {json_kind(data[name])}, not an object"
+    return None
 
 
 def read_tables(paths: Iterable[Path]) -> list[KernelTable]:

@@ -305,7 +305,7 @@ class KernelDispatcher:
         logger.info("INT8 kernel for %s", describe_choice(shape.key, choice))
         if persist and self.cache_path is not None:
             # Merge with what other processes measured since this table was read.
-            on_disk = load_table(self.cache_path, self.fingerprint)
+            on_disk = load_table(self.cache_path, self.fingerprint, quiet=True)  # said when first read
             measured = {k: c for k, c in self._table.items() if c.source == "measured" and not _errored(c)}
             save_table(self.cache_path, self.fingerprint, on_disk | measured)
         if self.on_choice is not None:

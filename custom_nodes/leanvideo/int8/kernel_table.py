@@ -160,25 +160,27 @@ def current_fingerprint() -> dict[str, Any]:
     }
 
 
-def load_table(path: Path, fingerprint: dict[str, Any]) -> dict[str, Choice]:
-    """The entries of the table at ``path`` when its fingerprint matches ``fingerprint``, else ``{}``."""
+def load_table(path: Path, fingerprint: dict[str, Any], *, quiet: bool = False) -> dict[str, Choice]:
+    """The entries of the table at ``path`` when its fingerprint matches ``fingerprint``, else ``{}``;
+    why a table is ignored is logged unless ``quiet`` (a re-read before a merge: said once already)."""
+    log = logger.debug if quiet else logger.warning
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        logger.warning("Ignoring unreadable INT8 kernel table %s: %s", path, exc)
+        log("Ignoring unreadable INT8 kernel table %s: %s", path, exc)
         return {}
     if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
         old = data.get("fingerprint") if isinstance(data, dict) else None
-        logger.info(
+        (logger.debug if quiet else logger.info)(
             "INT8 kernel table %s was measured with %s, not %s: measuring again", path, old, fingerprint
         )
         return {}
     try:
         return {str(key): Choice.from_dict(entry) for key, entry in data["entries"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        logger.warning("Ignoring malformed INT8 kernel table %s: %s", path, exc)
+        log("Ignoring malformed INT8 kernel table %s: %s", path, exc)
         return {}
 
 
