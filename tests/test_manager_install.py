@@ -144,3 +144,22 @@ def test_a_second_copy_of_the_pack_is_named_and_left_unloaded(
     first = clone if in_use.is_relative_to(clone) else second
     # named as the entries of custom_nodes a user would remove, not the pack folders inside them
     assert f"a second copy of the node pack, {other}, is not loaded: {first} was loaded first" in warning
+
+
+def test_a_link_to_the_pack_beside_its_clone_is_named_as_the_link(
+    manager_layout: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A link in custom_nodes to the clone (as a hand install beside the Manager's): both lead to one
+    folder, so the warning names the two entries themselves — the link is the one a user removes."""
+    comfy, clone, python = manager_layout
+    link = comfy / "custom_nodes" / "leanvideo-link"
+    link.symlink_to(clone, target_is_directory=True)
+    try:
+        for url in serve(comfy, python, tmp_path / "server"):
+            check_pack_loaded(url)
+        log = (tmp_path / "server" / "comfyui.log").read_text(encoding="utf-8", errors="replace")
+    finally:
+        link.unlink()
+    [warning] = [line for line in log.splitlines() if "a second copy of the node pack" in line]
+    said = "a second copy of the node pack, {}, is not loaded: {} was loaded first"
+    assert any(said.format(*pair) in warning for pair in ((link, clone), (clone, link))), warning

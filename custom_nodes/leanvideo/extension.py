@@ -7,7 +7,7 @@ from pathlib import Path
 
 from comfy_api.latest import ComfyExtension, io
 
-from .routes import PACK_DIR, register_routes
+from .routes import register_routes
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,9 @@ def create_extension() -> LeanVideoExtension:
     from .telemetry import Telemetry
 
     server = PromptServer.instance
-    first: Path | None = getattr(server, "leanvideo_pack_dir", None)
+    # As ComfyUI imported it, links not followed: the custom_nodes entry a user would remove is the link
+    entry = installed_as(Path(__file__).absolute().parent)
+    first: Path | None = getattr(server, "leanvideo_pack_entry", None)
     if first is not None:
         # Two copies in custom_nodes (a Manager clone beside a link, two names), or two links to one:
         # the one loaded first keeps its nodes and routes (mixing them would run one copy's nodes under
@@ -58,11 +60,11 @@ def create_extension() -> LeanVideoExtension:
         logger.warning(
             "LeanVideo: a second copy of the node pack, %s, is not loaded: %s was loaded first and is "
             "the one in use; remove one of the two from custom_nodes",
-            installed_as(PACK_DIR),
-            installed_as(first),
+            entry,
+            first,
         )
         return LeanVideoExtension(registers_nodes=False)
-    server.leanvideo_pack_dir = PACK_DIR
+    server.leanvideo_pack_entry = entry
     telemetry = getattr(server, "leanvideo_telemetry", None)
     if telemetry is None:
         telemetry = Telemetry()
