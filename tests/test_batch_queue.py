@@ -366,3 +366,4 @@ def test_status_names_the_worker_that_holds_running_jobs() -> None:
     console.print(_progress_view("n", jobs, None, None))
     text = console.export_text()
     assert "running jobs are held by worker vm-2172df9e" in text and "--worker-id" in text
+    assert "no job has finished on a server yet" in text and "health" not in text  # no bare table header

@@ -216,17 +216,17 @@ def _progress_view(
         )
     if counts["error"]:  # a job that raised left no result record, so no server is charged with it
         table.add_row("no server (the job raised)", "—", "—", "0", str(counts["error"]))
+    # `batch status` knows servers from finished jobs' records: none yet is said, not a bare header
+    parts = [Text(line), table if table.row_count else Text("no job has finished on a server yet")]
     holders = sorted({job.worker for job in jobs if job.state == "running" and job.worker})
     if pool is None and holders:  # `batch status`: whose running jobs they are, to resume a stopped one
-        return Group(
-            Text(line),
-            table,
+        parts.append(
             Text(
                 f"running jobs are held by worker {', '.join(holders)}; a stopped worker's jobs resume when "
                 "a worker with its --worker-id starts"
-            ),
+            )
         )
-    return Group(Text(line), table)
+    return Group(*parts)
 
 
 def _manifest_dir(out: Path, name: str) -> Path:
