@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,6 +186,38 @@ def mode_headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
     return {k: _rounded(verdict[k]) for k in keys if k in verdict}
 
 
+def mode_line(mode: str, verdict: dict[str, Any]) -> str:
+    """:func:`mode_headline` in words, for the report: ``stable over 10 rounds of 8-step distill``,
+    ``keeping up: 8 jobs, 3.2 jobs/min, …``, ``default: clean; --async-offload: clean``."""
+    head = mode_headline(mode, verdict)
+    if mode == "soak":
+        rounds, planned = head.get("rounds"), head.get("planned_rounds")
+        line = f"{head.get('verdict')} over {rounds} rounds of {head.get('variant')}"
+        return line + (f" ({planned} planned)" if planned not in (None, rounds) else "")
+    if mode == "load":
+        return _load_line(head)
+    return "; ".join(f"{name}: {value}" for name, value in head.items())
+
+
+def _load_line(head: dict[str, Any]) -> str:
+    if not head.get("jobs"):  # not run: the verdict says why
+        return str(head.get("verdict"))
+    jobs = f"{head['jobs']} jobs"
+    if head.get("planned_jobs") not in (None, head["jobs"]):
+        jobs += f" of {head['planned_jobs']} planned"
+    figures = [jobs]
+    if "throughput_jobs_per_min" in head:
+        figures.append(f"{head['throughput_jobs_per_min']:g} jobs/min")
+    if latency := head.get("latency_s"):
+        figures.append("latency " + " / ".join(f"{q} {s:g} s" for q, s in latency.items()))
+    for key, what in (("queue_wait_s", "median queue wait"), ("execution_s", "median execution")):
+        if head.get(key) is not None:
+            figures.append(f"{what} {head[key]:g} s")
+    if spread := head.get("jobs_per_server"):
+        figures.append("per server: " + ", ".join(f"{url} {count}" for url, count in spread.items()))
+    return f"{head.get('verdict')}: {', '.join(figures)}"
+
+
 def _verdict_of(item: dict[str, Any]) -> Any:
     verdict = item.get("verdict")
     return f"{verdict} (on decoded video)" if item.get("on") == DECODED_VIDEO else verdict
@@ -225,7 +256,7 @@ def render_markdown(
                 lines.append(f"| {r.name} | " + " | ".join(cells) + f" | {step} |")
     if modes:
         lines += ["", "Launch checks:", ""]
-        lines += [f"- {name}: `{json.dumps(mode_headline(name, v))}`" for name, v in modes.items()]
+        lines += [f"- {name}: {mode_line(name, v)}" for name, v in modes.items()]
     lines += [
         "",
         "Total time: median over the measured runs (client end to end, execution start → history "

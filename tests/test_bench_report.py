@@ -17,7 +17,7 @@ import pytest
 from benchmarks import modes
 from benchmarks.modes import DECODED_VIDEO, run_load, soak_verdict, ssim
 from benchmarks.protocol import RunMeasure, flag_memory_not_returned, measure_from_record
-from benchmarks.report import mode_headline, render_csv, render_markdown, write_plots
+from benchmarks.report import mode_headline, mode_line, render_csv, render_markdown, write_plots
 from benchmarks.results import build_variant_result, failed_result, skipped_result
 from runner.errors import PromptCancelledError
 from runner.jobs.frames import psnr_db
@@ -236,13 +236,40 @@ def test_markdown_lists_the_launch_checks_verdicts() -> None:
         "soak": {"variant": "base", "verdict": "drifting", "rounds": 20, "series": {}},
     }
     text = render_markdown(_results(), title="t", modes=modes)
-    assert '- consistency: `{"base": "identical"}`' in text
+    assert "- consistency: base: identical\n" in text  # in words, not as JSON
     on_video = {"consistency": {"base": {"verdict": "different", "on": DECODED_VIDEO}}}
-    assert '`{"base": "different (on decoded video)"}`' in render_markdown(
+    assert "- consistency: base: different (on decoded video)\n" in render_markdown(
         _results(), title="t", modes=on_video
     )
-    assert '- soak: `{"variant": "base", "verdict": "drifting", "rounds": 20}`' in text
+    assert "- soak: drifting over 20 rounds of base\n" in text
     assert "Launch checks:" not in render_markdown(_results(), title="t")
+    logs = {"logs": {"default": {"verdict": "clean"}, "--async-offload": {"verdict": "2 warnings"}}}
+    assert "- logs: default: clean; --async-offload: 2 warnings\n" in render_markdown(
+        _results(), title="t", modes=logs
+    )
+
+
+def test_a_load_and_a_cut_soak_are_said_in_words() -> None:
+    load = {
+        "verdict": "keeping up",
+        "jobs": 6,
+        "planned_jobs": 8,
+        "throughput_jobs_per_min": 3.21456,
+        "latency_s": {"p50": 1.5, "p95": 2.25, "p99": 2.5},
+        "queue_wait_s": 0.125,
+        "execution_s": 1.0,
+        "jobs_per_server": {"http://127.0.0.1:8188": 6},
+        "runs": [],
+    }
+    assert mode_line("load", load) == (
+        "keeping up: 6 jobs of 8 planned, 3.215 jobs/min, latency p50 1.5 s / p95 2.25 s / p99 2.5 s, "
+        "median queue wait 0.125 s, median execution 1 s, per server: http://127.0.0.1:8188 6"
+    )
+    assert mode_line("load", {"verdict": "not run: --budget-s ran out", "jobs": 0}) == (
+        "not run: --budget-s ran out"
+    )
+    soak = {"variant": "v", "verdict": "stable", "rounds": 4, "planned_rounds": 10}
+    assert mode_line("soak", soak) == "stable over 4 rounds of v (10 planned)"
 
 
 def test_bench_exits_6_when_a_variant_failed() -> None:
