@@ -42,7 +42,6 @@ import argparse
 import itertools
 import json
 import logging
-import platform
 import sys
 import tempfile
 import time
@@ -53,7 +52,6 @@ from typing import Any
 
 import torch
 from leanvideo.int8 import Int8WeightConfig, quantize_weight, sqnr_db
-from leanvideo.int8.device import cpu_isa, cpu_model, onednn_on
 from leanvideo.int8.dispatch import CUDA_CALLS_PER_SAMPLE, WEIGHT_COPIES, KernelDispatcher, default_kernels
 from leanvideo.int8.linear import (
     FUSED_MODES,
@@ -69,6 +67,7 @@ from leanvideo.int8.quantize import Int8Weight, dequantize
 
 from benchmarks.dispatch_cost import describe_cost, dispatch_cost
 from benchmarks.int8_files import bench_files, print_files
+from benchmarks.int8_table import AUTO, environment, kernel_table, print_linear
 from benchmarks.timing import Timing, paired_ratio, sample_interleaved
 
 RECORD_SCHEMA = "leanvideo.int8_bench"
@@ -90,7 +89,6 @@ INT_MM_ALONE = "int8 matmul alone"
 # w8a16 with dequantize and matmul compiled by torch.compile (dequantizing in one pass, where eager makes
 # three): no kernel auto chooses, a measurement of what such a kernel would gain on this device
 W8A16_COMPILED = "w8a16 compiled"
-AUTO = "auto"
 # hidden size, FFN width and block count of the real models ("ltxv-mid": the mid LTXV DiT's widths)
 MODELS: dict[str, tuple[int, int, int]] = {
     "ltxv-13b": (4096, 16384, 48),
@@ -255,47 +253,6 @@ def bench_linear(
     return results
 
 
-def kernel_table(linear: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The ``--json`` list: ``{shape, kernel, ratio}`` per kernel (and for auto), then ``{shape, auto}``."""
-    table: list[dict[str, Any]] = []
-    for rows in linear.values():
-        for row in rows:
-            if "error" in row:
-                table.append({"shape": row["shape"], "kernel": row["kernel"], "error": row["error"]})
-                continue
-            table.append({"shape": row["shape"], "kernel": row["kernel"], "ratio": row["ratio"]})
-            if row["kernel"] == AUTO:
-                ratios = ("auto_over_best", "auto_over_chosen", "chosen_over_best")
-                table.append({"shape": row["shape"], "auto": row["chose"], **{k: row[k] for k in ratios}})
-    return table
-
-
-def environment() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        pack = version("leanvideo")
-    except PackageNotFoundError:
-        pack = "unknown"
-    kitchen = None  # not installed or does not import (the kitchen rows say which)
-    if import_kitchen() is not None:
-        try:
-            kitchen = version("comfy-kitchen")
-        except PackageNotFoundError:
-            kitchen = "imports, no package metadata"
-    return {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpu": cpu_model(),
-        "cpu_isa": cpu_isa(),  # torch's CPU kernels, int8 dot-product flags, any oneDNN cap
-        "threads": torch.get_num_threads(),
-        "onednn": onednn_on(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "leanvideo": pack,
-        "comfy_kitchen": kitchen,
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -350,7 +307,7 @@ def main() -> int:
         linear[model] = bench_linear(
             model, args.tokens, args.runs, device, convrot=args.convrot, fused_mode=fused_mode
         )
-        _print_linear(model, linear[model], device, fused_mode)  # said and written as each model ends
+        print_linear(model, linear[model], device, fused_mode)  # said and written as each model ends
         sys.stdout.flush()
         if args.json:
             args.json.write_text(json.dumps(kernel_table(linear), indent=1))
@@ -375,32 +332,6 @@ def main() -> int:
     if files:
         print_files(args.model, files)
     return 0
-
-
-def _print_linear(
-    model: str, rows: list[dict[str, Any]], device: torch.device, fused_mode: str | None = None
-) -> None:
-    float_name = "bf16" if device.type == "cuda" else "fp32"
-    mode = f" (int_mm_fused compiled in torch.compile mode {fused_mode})" if fused_mode else ""
-    print(f"\nlinear on {device}, {model}{mode}: time as a multiple of the {float_name} matmul")
-    for row in rows:
-        if "error" in row:
-            print(f"  {row['shape']:<48} {row['kernel']:<18} raised {row['error']}")
-            continue
-        flag = "  (unstable: stdev ≥ 10 % of mean)" if row["unstable"] else ""
-        timing = f"{row['median_s'] * 1e3:8.2f} ms  {row['ratio']:.2f}×"
-        quality = f"  {row['sqnr_db']:5.1f} dB" if "sqnr_db" in row else ""
-        chose = (
-            f"  chose {row['chose']} (measured in {row['first_use_s']:.2f} s), "
-            f"{row['auto_over_best']:.3f}× the best kernel it may choose (round by round "
-            f"{row['auto_over_chosen']:.3f}× {row['chose']} itself, which took "
-            f"{row['chosen_over_best']:.3f}× the best)"
-            if "chose" in row
-            else ""
-        )
-        print(f"  {row['shape']:<48} {row['kernel']:<18} {timing}{quality}{chose}{flag}")
-        for kernel, why in (row.get("rejected") or {}).items():
-            print(f"      {kernel} ruled out: {why}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch
 from leanvideo.int8.linear import KERNELS, import_kitchen
 from leanvideo.int8.onednn import onednn_vnni_missing
 
-from benchmarks import int8_bench
+from benchmarks import int8_bench, int8_table
 from benchmarks.timing import measure_interleaved, paired_ratio, sample_interleaved
 from runner.local.workspace import REPO_ROOT
 
@@ -124,7 +124,7 @@ def test_a_kernel_that_raises_is_reported_and_the_others_are_still_measured(
     assert {"float matmul", "w8a16", "auto"} <= timed and "int_mm" not in timed
     autos = [row for row in rows if row["kernel"] == "auto"]
     assert all(row["chose"] != "int_mm" and "no kernel image" in row["rejected"]["int_mm"] for row in autos)
-    table = int8_bench.kernel_table({"ltxv-mid": rows})
+    table = int8_table.kernel_table({"ltxv-mid": rows})
     assert {"shape": errors[0]["shape"], "kernel": "int_mm", "error": errors[0]["error"]} in table
 
 
