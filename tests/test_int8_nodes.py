@@ -189,6 +189,36 @@ def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_serv
     assert "Load Checkpoint (INT8): path: 'sage' is not one of ['auto', " in message, error
 
 
+def test_a_later_loaders_bad_value_stops_the_prompt_before_the_first_loads(comfy_server: ComfyServer) -> None:
+    """The text encoder's type is checked when the checkpoint loader (which runs first here) starts,
+    not after it has loaded: with a 13B checkpoint that is minutes saved. A file name that is no text
+    (null, a number) is said in words too, where it used to fail as a TypeError."""
+    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
+    workflow["1"]["inputs"]["ckpt_name"] = "ltxv-tiny.safetensors"  # not cached: no other prompt has it
+    workflow["2"]["inputs"]["type"] = "t5"
+    with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
+        run_prompt(client, workflow, timeout=120)
+    error = failed.value.result.error or {}
+    assert error.get("node_id") == "1", error  # the checkpoint loader, before it loaded anything
+    message = str(error.get("message"))
+    assert "node 2 (Load Text Encoder (INT8)): type: 't5' is not one of ['stable_diffusion', " in message
+    assert "nothing was loaded" in message
+
+    workflow["2"]["inputs"]["type"] = "ltxv"
+    workflow["2"]["inputs"]["clip_name"] = 5
+    answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
+    assert answer.status_code == 400, answer.text
+    [error] = answer.json()["node_errors"]["2"]["errors"]  # its own input named, not the next node's
+    assert (
+        error["details"] == "clip_name - 5 is not a file name: give one of the files in models/text_encoders"
+    )
+    workflow["2"]["inputs"]["clip_name"] = None  # passes /prompt (a link looks the same there)
+    with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
+        run_prompt(client, workflow, timeout=120)
+    message = str((failed.value.result.error or {}).get("message"))
+    assert "node 2 (Load Text Encoder (INT8)): clip_name: no file is chosen (null)" in message, message
+
+
 def test_a_node_error_names_the_file_and_the_packages_error_type(comfy_server: ComfyServer) -> None:
     """A float DiT given to Load Diffusion Model (INT8) with quantize_on_load off: the server's error (the
     editor's dialog, /history) names the file, says what to do, and gives the error's type by the

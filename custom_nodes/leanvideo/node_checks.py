@@ -4,7 +4,9 @@ value that is not one of its choices (a hand-edited or outdated workflow) would 
 
 A node checks one input in ``validate_inputs`` (refused at ``/prompt``, as a stock dropdown is): ComfyUI
 repeats a failed check's message once for every input that ``validate_inputs`` takes, so a node with
-several dropdowns checks the others first thing in ``execute`` (the loaders: nothing runs before them).
+several dropdowns checks the others first thing in ``execute``. The INT8 loaders check those of every
+INT8 loader the prompt runs (``require_prompt_choices``): a workflow's second loader with a bad value
+stops the prompt before the first one spends minutes loading a large checkpoint.
 
 Example::
 
@@ -13,23 +15,27 @@ Example::
 
     def execute(cls, ckpt_name, compute_dtype, path):
         require_choices(cls, compute_dtype=compute_dtype, path=path)
+        require_prompt_choices(cls.hidden.prompt, LOADERS)   # LOADERS: {class: (file input, folder)}
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 import folder_paths
 from comfy_api.latest import io
 
-__all__ = ["choice_problem", "file_listed", "require_choices"]
+__all__ = ["choice_problem", "file_listed", "require_choices", "require_prompt_choices"]
 
 
 def file_listed(folder: str, name: str | None) -> bool | str:
     """``True`` when ``name`` is in ``models/<folder>`` (or comes from a link, ``None`` here), else why."""
     if name is None:
         return True
+    if not isinstance(name, str):  # a hand-edited API file: said in words, not as a TypeError
+        return _not_a_name(name, folder)
     listed = folder_paths.get_filename_list(folder)
     if name in listed:
         return True
@@ -61,3 +67,64 @@ def require_choices(node: type[io.ComfyNode], **values: Any) -> None:
     problem = choice_problem(node, **values)
     if problem is not True:
         raise ValueError(f"{node.define_schema().display_name}: {problem}")
+
+
+def require_prompt_choices(
+    prompt: Mapping[str, Any] | None, loaders: Mapping[type[io.ComfyNode], tuple[str, str]]
+) -> None:
+    """Raise ``ValueError`` naming the node, the input and what is wrong when a node of ``prompt`` (API
+    format, as ComfyUI runs it) whose class is one of ``loaders`` (class → its file input and models
+    folder) has a dropdown value that is not one of its choices, or a file that is no file name. Only
+    nodes that feed an output node are checked: ComfyUI runs nothing else."""
+    if not prompt:
+        return
+    by_type = {node.define_schema().node_id: node for node in loaders}
+    for node_id in sorted(_nodes_that_run(prompt), key=str):
+        entry = prompt[node_id]
+        node = by_type.get(entry.get("class_type"))
+        if node is None:
+            continue
+        file_input, folder = loaders[node]
+        inputs = entry.get("inputs") or {}
+        literal = {k: v for k, v in inputs.items() if not isinstance(v, list)}  # a list is a link
+        problem: bool | str = True
+        if file_input in literal and not isinstance(literal[file_input], str):  # names: checked at /prompt
+            problem = f"{file_input}: {_not_a_name(literal[file_input], folder)}"
+        if problem is True:
+            schema = node.define_schema()
+            combos = {item.id for item in schema.inputs if isinstance(item, io.Combo.Input)} - {file_input}
+            problem = choice_problem(node, **{k: v for k, v in literal.items() if k in combos})
+        if problem is not True:
+            name = node.define_schema().display_name
+            raise ValueError(f"node {node_id} ({name}): {problem}; nothing was loaded")
+
+
+def _not_a_name(value: Any, folder: str) -> str:
+    given = "no file is chosen (null)" if value is None else f"{value!r} is not a file name"
+    return f"{given}: give one of the files in models/{folder}"
+
+
+def _nodes_that_run(prompt: Mapping[str, Any]) -> set[str]:
+    """The ids of the nodes that feed an output node (those included), through links ``[id, slot]``;
+    every node when the prompt has no output node ComfyUI knows."""
+    import nodes as comfy_nodes  # ComfyUI's registry of node classes
+
+    def is_output(entry: Any) -> bool:
+        kind = comfy_nodes.NODE_CLASS_MAPPINGS.get(
+            entry.get("class_type") if isinstance(entry, dict) else None
+        )
+        return bool(getattr(kind, "OUTPUT_NODE", False))
+
+    todo = [node_id for node_id, entry in prompt.items() if is_output(entry)]
+    if not todo:
+        return {node_id for node_id, entry in prompt.items() if isinstance(entry, dict)}
+    seen: set[str] = set()
+    while todo:
+        node_id = todo.pop()
+        if node_id in seen or not isinstance(prompt.get(node_id), dict):
+            continue
+        seen.add(node_id)
+        for value in (prompt[node_id].get("inputs") or {}).values():
+            if isinstance(value, list) and len(value) == 2 and str(value[0]) in prompt:
+                todo.append(str(value[0]))
+    return seen

@@ -15,7 +15,7 @@ from .int8_checkpoint import load_checkpoint_int8
 from .int8_kernels import compute_dtype_note, make_dispatcher, report_kernels
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
-from .node_checks import file_listed, require_choices
+from .node_checks import file_listed, require_choices, require_prompt_choices
 
 TEXT_ENCODER_TYPES = ["stable_diffusion", "ltxv", "wan", "flux", "hunyuan_video", "sd3", "cosmos"]
 
@@ -111,6 +111,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
                 _lora_mode_input(),
             ],
             outputs=[io.Model.Output(tooltip="The diffusion model, its linear layers in INT8.")],
+            hidden=[io.Hidden.prompt],  # not in the cache key: the other INT8 loaders are checked first
         )
 
     @classmethod
@@ -129,6 +130,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         lora_mode: str = "merge",
     ) -> io.NodeOutput:
         require_choices(cls, compute_dtype=compute_dtype, path=path, lora_mode=lora_mode)
+        require_prompt_choices(getattr(cls.hidden, "prompt", None), LOADERS)  # before anything loads
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
@@ -169,6 +171,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                 ),
             ],
             outputs=[io.Clip.Output(tooltip="The text encoder, its linear layers in INT8.")],
+            hidden=[io.Hidden.prompt],
         )
 
     @classmethod
@@ -187,6 +190,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
         device: str = "default",
     ) -> io.NodeOutput:
         require_choices(cls, type=type, compute_dtype=compute_dtype, path=path, device=device)
+        require_prompt_choices(getattr(cls.hidden, "prompt", None), LOADERS)  # before anything loads
         file = Path(folder_paths.get_full_path_or_raise("text_encoders", clip_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot)
         clip = load_text_encoder_int8(
@@ -225,6 +229,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
                 io.Model.Output(tooltip="The checkpoint's diffusion model, its linear layers in INT8."),
                 io.Vae.Output(tooltip="The checkpoint's VAE, in its own precision."),
             ],
+            hidden=[io.Hidden.prompt],
         )
 
     @classmethod
@@ -242,6 +247,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
         lora_mode: str = "merge",
     ) -> io.NodeOutput:
         require_choices(cls, compute_dtype=compute_dtype, path=path, lora_mode=lora_mode)
+        require_prompt_choices(getattr(cls.hidden, "prompt", None), LOADERS)  # before anything loads
         file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model, vae = load_checkpoint_int8(file, options)
@@ -253,3 +259,9 @@ NODES: list[type[io.ComfyNode]] = [
     LeanVideoCheckpointLoaderINT8,
     LeanVideoTextEncoderLoaderINT8,
 ]
+# Each INT8 loader's file input and models folder: a loader checks every loader of the prompt before it loads
+LOADERS: dict[type[io.ComfyNode], tuple[str, str]] = {
+    LeanVideoDiffusionModelLoaderINT8: ("unet_name", "diffusion_models"),
+    LeanVideoCheckpointLoaderINT8: ("ckpt_name", "checkpoints"),
+    LeanVideoTextEncoderLoaderINT8: ("clip_name", "text_encoders"),
+}
