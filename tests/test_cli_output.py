@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -129,6 +130,32 @@ def test_a_reader_that_goes_away_is_sigpipes_exit_not_a_traceback() -> None:
     )
     assert process.stdout is not None
     process.stdout.close()  # like `| head` that has read all it wanted before anything came
+    process.stdout = None
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141 and "Traceback" not in err, err
+
+
+def test_a_reader_that_goes_away_from_a_table_is_sigpipes_exit_too(tmp_path: Path) -> None:
+    """rich's console exits 1 on a broken pipe (a failure, to a script); the CLI's says 141 as for JSON."""
+    import subprocess
+    import sys
+
+    from leanvideo.int8.kernel_table import current_fingerprint
+
+    rows = {
+        f"cpu:x|float32|{out}x32|rows<=64|row": {"kernel": "w8a16", "source": "measured"}
+        for out in range(400)
+    }
+    table = tmp_path / "int8_kernels.json"  # a table of 400 rows: more than a pipe's buffer holds
+    table.write_text(json.dumps({"fingerprint": current_fingerprint(), "entries": rows}), encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner.cli.main", "kernels", str(table)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    process.stdout.close()
     process.stdout = None
     _, err = process.communicate(timeout=120)
     assert process.returncode == 141 and "Traceback" not in err, err

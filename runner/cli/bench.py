@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.render import failure_label, print_json
+from runner.cli.render import PipeConsole, failure_label, print_json
 from runner.cli.server_options import given_path, override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
@@ -232,10 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_bench_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
-    console = Console(soft_wrap=True)
+    console = PipeConsole(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)  # a path in an error stays on one line
     try:
         return run_bench(args, console)
+    except BrokenPipeError:  # `| head` went away: SIGPIPE's exit, as the main CLI's
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         return exc.exit_code

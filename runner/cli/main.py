@@ -30,7 +30,7 @@ from runner.cli.demo import add_demo_parser, run_demo_command
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
-from runner.cli.render import failure_label, print_json, run_progress, summary_table
+from runner.cli.render import PipeConsole, failure_label, print_json, run_progress, summary_table
 from runner.cli.serve import add_serve_parsers, run_serve_command, run_stop_command
 from runner.cli.server_options import (
     Parser,
@@ -62,7 +62,7 @@ LOG_WIDTH = 200  # off a terminal (a CI log, a file) tables keep whole paths and
 def _console(*, stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or "COLUMNS" in os.environ else LOG_WIDTH
-    return Console(stderr=stderr, soft_wrap=True, width=width)
+    return PipeConsole(stderr=stderr, soft_wrap=True, width=width)
 
 
 class _VersionAction(argparse.Action):

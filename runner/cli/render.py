@@ -156,6 +156,16 @@ class PlainRunProgress:
             self._say(f"nodes: done ({self._total}/{self._total})" if self._total else "nodes: done")
 
 
+class PipeConsole(Console):
+    """rich's console, except that a reader of its stream going away (``| head``) raises
+    ``BrokenPipeError`` for the command to end as SIGPIPE would (exit 141): rich's own handling exits 1,
+    which says a command failed."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is written to the stream
+        raise BrokenPipeError
+
+
 def print_json(console: Console, document: Any) -> None:
     """``document`` (an object, or JSON text) on ``console``'s stream as plain indented JSON: never
     coloured, whatever the terminal (a pty, ``FORCE_COLOR``) — ``--json`` output is read by programs."""
