@@ -137,6 +137,27 @@ def test_parse_override_keeps_dots_in_node_ids_and_equals_in_values() -> None:
     )
 
 
+def test_a_text_linked_into_a_dropdown_is_refused_as_the_server_refuses_it(workflow: dict[str, Any]) -> None:
+    """A dropdown (a list of choices, or COMBO) takes no STRING output: the server answers
+    return_type_mismatch, so validate says it first; an any-type output (*) still feeds anything."""
+    info = OBJECT_INFO | {
+        "PrimitiveString": {"input": {"required": {"value": ["STRING", {}]}}, "output": ["STRING"]},
+        "AnySwitch": {"input": {"required": {"value": ["*", {}]}}, "output": ["*"]},
+    }
+    workflow["30"] = {"class_type": "PrimitiveString", "inputs": {"value": "ltxv-tiny.safetensors"}}
+    workflow["31"] = {"class_type": "PrimitiveString", "inputs": {"value": "euler"}}
+    workflow["1"]["inputs"]["ckpt_name"] = ["30", 0]
+    workflow["5"]["inputs"]["sampler_name"] = ["31", 0]
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert problems == {
+        ("1", "ckpt_name"): "expects a dropdown of 1 choice(s) but node 30 output 0 is STRING",
+        ("5", "sampler_name"): "expects COMBO but node 31 output 0 is STRING",
+    }
+    workflow["32"] = {"class_type": "AnySwitch", "inputs": {"value": ["30", 0]}}
+    workflow["1"]["inputs"]["ckpt_name"] = workflow["5"]["inputs"]["sampler_name"] = ["32", 0]
+    assert validate_workflow(workflow, info) == []
+
+
 def test_validate_names_the_node_of_every_problem(workflow: dict[str, Any]) -> None:
     workflow["1"]["inputs"]["ckpt_name"] = "missing-model.safetensors"
     workflow["4"]["class_type"] = "CLIPTextEncod"

@@ -154,17 +154,32 @@ def _check_link(
             )
         ]
     produced, wanted = outputs[index], spec[0]
-    comparable = isinstance(wanted, str) and isinstance(produced, str) and "*" not in (wanted, produced)
-    if comparable and wanted != "COMBO" and not set(produced.split(",")) & set(wanted.split(",")):
+    if not types_match(produced, wanted):
         return [
             Problem(
                 node_id,
                 class_type,
                 name,
-                f"expects {wanted} but node {source_id} output {index} is {produced}",
+                f"expects {_type_name(wanted)} but node {source_id} output {index} is {_type_name(produced)}",
             )
         ]
     return []
+
+
+def types_match(produced: Any, wanted: Any) -> bool:
+    """Whether an output of type ``produced`` may feed an input of type ``wanted`` (both as /object_info
+    gives them), as the server decides it: the same type, or comma-separated type names in common; a
+    dropdown (its list of choices, or ``COMBO``) takes the same dropdown only, never a text. ``*`` (a
+    node's any-type) matches everything, as its own comparison makes it."""
+    if produced == wanted or "*" in (produced, wanted):
+        return True
+    if not isinstance(produced, str) or not isinstance(wanted, str):
+        return False
+    return bool({t.strip() for t in produced.split(",")} & {t.strip() for t in wanted.split(",")})
+
+
+def _type_name(kind: Any) -> str:
+    return f"a dropdown of {len(kind)} choice(s)" if isinstance(kind, list) else str(kind)
 
 
 def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], value: Any) -> list[Problem]:
