@@ -7,6 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -189,22 +190,42 @@ def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_serv
     assert "Load Checkpoint (INT8): path: 'sage' is not one of ['auto', " in message, error
 
 
-def test_a_later_loaders_bad_value_stops_the_prompt_before_the_first_loads(comfy_server: ComfyServer) -> None:
-    """The text encoder's type is checked when the checkpoint loader (which runs first here) starts,
-    not after it has loaded: with a 13B checkpoint that is minutes saved. A file name that is no text
-    (null, a number) is said in words too, where it used to fail as a TypeError."""
-    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
-    workflow["1"]["inputs"]["ckpt_name"] = "ltxv-tiny.safetensors"  # not cached: no other prompt has it
-    workflow["2"]["inputs"]["type"] = "t5"
-    with ComfyClient(comfy_server.url) as client, pytest.raises(PromptFailedError) as failed:
-        run_prompt(client, workflow, timeout=120)
-    error = failed.value.result.error or {}
-    assert error.get("node_id") == "1", error  # the checkpoint loader, before it loaded anything
-    message = str(error.get("message"))
-    assert "node 2 (Load Text Encoder (INT8)): type: 't5' is not one of ['stable_diffusion', " in message
-    assert "nothing was loaded" in message
+def test_every_int8_loader_the_prompt_runs_is_checked_before_one_loads(comfy: SimpleNamespace) -> None:
+    """What each INT8 loader checks before it loads (in this process, where the order ComfyUI picks
+    among ready nodes plays no part): a later loader's bad dropdown value stops the prompt there, with
+    nothing loaded (a 13B checkpoint: minutes saved); a loader that feeds no output node is not run by
+    ComfyUI, so it is not checked either."""
+    import nodes  # ComfyUI's node registry, as the server has it (built-in nodes)
+    from leanvideo.node_checks import require_prompt_choices
+    from leanvideo.nodes_loaders import LOADERS
 
-    workflow["2"]["inputs"]["type"] = "ltxv"
+    assert nodes.NODE_CLASS_MAPPINGS["SaveImage"].OUTPUT_NODE
+    loader = {"ckpt_name": "ltxv-tiny-int8.safetensors", "compute_dtype": "default", "path": "auto"}
+    encoder = {"clip_name": "clip-l-int8.safetensors", "type": "ltxv", "path": "auto"}
+    prompt: dict[str, Any] = {
+        "1": {"class_type": "LeanVideoCheckpointLoaderINT8", "inputs": loader},
+        "2": {"class_type": "LeanVideoTextEncoderLoaderINT8", "inputs": encoder},
+        "3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox", "clip": ["2", 0]}},
+        "8": {"class_type": "VAEDecode", "inputs": {"samples": ["3", 0], "vae": ["1", 1]}},
+        "9": {"class_type": "SaveImage", "inputs": {"images": ["8", 0], "filename_prefix": "x"}},
+    }
+    require_prompt_choices(prompt, LOADERS)
+    prompt["2"]["inputs"] = encoder | {"type": "t5"}
+    with pytest.raises(ValueError) as refused:
+        require_prompt_choices(prompt, LOADERS)
+    message = str(refused.value)
+    assert "node 2 (Load Text Encoder (INT8)): type: 't5' is not one of ['stable_diffusion', " in message
+    assert message.endswith("; nothing was loaded")
+    prompt["2"]["inputs"] = encoder
+    prompt["5"] = {"class_type": "LeanVideoCheckpointLoaderINT8", "inputs": loader | {"path": "fast"}}
+    require_prompt_choices(prompt, LOADERS)  # node 5 feeds nothing: ComfyUI does not run it
+
+
+def test_a_file_name_that_is_no_text_is_said_in_words(comfy_server: ComfyServer) -> None:
+    """null or a number as a loader's file: refused at /prompt naming its own input (a number), or by
+    the first INT8 loader that runs, before it loads (null looks like a link at /prompt), where both
+    used to fail as a TypeError. Said the same whichever loader ComfyUI runs first."""
+    workflow = json.loads((REPO_ROOT / "workflows/ltxv_tiny_t2v_int8.api.json").read_text(encoding="utf-8"))
     workflow["2"]["inputs"]["clip_name"] = 5
     answer = httpx.post(f"{comfy_server.url}/prompt", json={"prompt": workflow}, timeout=30)
     assert answer.status_code == 400, answer.text

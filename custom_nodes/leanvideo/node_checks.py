@@ -85,18 +85,17 @@ def require_prompt_choices(
         if node is None:
             continue
         file_input, folder = loaders[node]
+        schema = node.define_schema()
         inputs = entry.get("inputs") or {}
         literal = {k: v for k, v in inputs.items() if not isinstance(v, list)}  # a list is a link
-        problem: bool | str = True
+        problem: bool | str
         if file_input in literal and not isinstance(literal[file_input], str):  # names: checked at /prompt
             problem = f"{file_input}: {_not_a_name(literal[file_input], folder)}"
-        if problem is True:
-            schema = node.define_schema()
+        else:
             combos = {item.id for item in schema.inputs if isinstance(item, io.Combo.Input)} - {file_input}
             problem = choice_problem(node, **{k: v for k, v in literal.items() if k in combos})
         if problem is not True:
-            name = node.define_schema().display_name
-            raise ValueError(f"node {node_id} ({name}): {problem}; nothing was loaded")
+            raise ValueError(f"node {node_id} ({schema.display_name}): {problem}; nothing was loaded")
 
 
 def _not_a_name(value: Any, folder: str) -> str:
