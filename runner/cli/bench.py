@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.render import PipeConsole, failure_label, print_json
+from runner.cli.render import PipeConsole, broken_pipe_exit, failure_label, print_json
 from runner.cli.server_options import given_path, override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
@@ -237,9 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True, soft_wrap=True)  # a path in an error stays on one line
     try:
         return run_bench(args, console)
-    except BrokenPipeError:  # `| head` went away: SIGPIPE's exit, as the main CLI's
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except BrokenPipeError:  # `| head` went away
+        return broken_pipe_exit()
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         return exc.exit_code

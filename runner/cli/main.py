@@ -13,7 +13,6 @@ import io
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -30,7 +29,14 @@ from runner.cli.demo import add_demo_parser, run_demo_command
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
-from runner.cli.render import PipeConsole, failure_label, print_json, run_progress, summary_table
+from runner.cli.render import (
+    PipeConsole,
+    broken_pipe_exit,
+    failure_label,
+    print_json,
+    run_progress,
+    summary_table,
+)
 from runner.cli.serve import add_serve_parsers, run_serve_command, run_stop_command
 from runner.cli.server_options import (
     Parser,
@@ -192,9 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "json", False):
             print_json(console, {"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}})
         raise
-    except BrokenPipeError:  # stdout's reader went away (`| head`): what a shell says of SIGPIPE
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return 128 + signal.SIGPIPE
+    except BrokenPipeError:  # stdout's reader went away (`| head`)
+        return broken_pipe_exit()
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:

@@ -12,7 +12,10 @@ Example::
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
+import sys
 import time
 from types import TracebackType
 from typing import Any
@@ -164,6 +167,13 @@ class PipeConsole(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True  # nothing more is written to the stream
         raise BrokenPipeError
+
+
+def broken_pipe_exit() -> int:
+    """The exit code after stdout's reader went away (``| head``): SIGPIPE's, as a shell says it; stdout
+    is pointed at /dev/null first, so that flushing it at exit raises no second error."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def print_json(console: Console, document: Any) -> None:
