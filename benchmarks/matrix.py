@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -235,9 +236,9 @@ def parse_matrix(data: dict[str, Any], path: Path) -> Matrix:
         order=_typed(bench, "order", str, where) or "interleaved",
         baseline=baseline,
         reference=_typed(bench, "reference", str, where) or baseline,
-        memory_tolerance_mb=float(_typed(bench, "memory_tolerance_mb", (int, float), where) or 256.0),
+        memory_tolerance_mb=_number(bench, "memory_tolerance_mb", where, default=256.0, minimum=0.0),
         fixtures=bool(_typed(bench, "fixtures", bool, where)),
-        timeout_s=float(_typed(bench, "timeout_s", (int, float), where) or 1800.0),
+        timeout_s=_number(bench, "timeout_s", where, default=1800.0, minimum=None),
     )
 
 
@@ -251,6 +252,12 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
     _check_keys(raw, _VARIANT_KEYS, where)
     if any(v.name == name for v in earlier):
         raise MatrixError(f"{where} duplicate name")
+    same_slug = [v.name for v in earlier if variant_slug(v.name) == variant_slug(name)]
+    if same_slug:
+        raise MatrixError(
+            f"{where} its file name {variant_slug(name)!r} is also variant {same_slug[0]!r}'s "
+            "(runs and workflows are stored by that name): rename one of them"
+        )
     parent = Variant(name="")
     extends = _typed(raw, "extends", str, where)
     if extends:
@@ -315,6 +322,21 @@ def _typed(table: dict[str, Any], key: str, kind: Any, where: str, *, required: 
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise MatrixError(f"{where} key {key!r} has the wrong type: {value!r}")
     return value
+
+
+def _number(table: dict[str, Any], key: str, where: str, *, default: float, minimum: float | None) -> float:
+    """A finite number; ``minimum`` is the least allowed value, ``None`` for strictly positive."""
+    value = _typed(table, key, (int, float), where)
+    if value is None:
+        return default
+    number = float(value)
+    if not math.isfinite(number):
+        raise MatrixError(f"{where} key {key!r} must be a finite number, got {value!r}")
+    if minimum is None and number <= 0:
+        raise MatrixError(f"{where} key {key!r} must be > 0 seconds, got {value!r}")
+    if minimum is not None and number < minimum:
+        raise MatrixError(f"{where} key {key!r} must be ≥ {minimum:g}, got {value!r}")
+    return number
 
 
 def _string_list(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:

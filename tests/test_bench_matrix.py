@@ -113,6 +113,14 @@ def test_the_wan22_matrix_splits_the_steps_and_patches_both_experts() -> None:
         ('order = "random"\n[[variant]]\nname = "a"\n', "order must be one of ('interleaved', 'sequential')"),
         ('baseline = "zz"\n[[variant]]\nname = "a"\n', "baseline 'zz' is not a variant"),
         ('warmups = true\n[[variant]]\nname = "a"\n', "key 'warmups' has the wrong type"),
+        ('timeout_s = -1\n[[variant]]\nname = "a"\n', "key 'timeout_s' must be > 0 seconds, got -1"),
+        ('timeout_s = 0\n[[variant]]\nname = "a"\n', "key 'timeout_s' must be > 0 seconds, got 0"),
+        ('timeout_s = inf\n[[variant]]\nname = "a"\n', "key 'timeout_s' must be a finite number"),
+        ('memory_tolerance_mb = -1\n[[variant]]\nname = "a"\n', "key 'memory_tolerance_mb' must be ≥ 0"),
+        (
+            '[[variant]]\nname = "8 steps"\n[[variant]]\nname = "8-steps"\n',
+            "variant '8-steps': its file name '8-steps' is also variant '8 steps''s",
+        ),
         (
             '[[variant]]\nname = "a"\n[[variant.insert]]\nid = "x"\nclass_type = "X"\n'
             'link_input = "model"\ntarget = "11"\n',
@@ -127,6 +135,12 @@ def test_errors_name_file_variant_and_key(tmp_path: Path, body: str, message: st
         load_matrix(path)
     assert str(path) in str(caught.value)
     assert message in str(caught.value)
+
+
+def test_a_zero_memory_tolerance_is_kept(tmp_path: Path) -> None:
+    matrix = load_matrix(_write(tmp_path, 'memory_tolerance_mb = 0\n[[variant]]\nname = "a"\n'))
+    assert matrix.memory_tolerance_mb == 0.0
+    assert matrix.timeout_s == 1800.0
 
 
 def test_missing_workflow_and_bad_toml_are_named(tmp_path: Path) -> None:
