@@ -133,3 +133,38 @@ def test_a_matrix_refused_before_any_run_leaves_no_out_folder(
     (kept / "notes").mkdir(parents=True)
     assert main([str(matrix), "--out", str(kept)]) == 5
     assert sorted(path.name for path in kept.iterdir()) == ["notes"]
+
+
+@pytest.mark.parametrize("entry", ["leanvideo", "bench module"])
+def test_an_interrupted_bench_with_json_ends_with_a_json_error(
+    entry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import benchmarks.harness
+    from runner.cli import main as cli_main
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # what Ctrl-C, SIGTERM or SIGHUP raise during the runs
+
+    monkeypatch.setattr(benchmarks.harness, "run_matrix", interrupted)
+    arguments = [str(TINY), "--out", str(tmp_path / "out"), "--json"]
+    code = cli_main.main(["bench", *arguments]) if entry == "leanvideo" else main(arguments)
+    assert code == 130
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == {
+        "error": {"type": "KeyboardInterrupt", "message": "interrupted", "exit_code": 130}
+    }
+    assert "interrupted" in printed.err
+
+
+def test_a_refused_matrix_with_json_is_a_json_error_from_the_bench_module_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[bench]\nworkflow = "none.json"\n[[variant]]\nname = "a"\n', encoding="utf-8")
+    assert main([str(matrix), "--out", str(tmp_path / "out"), "--json"]) == 5
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["exit_code"] == 5 and "none.json" in error["message"]

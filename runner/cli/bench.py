@@ -24,7 +24,14 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.render import PipeConsole, broken_pipe_exit, failure_label, print_json
+from runner.cli.entry import INTERRUPTED
+from runner.cli.render import (
+    PipeConsole,
+    broken_pipe_exit,
+    failure_label,
+    print_json,
+    print_json_error,
+)
 from runner.cli.server_options import given_path, override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
@@ -240,10 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return broken_pipe_exit()
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        if args.json:
+            print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
-        return 130
+        if args.json:
+            print_json_error(console, "KeyboardInterrupt", "interrupted", INTERRUPTED)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from rich.table import Table
 from runner.cli.batch_args import add_batch_parser
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.cli.demo import add_demo_parser, run_demo_command
+from runner.cli.entry import INTERRUPTED
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
@@ -34,6 +35,7 @@ from runner.cli.render import (
     broken_pipe_exit,
     failure_label,
     print_json,
+    print_json_error,
     run_progress,
     summary_table,
 )
@@ -196,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dispatch(args, tuple(passthrough), console, err)
     except UsageExit as refused:
         if getattr(args, "json", False):
-            print_json(console, {"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}})
+            print_json_error(console, "UsageError", refused.message, 2)
         raise
     except BrokenPipeError:  # stdout's reader went away (`| head`)
         return broken_pipe_exit()
@@ -205,19 +207,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.record_path is not None:
             err.print(f"partial run record: {exc.record_path}", highlight=False)
         elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too
-            error = {"type": type(exc).__name__, "message": str(exc), "exit_code": exc.exit_code}
-            print_json(console, {"error": error})
+            print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (a cancelled prompt is a PromptCancelledError above)
         err.print("interrupted")
-        return 130
+        if getattr(args, "json", False):
+            print_json_error(console, "KeyboardInterrupt", "interrupted", INTERRUPTED)
+        return INTERRUPTED
     except OSError as exc:  # a file or folder the command had to write or read: named, not a traceback
         code = 2 if exc.filename is not None and exc.errno in UNUSABLE_PATH_ERRNOS else 1
         message = os_error_message(exc)
         err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
         if getattr(args, "json", False):
-            error = {"type": type(exc).__name__, "message": message, "exit_code": code}
-            print_json(console, {"error": error})
+            print_json_error(console, type(exc).__name__, message, code)
         return code
 
 

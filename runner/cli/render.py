@@ -187,6 +187,12 @@ def print_json(console: Console, document: Any) -> None:
     console.file.flush()
 
 
+def print_json_error(console: Console, kind: str, message: str, exit_code: int) -> None:
+    """The ``{"error": {type, message, exit_code}}`` document a ``--json`` command ends with when it fails
+    or is interrupted (README "Exit codes")."""
+    print_json(console, {"error": {"type": kind, "message": message, "exit_code": exit_code}})
+
+
 def failure_label(error: LeanVideoError) -> str:
     """How an error that ends a command is introduced: Ctrl-C (a cancelled prompt) is the user's doing,
     said as what happened to the prompt, not as an error."""
