@@ -309,6 +309,8 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
         (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
         (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),
+        (["--server", "http://127.0.0.1:9"], "--server: http://127.0.0.1:9 is given twice"),
+        (["--server", "http://127.0.0.1:9/"], "--server: http://127.0.0.1:9 is given twice"),
     ],
 )
 def test_unusable_batch_options_are_usage_errors_and_queue_nothing(

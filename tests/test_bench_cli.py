@@ -55,6 +55,23 @@ def test_unusable_options_are_refused_before_any_server_starts(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_server_given_twice_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:  # a trailing slash names the same server
+        main(
+            [
+                str(TINY),
+                "--out",
+                str(tmp_path),
+                "--server",
+                "http://127.0.0.1:9/",
+                "--server",
+                "http://127.0.0.1:9",
+            ]
+        )
+    assert refused.value.code == 2
+    assert "--server: http://127.0.0.1:9 is given twice" in capsys.readouterr().err
+
+
 def test_an_error_naming_a_long_path_keeps_it_on_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

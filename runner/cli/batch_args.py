@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from runner.cli.server_options import given_path, number_type, positive_seconds, server_url
+from runner.cli.server_options import AppendServer, given_path, number_type, positive_seconds, server_url
 
 
 def add_batch_parser(sub: Any) -> None:
@@ -100,7 +100,7 @@ def _servers(parser: argparse.ArgumentParser, *, required: bool) -> None:
         "--server",
         dest="servers",
         type=server_url,
-        action="append",
+        action=AppendServer,
         required=required,
         metavar="URL",
         help="repeatable",

@@ -32,7 +32,7 @@ from runner.cli.render import (
     print_json,
     print_json_error,
 )
-from runner.cli.server_options import given_path, override_spec, port_number, server_url
+from runner.cli.server_options import AppendServer, given_path, override_spec, port_number, server_url
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -67,7 +67,7 @@ def add_bench_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--server",
         type=server_url,
-        action="append",
+        action=AppendServer,
         default=[],
         help="use this running server instead of starting ours (repeat for --load over several); "
         "variants that need server flags are then skipped",

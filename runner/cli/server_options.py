@@ -86,11 +86,29 @@ positive_seconds = number_type(float, "number of seconds", least=1e-9, rule="a p
 
 
 def server_url(text: str) -> str:
-    """A ComfyUI server URL from the command line (``http(s)://HOST[:PORT]``), or argparse's usage error."""
+    """A ComfyUI server URL from the command line (``http(s)://HOST[:PORT]``), without a trailing ``/``
+    (``…:8188/`` and ``…:8188`` are one server), or argparse's usage error."""
     try:
-        return check_server_url(text)
+        return check_server_url(text.rstrip("/") if "://" in text.rstrip("/") else text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class AppendServer(argparse.Action):
+    """``--server`` repeated: each URL once; one given twice is a usage error naming it (one server would
+    get the jobs or runs of two)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        urls = list(getattr(namespace, self.dest, None) or [])
+        if values in urls:
+            raise argparse.ArgumentError(self, f"{values} is given twice: list each server once")
+        setattr(namespace, self.dest, [*urls, values])
 
 
 def given_path(text: str) -> Path:
