@@ -160,6 +160,10 @@ def _run_group(
     """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``.
     A server that does not start or stops answering ends this group only (``measured.server_lost``)."""
     if deadline is not None and time.monotonic() >= deadline:
+        names = ", ".join(variant.name for variant in group)
+        logger.warning(
+            "time budget used up: not run (server flags %s): %s", " ".join(server_args) or "none", names
+        )
         measured.skipped.update({variant.name: _out_of_time(settings) for variant in group})
         return
     out, started = settings.out_dir, False

@@ -339,7 +339,7 @@ def run_variants(
 
     for position, planned in enumerate(schedule):
         if deadline is not None and clock() >= deadline:
-            logger.warning("time budget used up: %d planned run(s) not made", left(position))
+            logger.warning("time budget used up: %d planned run(s) on %s not made", left(position), server)
             break
         if planned.variant not in runs:  # failed earlier
             continue

@@ -309,7 +309,9 @@ def _record_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ran
 
 
-def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_run_starts_after_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """``--budget-s``: the clock is checked before every run; the runs made so far are kept."""
     matrix, jobs = _two_jobs(tmp_path)
     clock = iter(range(100))  # one tick per check
@@ -325,8 +327,25 @@ def test_no_run_starts_after_the_deadline(tmp_path: Path, monkeypatch: pytest.Mo
         clock=lambda: float(next(clock)),
     )
     assert ran == ["a", "b", "a"]  # checks at 0, 1, 2 pass; at 3 the budget is used up
+    assert "5 planned run(s) on http://127.0.0.1:1 not made" in caplog.text  # of 2 warmups + 2 × 3
     assert [r.warmup for r in runs["20-step baseline"]] == [True, False]
     assert [r.warmup for r in runs["8-step distill"]] == [True]  # the harness reports it as skipped
+
+
+def test_a_server_group_the_budget_did_not_reach_is_said_with_its_variants(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from benchmarks import harness
+
+    matrix = load_matrix(TINY)
+    group = [v for v in matrix.variants if v.server_args]
+    measured = harness._Measured()
+    settings = harness.BenchSettings(out_dir=tmp_path, budget_s=1.0)
+    harness._run_group(matrix, settings, {}, group[0].server_args, group, measured, 0.0, lambda _: None)
+    assert set(measured.skipped) == {v.name for v in group}
+    said = f"not run (server flags {' '.join(group[0].server_args)}): {group[0].name}"
+    assert said in caplog.text
+    assert not (tmp_path / "servers").exists()  # no server was started for it
 
 
 def test_server_warmups_run_the_first_variant_first_and_stay_out_of_the_figures(
