@@ -36,6 +36,8 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     bad_args = (
         ["--header", "no-colon"],
         ["--header", "X-Name: café"],
+        ["--header", "X-Trace: 1\r\nX-Injected: 2"],
+        ["--header", "X Trace: 1"],
         ["--server", "ftp://x"],
         ["--server", "notaurl"],
         ["--server", "http://127.0.0.1:99999"],
@@ -49,9 +51,18 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert caught.value.code == 2
     err = capsys.readouterr().err
     assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
+    assert "a header value cannot hold a carriage return (\\r)" in err
+    assert "'X Trace: 1': a header name is letters, digits and" in err
     assert "argument --timeout: nan: must be a positive number of seconds" in err
     assert "argument --retries: -1: must be 0 or more" in err
     # each said as argparse says a bad argument: after the command's usage, naming it
     assert err.count("usage: leanvideo run") == len(bad_args)
+    with pytest.raises(SystemExit) as caught:  # read from a file with its line end
+        main(["run", str(tmp_path / "wf.json"), "--token", "s3cret\n"])
+    assert caught.value.code == 2
+    assert (
+        "--token (or $LEANVIDEO_TOKEN) holds a line break (\\n): give the token alone"
+        in capsys.readouterr().err
+    )
     assert "server must be an http:// or https:// URL, got 'notaurl'" in err
     assert "server URL 'http://127.0.0.1:99999': Port out of range" in err

@@ -138,14 +138,31 @@ def override_spec(text: str) -> str:
     return text
 
 
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 def header_value(text: str) -> str:
     """An extra HTTP header ``NAME: VALUE`` (ASCII), or argparse's usage error."""
-    name, colon, _ = text.partition(":")
+    name, colon, value = text.partition(":")
     if not colon or not name.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected 'NAME: VALUE'")
     if not text.isascii():
         raise argparse.ArgumentTypeError(f"{text!r}: HTTP headers carry ASCII only")
+    if not set(name.strip()) <= _TOKEN_CHARS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a header name is letters, digits and !#$%&'*+-.^_`|~")
+    if control := _control_character(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: a header value cannot hold {control}")
     return text
+
+
+def _control_character(text: str) -> str | None:
+    """How the first control character of ``text`` is said (a line break would end the header), or None."""
+    for char in text:
+        if char != "\t" and (ord(char) < 0x20 or ord(char) == 0x7F):
+            return {"\n": "a line break (\\n)", "\r": "a carriage return (\\r)"}.get(
+                char, f"control character {char!r}"
+            )
+    return None
 
 
 retry_count = number_type(int, "number of retries", least=0, rule="0 or more")
@@ -189,6 +206,8 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
         headers.append((name.strip(), content.strip()))
     if args.token is not None and not args.token.isascii():
         _usage_error("--token (or $LEANVIDEO_TOKEN): HTTP headers carry ASCII only")
+    if args.token is not None and (control := _control_character(args.token)):
+        _usage_error(f"--token (or $LEANVIDEO_TOKEN) holds {control}: give the token alone")
     try:
         return RunOptions(
             server=args.server, headers=tuple(headers), token=args.token, retries=args.retries, **settings
