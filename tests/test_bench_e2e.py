@@ -246,11 +246,13 @@ def test_ctrl_c_stops_the_bench_at_once_and_exits_130(
 ) -> None:
     """Ctrl-C during a measured run cancels that prompt and ends the bench: the variant is not reported
     as failed and no other variant (or server) starts. A terminal sends it to the bench's process group;
-    the ComfyUI servers it starts have groups of their own."""
+    the ComfyUI servers it starts have groups of their own. It is started with SIGINT ignored, as a
+    script's background job (`&`, nohup) inherits it: the bench still takes SIGINT as Ctrl-C."""
     out, port = tmp_path / "bench", free_port
     log = out / "servers" / "default" / "comfyui.log"
     bench = subprocess.Popen(
         [
+            *("sh", "-c", 'trap "" INT; exec "$0" "$@"'),  # SIGINT ignored, as a background job has it
             *(sys.executable, "-m", "runner.cli.bench", str(TINY), "--out", str(out), "--port", str(port)),
             *("--warmups", "0", "--repeats", "1", "--set", "9.steps=10000"),  # far longer than the test
         ],

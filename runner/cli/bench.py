@@ -33,6 +33,7 @@ from runner.cli.render import (
     print_json_error,
 )
 from runner.cli.server_options import AppendServer, given_path, override_spec, port_number, server_url
+from runner.cli.signals import stop_signals
 from runner.errors import (
     LeanVideoError,
     PromptFailedError,
@@ -242,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = PipeConsole(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)  # a path in an error stays on one line
     try:
-        return run_bench(args, console)
+        with stop_signals():  # SIGTERM, and SIGINT also when started in the background (inherited ignored)
+            return run_bench(args, console)
     except BrokenPipeError:  # `| head` went away
         return broken_pipe_exit()
     except LeanVideoError as exc:
