@@ -88,7 +88,11 @@ def _fail(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     ("argv", "code", "message"),
     [
         (["--granularity", "block"], 2, "--granularity block needs --block-size N"),
-        (["--family", "wan"], 1, "no layer of family 'wan'"),
+        (
+            ["--family", "wan"],
+            1,
+            "no layer of family 'wan' to quantize: it holds an LTXV model (family 'ltxv')",
+        ),
         (["--block-size", "32"], 2, "--block-size 32 goes with --granularity block, not row"),
         (["--convrot-group", "1024"], 2, "--convrot-group 1024 goes with --convrot"),
         (["--convrot", "--convrot-group", "100"], 2, "100"),
@@ -105,6 +109,15 @@ def test_quantize_errors_name_the_problem(
     exit_code, err = _fail(capsys, str(tiny_models.diffusion_model), str(tmp_path / "x.safetensors"), *argv)
     assert exit_code == code and message in err
     assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_full_checkpoint_of_another_family_is_said_as_that_family_not_as_its_vae(
+    tiny_models: FixtureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = str(tiny_models.checkpoint)
+    code, err = _fail(capsys, source, str(tmp_path / "x.safetensors"), "--family", "wan")
+    assert code == 1 and f"{source}: no layer of family 'wan' to quantize: it holds an LTXV model" in err
+    assert "VAE" not in err and not (tmp_path / "x.safetensors").exists()
 
 
 def test_loras_and_vaes_are_refused_with_what_they_are(

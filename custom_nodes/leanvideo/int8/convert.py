@@ -33,7 +33,7 @@ from .fp8 import (
     quantize_fp8_weight,
     scale_weight_key,
 )
-from .policy import plan_quantization, refuse_unquantizable
+from .policy import other_family, plan_quantization, refuse_unquantizable
 from .quantize import Int8Weight, check_finite, expected_scale_shape, quantize_weight, weight_sqnr_db
 from .spec import (
     COMFY_METADATA_KEY,
@@ -239,6 +239,8 @@ def _plan_file(
     relative = {key[len(prefix) :]: shape for key, shape in header.shapes.items()}
     plan = {prefix + layer: c for layer, c in plan_quantization(relative, family, config).items()}
     if not plan:
+        if (other := other_family(header.dtypes, family, source=str(source))) is not None:
+            raise Int8FormatError(other)  # before the VAE a full checkpoint also holds
         refuse_unquantizable(header.dtypes, source=str(source))
         raise Int8FormatError(f"{source}: no layer of family {family!r} to quantize")
     return plan

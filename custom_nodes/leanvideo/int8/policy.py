@@ -120,6 +120,18 @@ def _marked_family(keys: list[str]) -> str | None:
     return None
 
 
+def other_family(keys: Iterable[str], family: str, *, source: str) -> str | None:
+    """What to say when ``source``, which has no layer of ``family``, holds a model of another family by
+    its keys (a Wan family asked of an LTXV checkpoint), else ``None``."""
+    marked = _marked_family(list(keys))
+    if marked is None or marked == family:
+        return None
+    what = (
+        "a text encoder" if marked == "text_encoder" else f"{FAMILY_NAMES.get(marked, f'a {marked}')} model"
+    )
+    return f"{source}: no layer of family {family!r} to quantize: it holds {what} (family {marked!r})"
+
+
 def describe_misplaced(keys: Iterable[str], *, source: str, wanted: str) -> str | None:
     """What ``source`` is, by its keys, when it is not the kind of model a loader of ``wanted``
     (``"diffusion model"`` or ``"text encoder"``) takes: a LoRA, a VAE, a text encoder or a diffusion
