@@ -42,6 +42,12 @@ CASES = [
     (lambda ui: ui.__setitem__("links", 5), r"'links' is a number \(5\), not a list of links"),
     (lambda ui: ui["nodes"][0].pop("id"), r"node #1 \(CheckpointLoaderSimple\) has no id"),
     (set_node(0, "id", None), r"node #1 \(CheckpointLoaderSimple\) has the id null, not a number"),
+    (set_node(0, "id", 3.5), r"node #1 \(CheckpointLoaderSimple\) has the id 3.5, not an integer"),
+    (set_link(0, [1, 1, 0.5, 2, 0, "MODEL"]), r"link 1: its origin_slot is 0.5, not an integer"),
+    (
+        lambda ui: ui.__setitem__("links", None),
+        r"'links' is null, yet node 2 \(Reroute\) input #1 takes link 1",
+    ),
     (set_node(3, "inputs", "oops"), r"the inputs of node 4 \(KSampler\) are a text \(\"oops\"\), not a list"),
     (set_node(3, "inputs", ["model"]), r"input #1 of node 4 \(KSampler\) is a text"),
     (set_node(3, "outputs", {"a": 1}), r"the outputs of node 4 \(KSampler\) are an object"),

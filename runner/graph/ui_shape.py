@@ -53,7 +53,15 @@ def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None
     for index, node in enumerate(nodes):
         _check_node(index, node, where)
     links = graph.get("links")
-    if links is None:  # a graph without links
+    if links is None:  # a graph without links: then no input may name one
+        for node in nodes:
+            for number, slot in enumerate(node.get("inputs") or []):
+                if slot.get("link") is not None:
+                    name = repr(slot["name"]) if slot.get("name") else f"#{number + 1}"
+                    raise WorkflowError(
+                        f"'links'{where} is null, yet node {node['id']} ({node.get('type')}) input {name} "
+                        f"takes link {slot['link']}: {SAVE_AGAIN}"
+                    )
         links = []
     if not isinstance(links, list):
         raise WorkflowError(f"'links'{where} is {json_kind(links)}, not a list of links: {SAVE_AGAIN}")
@@ -67,7 +75,11 @@ def _check_node(index: int, node: Any, where: str) -> None:
             f"node #{index + 1} in 'nodes'{where} is {json_kind(node)}, not an object: {SAVE_AGAIN}"
         )
     if not _is_id(node.get("id")):
-        shown = "has no id" if "id" not in node else f"has the id {_shown(node['id'])}, not a number"
+        shown = (
+            "has no id"
+            if "id" not in node
+            else f"has the id {_shown(node['id'])}, {_not_integer(node['id'])}"
+        )
         raise WorkflowError(f"node #{index + 1} ({node.get('type')}){where} {shown}: {SAVE_AGAIN}")
     name = f"node {node['id']} ({node.get('type')}){where}"
     for key in ("inputs", "outputs"):
@@ -114,7 +126,14 @@ def _check_link(index: int, row: Any, where: str) -> None:
         good = _is_id(value) if key in ("origin_id", "target_id") else _is_integer(value)
         if not good:
             link = f"link {values[0]}" if _is_integer(values[0]) else name
-            raise WorkflowError(f"{link}{where}: its {key} is {_shown(value)}, not a number: {SAVE_AGAIN}")
+            raise WorkflowError(
+                f"{link}{where}: its {key} is {_shown(value)}, {_not_integer(value)}: {SAVE_AGAIN}"
+            )
+
+
+def _not_integer(value: Any) -> str:
+    """How a value that should be an id or slot is said to be wrong: 3.5 is a number, yet no integer."""
+    return "not an integer" if isinstance(value, float) else "not a number"
 
 
 def _is_integer(value: Any) -> bool:
