@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from runner.cli.main import main
-from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
+from runner.errors import WorkflowError
+from runner.graph.convert import convert_ui_workflow
+from runner.graph.models import ModelRef, ModelSource, model_sources, required_models, required_models_ui
+from runner.graph.workflow import is_ui_workflow
 from runner.jobs.models import check_models, template_documents, template_sources
+from runner.local.server import ComfyServer
 from runner.local.workspace import WORKFLOWS_DIR
+from runner.transport.client import ComfyClient
 from tests.ui_export import RELEASE_SOURCES
 
 WORKFLOW = {
@@ -258,3 +263,48 @@ def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Pat
         by_node["6"].hint
         == f"a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures {models}`"
     )
+
+
+def _loaded_files(refs: list[ModelRef]) -> list[tuple[str, str, str, str, str | None]]:
+    return sorted((r.node_id, r.class_type, r.input_name, r.name, r.problem) for r in refs if r.folder)
+
+
+@pytest.mark.integration
+def test_an_editor_file_lists_what_its_conversion_loads_for_every_installed_template(
+    comfy_server: ComfyServer,
+) -> None:
+    """Read without a server, every installed template lists the loader files the server's conversion
+    of it loads: subgraph nodes by their path ids (``75:37``), and a file widget promoted to the subgraph
+    instance with the instance's value, not the inner node's."""
+    with ComfyClient(comfy_server.url) as client:
+        object_info = client.get_json("/object_info")
+    compared = subgraphed = 0
+    for name, ui in template_documents():
+        if not is_ui_workflow(ui):
+            continue
+        try:
+            api = convert_ui_workflow(ui, object_info)
+        except WorkflowError:  # a node this server lacks (API nodes, custom node packs)
+            continue
+        assert _loaded_files(required_models_ui(ui)) == _loaded_files(required_models(api)), name
+        compared += 1
+        subgraphed += bool((ui.get("definitions") or {}).get("subgraphs"))
+    assert compared > 100 and subgraphed > 10, (compared, subgraphed)
+
+
+def test_a_changed_subgraph_value_is_the_file_it_loads() -> None:
+    """The instance's value of a promoted file widget is what loads; the inner widget keeps a stale one."""
+    ui = next(doc for name, doc in template_documents() if name == "01_qwen_t2i_subgraphed.json")
+    instance = next(node for node in ui["nodes"] if node["id"] == 75)
+    instance["widgets_values"][0] = "my_own_dit.safetensors"
+    refs = {(r.node_id, r.input_name): r.name for r in required_models_ui(ui)}
+    assert refs[("75:37", "unet_name")] == "my_own_dit.safetensors"
+    assert "qwen_image_fp8_e4m3fn.safetensors" not in refs.values()
+    assert not any(node_id == "75" for node_id, _ in refs)  # the instance itself loads nothing
+
+
+def test_an_editor_file_with_two_nodes_of_one_id_is_refused() -> None:
+    ui = json.loads((WORKFLOWS_DIR / "wan21_t2v_int8.ui.json").read_text(encoding="utf-8"))
+    ui["nodes"][1]["id"] = ui["nodes"][0]["id"]
+    with pytest.raises(WorkflowError, match=f"two nodes have the id {ui['nodes'][0]['id']}"):
+        required_models_ui(ui)

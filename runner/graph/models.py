@@ -13,11 +13,13 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.graph.subgraph import is_editor_only
+from runner.graph.subgraph import MAX_DEPTH, Node, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import MODEL_SUFFIXES
+from runner.graph.ui_shape import check_ui_shape
 from runner.graph.workflow import Workflow, is_link
 
 __all__ = [
@@ -93,16 +95,29 @@ def required_models(workflow: Workflow) -> list[ModelRef]:
 
 def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
     """:func:`required_models` of an editor (UI) workflow, read without a server: each node's file-like
-    widget values (subgraphs included), named after the loader's file inputs in order where the class
-    is known (``widgets_values`` holds the widgets in their declared order), else ``widget N``."""
+    widget values, named after the loader's file inputs in order where the class is known
+    (``widgets_values`` holds the widgets in their declared order), else ``widget N``.
+
+    Subgraphs are expanded as the editor runs them (:func:`~runner.graph.subgraph.flatten_subgraphs`):
+    an inner node is ``"<instance>:<inner>"``, and a file widget promoted to the instance takes the
+    instance's value, not the inner node's stale one. A file input linked to a primitive takes its
+    value; linked to another node, it is listed as chosen there. Raises :class:`WorkflowError` for a
+    damaged file (see :func:`~runner.graph.ui_shape.check_ui_shape`)."""
+    check_ui_shape(ui_workflow)
+    nodes, rows = flatten_subgraphs(ui_workflow)
+    by_id = {str(node.get("id")): node for node in nodes}
+    origins = {int(row[0]): str(row[1]) for row in rows}
     found: list[ModelRef] = []
-    for node in _ui_nodes(ui_workflow):
+    for node in nodes:
         class_type = str(node.get("type", ""))
         if is_editor_only(node):  # not in the API workflow (a primitive's value is its loader's too)
             continue
         values = node.get("widgets_values")
         named = list(values.items()) if isinstance(values, dict) else list(enumerate(values or []))
         inputs = [name for (kind, name) in MODEL_INPUTS if kind == class_type]
+        linked = {
+            slot.get("name"): slot.get("link") for slot in node.get("inputs") or [] if slot.get("widget")
+        }
         for key, value in named:
             if not isinstance(value, str) or not (inputs or value.lower().endswith(MODEL_SUFFIXES)):
                 continue
@@ -113,9 +128,43 @@ def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
                 folder = MODEL_INPUTS[(class_type, input_name)]
             else:
                 input_name, folder = f"widget {key}", None
-            if folder is not None or value.lower().endswith(MODEL_SUFFIXES):
-                found.append(ModelRef(str(node.get("id")), class_type, input_name, value, folder))
+            ref = ModelRef(str(node.get("id")), class_type, input_name, value, folder)
+            if linked.get(input_name) is not None:
+                ref = _linked_ref(ref, _source(linked[input_name], by_id, origins))
+            if ref.folder is not None or ref.problem is not None or ref.name.lower().endswith(MODEL_SUFFIXES):
+                found.append(ref)
     return found
+
+
+def _source(link: Any, nodes: dict[str, Node], origins: dict[int, str]) -> tuple[str | None, Any]:
+    """Where a link's value comes from, through reroutes (a subgraph's boundary is one):
+    ``("value", v)`` from a primitive, ``("node", id)`` from another node, ``(None, None)`` if nothing."""
+    for _ in range(MAX_DEPTH * 4):  # a loop of reroutes in a damaged file ends here
+        origin = origins.get(int(link))
+        node = nodes.get(origin) if origin is not None else None
+        if node is None:
+            return None, None
+        if node.get("type") == "PrimitiveNode":
+            values = node.get("widgets_values")
+            return "value", values[0] if isinstance(values, list) and values else None
+        if node.get("type") != "Reroute":
+            return "node", origin
+        link = next((slot.get("link") for slot in node.get("inputs") or []), None)
+        if link is None:
+            return None, None
+    return None, None
+
+
+def _linked_ref(ref: ModelRef, source: tuple[str | None, Any]) -> ModelRef:
+    """``ref`` (read from the node's own widget) as the link into that widget sets it."""
+    kind, value = source
+    if kind == "value":
+        if isinstance(value, str) and value.strip():
+            return replace(ref, name=value)
+        return replace(ref, name="", problem=f"{json.dumps(value)} is not a file name")
+    if kind == "node":
+        return replace(ref, name="", problem=f"linked to node {value}: the file is chosen there, not checked")
+    return ref  # a link from nowhere: the editor runs the widget's own value
 
 
 def _ui_nodes(ui_workflow: dict[str, Any]) -> list[dict[str, Any]]:
