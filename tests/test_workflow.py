@@ -373,9 +373,12 @@ def test_a_long_chain_is_walked_without_recursion() -> None:
         ({"class_type": "KSampler", "inputs": None}, r"node 5 \(KSampler\): inputs must be an object"),
         ({"class_type": 5, "inputs": {}}, r"node 5: class_type 5 is not a node type name"),
         ({"class_type": "", "inputs": {}}, r'node 5: class_type "" is not a node type name'),
+        ({"inputs": {}}, r"node 5 has no class_type \(API format is node id -> \{class_type, inputs\}\)"),
+        (None, r"node 5 is null, not a node \(API format"),
+        ("KSampler", r'node 5 is a text \("KSampler"\), not a node'),
     ],
 )
-def test_a_malformed_api_node_is_named(tmp_path: Path, node: dict[str, Any], said: str) -> None:
+def test_a_malformed_api_node_is_named(tmp_path: Path, node: Any, said: str) -> None:
     path = tmp_path / "wf.json"
     path.write_text(json.dumps({**WORKFLOW, "5": node}), encoding="utf-8")
     with pytest.raises(WorkflowError, match=f"workflow file {path}: {said}"):

@@ -23,6 +23,7 @@ from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.suggest import close_hint
+from runner.graph.ui_shape import json_kind
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -100,11 +101,13 @@ def api_workflow(workflow: Any, path: Path) -> Workflow:
             f"workflow file {path} is not in API format: it is an editor (UI) workflow; convert it with "
             f"`leanvideo workflow convert {path}` (or 'Export (API)' in ComfyUI)"
         )
-    if not isinstance(workflow, dict) or not all(
-        isinstance(node, dict) and "class_type" in node for node in workflow.values()
-    ):
+    if not isinstance(workflow, dict):
         raise WorkflowError(f"workflow file {path} is not in API format (node id -> {{class_type, inputs}})")
     for node_id, node in workflow.items():
+        if not isinstance(node, dict) or "class_type" not in node:
+            what = "has no class_type" if isinstance(node, dict) else f"is {json_kind(node)}, not a node"
+            api = "API format is node id -> {class_type, inputs}"
+            raise WorkflowError(f"workflow file {path}: node {node_id} {what} ({api})")
         if not isinstance(node["class_type"], str) or not node["class_type"]:
             shown = json.dumps(node["class_type"])[:60]
             raise WorkflowError(
