@@ -369,3 +369,26 @@ def test_status_names_the_worker_that_holds_running_jobs() -> None:
     text = console.export_text()
     assert "running jobs are held by worker vm-2172df9e" in text and "--worker-id" in text
     assert "no job has finished on a server yet" in text and "health" not in text  # no bare table header
+
+
+@pytest.mark.parametrize(
+    ("error", "fault"),
+    [
+        ("PromptTimeoutError", "timeout"),
+        ("PromptCancelledError", "cancelled"),
+        ("ServerUnreachableError", "server"),
+    ],
+)
+def test_a_job_stopped_mid_prompt_names_the_node_that_was_running(error: str, fault: str) -> None:
+    import runner.errors
+    from runner.batch.attempt import _classify
+    from runner.tracking.result import PromptResult
+
+    result = PromptResult("p", "timeout", 0.0, 0.0, 1.0, error={"node_id": "2", "class_type": "KSampler"})
+    exc = getattr(runner.errors, error)("stopped")
+    exc.result = result  # as run_prompt sets it on a server lost mid-prompt
+    assert _classify(exc) == (fault, {"node_id": "2", "class_type": "KSampler", "message": "stopped"})
+    assert _classify(getattr(runner.errors, error)("stopped")) == (
+        fault,
+        {"node_id": None, "class_type": None, "message": "stopped"},
+    )

@@ -116,6 +116,9 @@ def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
     result = caught.value.result
     assert isinstance(result, PromptResult) and result.partial and result.status == "unreachable"
     assert caught.value.exit_code == 4
+    assert result.error is not None and result.error["node_id"] == "2"  # it was running: the record says so
+    assert result.error["class_type"] == WORKFLOW["2"]["class_type"]
+    assert result.error["exception_type"] == "ServerUnreachableError"
 
 
 def test_a_server_restart_is_reported_as_a_lost_prompt() -> None:
@@ -130,6 +133,7 @@ def test_a_server_restart_is_reported_as_a_lost_prompt() -> None:
             run_prompt(comfy, WORKFLOW, timeout=20)
         assert sum(1 for call in fake.calls if call[0] == "POST /prompt") == 1
     assert caught.value.result.status == "lost"
+    assert caught.value.result.error["node_id"] == "2"
 
 
 def test_the_history_race_is_waited_out(tmp_path: Path) -> None:

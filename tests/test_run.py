@@ -274,3 +274,32 @@ def test_a_signal_to_the_cli_stops_the_job_and_exits_130(
     assert queue["queue_running"] == [] and queue["queue_pending"] == []
     [record] = tmp_path.glob("*/run.json")  # the partial record is written, whatever stopped the run
     assert json.loads(record.read_text(encoding="utf-8"))["status"] == "cancelled"
+
+
+def test_a_prompt_that_fails_on_the_server_exits_6_with_its_whole_record(
+    comfy_server: ComfyServer,
+    tiny_models: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A damaged checkpoint fails in its loader: the record is the server's whole account, so it is
+    said as the run record, not a partial one."""
+    junk = tiny_models.checkpoint.parent / "test-damaged.safetensors"
+    junk.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
+    out = tmp_path / "out"
+    try:
+        code = main(
+            [
+                *("run", str(DEMO_WORKFLOW), "--server", comfy_server.url, "--out", str(out)),
+                *("--set", f"1.ckpt_name={junk.name}"),
+            ]
+        )
+    finally:
+        junk.unlink()
+    err = " ".join(capsys.readouterr().err.split())
+    (record_path,) = out.glob("*/run.json")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    assert code == 6, err
+    assert record["status"] == "error" and record["partial"] is False
+    assert record["error"]["node_id"] == "1" and record["error"]["class_type"] == "CheckpointLoaderSimple"
+    assert f"run record: {record_path}" in err and "partial run record" not in err

@@ -304,10 +304,11 @@ def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict
 def _classify(exc: LeanVideoError) -> tuple[str, dict[str, Any]]:
     """``(fault, error)`` for an attempt that raised ``exc``."""
     message = str(exc)
+    running = {"node_id": _error_field(exc, "node_id"), "class_type": _error_field(exc, "class_type")}
     if isinstance(exc, PromptCancelledError):  # batch cancel, or the worker is stopping: no one's fault
-        return "cancelled", {"node_id": _error_field(exc, "node_id"), "class_type": None, "message": message}
+        return "cancelled", {**running, "message": message}
     if isinstance(exc, PromptTimeoutError):
-        return "timeout", {"node_id": _error_field(exc, "node_id"), "class_type": None, "message": message}
+        return "timeout", {**running, "message": message}
     if isinstance(exc, PromptFailedError):
         return "workflow", {
             "node_id": _error_field(exc, "node_id"),
@@ -321,8 +322,8 @@ def _classify(exc: LeanVideoError) -> tuple[str, dict[str, Any]]:
             "class_type": found[2] if found else None,
             "message": message,
         }
-    if isinstance(exc, ServerError):
-        return "server", {"node_id": None, "class_type": None, "message": message}
+    if isinstance(exc, ServerError):  # lost mid-prompt: the node that was running, when one was
+        return "server", {**running, "message": message}
     if isinstance(exc, OutputWriteError):  # the disk filled up: `batch retry --failed` once there is room
         return "output", {"node_id": None, "class_type": None, "message": message}
     return "workflow", {"node_id": None, "class_type": None, "message": message}

@@ -205,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
-            err.print(f"partial run record: {exc.record_path}", highlight=False)
+            partial = getattr(exc.result, "partial", False)  # a failed prompt's record is whole
+            err.print(f"{'partial run' if partial else 'run'} record: {exc.record_path}", highlight=False)
         elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too
             print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
         return exc.exit_code

@@ -90,9 +90,16 @@ def run_prompt(
             f"prompt {prompt_id} cancelled; {_on_server(stopped, tracker.started_at is not None)}", result
         ) from None
     except (PromptLostError, ServerUnreachableError) as exc:
+        running = tracker.current_node
         tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
         exc.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects[0])
         exc.result.partial = True
+        exc.result.error = exc.result.error or {
+            "node_id": running,
+            "class_type": tracker.class_type(running) if running else None,
+            "exception_type": type(exc).__name__,
+            "message": str(exc),
+        }
         raise
     except FollowTimeout:
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
