@@ -89,7 +89,8 @@ def server_url(text: str) -> str:
     """A ComfyUI server URL from the command line (``http(s)://HOST[:PORT]``), without a trailing ``/``
     (``…:8188/`` and ``…:8188`` are one server), or argparse's usage error."""
     try:
-        return check_server_url(text.rstrip("/") if "://" in text.rstrip("/") else text)
+        trimmed = text.rstrip("/")
+        return check_server_url(trimmed if "://" in trimmed else text)  # "http://" is said as given
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
