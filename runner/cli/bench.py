@@ -24,8 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runner.cli.entry import INTERRUPTED
 from runner.cli.render import (
+    INTERRUPTED,
     PipeConsole,
     broken_pipe_exit,
     failure_label,

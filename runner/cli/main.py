@@ -26,11 +26,11 @@ from rich.table import Table
 from runner.cli.batch_args import add_batch_parser
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.cli.demo import add_demo_parser, run_demo_command
-from runner.cli.entry import INTERRUPTED
 from runner.cli.kernels import add_kernels_parser, run_kernels_command
 from runner.cli.models import add_models_parser, run_models_command
 from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.cli.render import (
+    INTERRUPTED,
     PipeConsole,
     broken_pipe_exit,
     failure_label,

@@ -187,6 +187,9 @@ def print_json(console: Console, document: Any) -> None:
     console.file.flush()
 
 
+INTERRUPTED = PromptCancelledError.exit_code  # 130: a command stopped by Ctrl-C, SIGTERM or SIGHUP
+
+
 def print_json_error(console: Console, kind: str, message: str, exit_code: int) -> None:
     """The ``{"error": {type, message, exit_code}}`` document a ``--json`` command ends with when it fails
     or is interrupted (README "Exit codes")."""
