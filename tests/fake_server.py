@@ -50,6 +50,7 @@ class FakeComfy:
     def __init__(self, script: Script, *, history_misses: int = 0) -> None:
         self.script = script
         self.history_misses = history_misses  # answer {} this many times after finish(): the history race
+        self.prompt_answer: tuple[int, str, str] | None = None  # (status, content type, body) of POST /prompt
         self.history: dict[str, Any] = {}
         self.running: set[str] = set()
         self.calls: list[tuple[str, Any]] = []
@@ -196,6 +197,9 @@ class FakeComfy:
         prompt_id = body["prompt_id"]
         self.calls.append(("POST /prompt", prompt_id))
         self.calls.append(("auth /prompt", request.headers.get("Authorization")))
+        if self.prompt_answer is not None:  # what a proxy or firewall in between answers
+            status, content_type, text = self.prompt_answer
+            return web.Response(status=status, content_type=content_type, text=text)
         self.running.add(prompt_id)
         task = asyncio.get_running_loop().create_task(self.script(self, prompt_id))
         self._tasks.add(task)

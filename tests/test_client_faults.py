@@ -20,6 +20,7 @@ from runner.errors import (
     PromptTimeoutError,
     ServerError,
     ServerUnreachableError,
+    WorkflowError,
 )
 from runner.jobs.run import RunOptions, run_workflow
 from runner.local.ports import pick_free_port
@@ -309,6 +310,32 @@ def test_post_json_and_routes_the_server_lacks() -> None:
         assert comfy.get_json("/leanvideo/queue", missing_ok=True) is None
         with pytest.raises(ServerError, match=r"GET .*/leanvideo/queue answered 404"):
             comfy.get_json("/leanvideo/queue")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "text", "said"),
+    [
+        ("text/html", "<html><body>400 Bad Request</body></html>", "a web page, not ComfyUI's API"),
+        ("application/json", '{"error": "request blocked by WAF"}', "request blocked by WAF"),
+        ("application/json", "[1, 2]", "[1, 2]"),
+    ],
+)
+def test_a_400_that_is_not_comfyuis_report_is_a_server_error(content_type: str, text: str, said: str) -> None:
+    async def no_prompt(fake: FakeComfy, pid: str) -> None:
+        raise AssertionError("the prompt is never queued")
+
+    with FakeComfy(no_prompt) as fake, client(fake) as comfy:
+        fake.prompt_answer = (400, content_type, text)
+        with pytest.raises(ServerError, match="answered 400 without ComfyUI's report") as caught:
+            comfy.submit(WORKFLOW)
+        assert said in str(caught.value) and not isinstance(caught.value, WorkflowError)
+        fake.prompt_answer = (
+            400,
+            "application/json",
+            json.dumps({"error": {"message": "bad"}, "node_errors": {}}),
+        )
+        with pytest.raises(WorkflowError, match="server rejected the workflow: bad"):
+            comfy.submit(WORKFLOW)
 
 
 def test_a_cut_prompt_post_that_reached_the_server_is_not_sent_again(tmp_path: Path) -> None:

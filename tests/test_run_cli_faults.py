@@ -38,6 +38,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--header", "X-Name: café"],
         ["--header", "X-Trace: 1\r\nX-Injected: 2"],
         ["--header", "X Trace: 1"],
+        ["--header", "Content-Length: 5"],
         ["--server", "ftp://x"],
         ["--server", "notaurl"],
         ["--server", "http://127.0.0.1:99999"],
@@ -53,6 +54,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
     assert "a header value cannot hold a carriage return (\\r)" in err
     assert "'X Trace: 1': a header name is letters, digits and" in err
+    assert "'Content-Length: 5': Content-Length is set by the HTTP client for each request" in err
     assert "argument --timeout: nan: must be a positive number of seconds" in err
     assert "argument --retries: -1: must be 0 or more" in err
     # each said as argparse says a bad argument: after the command's usage, naming it

@@ -142,6 +142,22 @@ def override_spec(text: str) -> str:
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+# How a request is framed and routed: the HTTP client sets these for each request, a given one breaks it
+_FRAMING_HEADERS = frozenset(
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "host",
+        "upgrade",
+        "keep-alive",
+        "te",
+        "trailer",
+        "expect",
+    }
+)
+
+
 def header_value(text: str) -> str:
     """An extra HTTP header ``NAME: VALUE`` (ASCII), or argparse's usage error."""
     name, colon, value = text.partition(":")
@@ -153,6 +169,10 @@ def header_value(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: a header name is letters, digits and !#$%&'*+-.^_`|~")
     if control := _control_character(value):
         raise argparse.ArgumentTypeError(f"{text!r}: a header value cannot hold {control}")
+    if name.strip().lower() in _FRAMING_HEADERS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {name.strip()} is set by the HTTP client for each request; leave it out"
+        )
     return text
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 import websocket
 
-from runner.errors import ServerError, WorkflowError
+from runner.errors import LeanVideoError, ServerError, WorkflowError
 from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class ComfyClient:
                     )
                     return prompt_id
         if response.status_code == 400:
-            raise WorkflowError(describe_rejection(response.json()))
+            raise _rejection(response)
         if response.status_code != 200:
             raise ServerError(f"POST /prompt answered {response.status_code}: {_body(response)}")
         return prompt_id
@@ -290,6 +290,21 @@ def check_server_url(url: str) -> str:
     if port == 0:
         raise ValueError(f"server URL {url!r}: port 0 is no port")
     return url
+
+
+def _rejection(response: httpx.Response) -> LeanVideoError:
+    """The error a 400 answer of ``POST /prompt`` stands for: ComfyUI's report of the workflow's faults,
+    or, when the answer is something else (a proxy's or firewall's page), the server error it is."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return WorkflowError(describe_rejection(body))
+    return ServerError(
+        f"POST /prompt answered 400 without ComfyUI's report of the workflow (a proxy in between?): "
+        f"{_body(response)}"
+    )
 
 
 def describe_rejection(body: dict[str, Any]) -> str:
