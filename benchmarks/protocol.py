@@ -131,6 +131,11 @@ class PlannedRun:
     index: int
     warmup: bool
 
+    @property
+    def said(self) -> str:
+        """How a message names it, counting from 1: ``run 2`` (its warmups included), ``server warmup 1``."""
+        return f"server warmup {-self.index}" if self.index < 0 else f"run {self.index + 1}"
+
 
 @dataclass(frozen=True)
 class VariantRun:
@@ -362,7 +367,7 @@ def run_variants(
             if failures is None:
                 raise
             message = one_line(error)
-            failures[planned.variant] = f"{type(error).__name__} in run {planned.index}: {message}"
+            failures[planned.variant] = f"{type(error).__name__} in {planned.said}: {message}"
             logger.warning("%s failed: %s", planned.variant, failures[planned.variant])
             del runs[planned.variant]
             continue
@@ -370,7 +375,7 @@ def run_variants(
             if on_server_lost is None:
                 raise
             message = one_line(error)
-            where = f"run {planned.index} of {planned.variant}"
+            where = f"{planned.said} of {planned.variant}"
             on_server_lost(f"{SERVER_LOST} in {where}: {message}; {left(position)} planned run(s) not made")
             break  # no run can follow on a server that is gone; the runs made are kept
         runs[planned.variant].append(run)

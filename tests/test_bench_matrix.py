@@ -256,11 +256,11 @@ def test_a_failing_variant_is_reported_and_the_others_still_run(
     assert ran == ["a", "b", "a", "b", "a", "a"]  # b's remaining runs are cancelled
     assert list(runs) == ["20-step baseline"] and len(runs["20-step baseline"]) == 4
     assert failures == {
-        "8-step distill": "PromptFailedError in run 1: node 11 (SamplerCustom): CUDA out of memory. "
+        "8-step distill": "PromptFailedError in run 2: node 11 (SamplerCustom): CUDA out of memory. "
         "Tried to allocate 2 GiB"
     }
     row = format_row(failed_result("8-step distill", failures["8-step distill"]))
-    assert row[1] == "failed" and row[-1].startswith("failed: PromptFailedError in run 1: node 11")
+    assert row[1] == "failed" and row[-1].startswith("failed: PromptFailedError in run 2: node 11")
 
     ran.clear()
     with pytest.raises(PromptFailedError, match="out of memory"):
@@ -288,7 +288,7 @@ def test_a_server_that_goes_away_ends_its_runs_and_the_made_ones_are_kept(
     assert ran == ["a", "b", "a", "b", "a"]  # nothing after the server went
     assert {name: len(r) for name, r in runs.items()} == {"20-step baseline": 2, "8-step distill": 2}
     assert lost == [
-        f"{protocol.SERVER_LOST} in run 2 of 20-step baseline: cannot reach ComfyUI at "
+        f"{protocol.SERVER_LOST} in run 3 of 20-step baseline: cannot reach ComfyUI at "
         "http://127.0.0.1:1: connection refused; 8 planned run(s) not made"
     ]
     with pytest.raises(ServerUnreachableError):
