@@ -392,3 +392,13 @@ def test_a_job_stopped_mid_prompt_names_the_node_that_was_running(error: str, fa
         fault,
         {"node_id": None, "class_type": None, "message": "stopped"},
     )
+
+
+def test_a_left_prompt_the_server_did_not_take_off_is_not_said_taken_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from runner.batch.worker import _cancel_left_prompts
+
+    _cancel_left_prompts({"p-1": "http://127.0.0.1:9"}, "w-1")  # nothing listens there
+    assert "prompt p-1 on http://127.0.0.1:9 not taken off (the server did not answer)" in caplog.text
+    assert "taken off the server" not in caplog.text

@@ -122,14 +122,15 @@ def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
     for prompt_id, server in in_flight.items():
         try:
             with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
-                client.cancel(prompt_id)  # says itself when the server did not take it
+                taken = client.cancel(prompt_id)  # says itself which request the server did not take
         except Exception:  # one server's trouble must not leave the other prompts running
             logger.exception("could not cancel prompt %s on %s", prompt_id, server)
             continue
         logger.warning(
-            "prompt %s on %s taken off the server; its job runs again when a worker with id %s starts",
+            "prompt %s on %s %s; its job runs again when a worker with id %s starts",
             prompt_id,
             server,
+            "taken off the server" if taken else "not taken off (the server did not answer): it may run on",
             worker_id,
         )
 
