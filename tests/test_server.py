@@ -122,6 +122,26 @@ def test_port_in_use_is_a_clear_error(server_config: ServerConfig) -> None:
     assert raised.value.exit_code == 2 and isinstance(raised.value, ServerError)
 
 
+def test_a_start_that_loses_the_port_to_another_server_says_so_and_leaves_its_record(
+    server_config: ServerConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two starts on one port at once (two `serve --background`): both find it free, one binds it. The
+    other's readiness check is answered by the winner; it must not take that answer as its own, nor
+    remove the winner's record on its way out."""
+    import runner.local.server as server_module
+
+    with ComfyServer(server_config) as winner:
+        record = server_config.state_dir / "server.json"
+        assert json.loads(record.read_text(encoding="utf-8"))["pid"] == winner.pid
+        info = httpx.get(f"{winner.url}/leanvideo/info", timeout=30).json()
+        assert info["pid"] == winner.pid
+        monkeypatch.setattr(server_module, "bind_error", lambda host, port: None)  # as if it were free
+        with pytest.raises(PortInUseError, match=f"taken by another ComfyUI \\(pid {winner.pid}\\)"):
+            ComfyServer(server_config).start()
+        assert json.loads(record.read_text(encoding="utf-8"))["pid"] == winner.pid
+        assert httpx.get(f"{winner.url}/system_stats", timeout=30).status_code == 200
+
+
 def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) -> None:
     bad = ServerConfig(**{**server_config.__dict__, "extra_args": ("--no-such-comfyui-flag",)})
     with pytest.raises(ServerCrashedError) as caught:

@@ -27,6 +27,7 @@ route                                          answer
 from __future__ import annotations
 
 import json
+import os
 import re
 from importlib import metadata
 from pathlib import Path
@@ -78,6 +79,7 @@ def build_info() -> dict[str, Any]:
         "comfyui_version": comfyui_version,
         "pinned_comfyui": pin,
         "matches_pin": pin.get("version") == comfyui_version,
+        "pid": os.getpid(),  # which process answers: a runner starting a server checks it is its own
     }
 
 

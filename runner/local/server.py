@@ -330,10 +330,17 @@ class ComfyServer:
                     )
                 time.sleep(0.2)
             pack_expected = any(holds_pack(folder) for folder in self.config.custom_node_dirs)
-            if pack_expected and http.get(f"{self.url}/leanvideo/info").status_code != 200:
+            info = http.get(f"{self.url}/leanvideo/info") if pack_expected else None
+            if info is not None and info.status_code != 200:
                 raise ServerError(
                     f"ComfyUI started but the LeanVideo node pack did not load. Log {self.log_path}, "
                     f"last lines:\n{read_log_tail(self.log_path)}"
+                )
+            answering = info.json().get("pid") if info is not None else None
+            if answering is not None and answering != self._process.pid:  # another start won the port
+                raise PortInUseError(
+                    f"Port {self.config.port} on {self.config.host} was taken by another ComfyUI "
+                    f"(pid {answering}) while this one started; choose another --port"
                 )
         logger.info("ComfyUI ready at %s after %.1f s", self.url, time.monotonic() - started)
 
@@ -361,7 +368,12 @@ class ComfyServer:
         if process is None:
             return None
         code = terminate_process_group(process.pid, self.config.stop_timeout, process.poll, process.wait)
-        (self.config.state_dir / RECORD_NAME).unlink(missing_ok=True)
+        record = self.config.state_dir / RECORD_NAME
+        try:  # only its own: a start that lost the port to another server leaves that one's record
+            if json.loads(record.read_text(encoding="utf-8")).get("pid") == process.pid:
+                record.unlink()
+        except (OSError, ValueError, AttributeError):
+            pass
         self._process = None
         return code
 
