@@ -303,3 +303,42 @@ def test_a_prompt_that_fails_on_the_server_exits_6_with_its_whole_record(
     assert record["status"] == "error" and record["partial"] is False
     assert record["error"]["node_id"] == "1" and record["error"]["class_type"] == "CheckpointLoaderSimple"
     assert f"run record: {record_path}" in err and "partial run record" not in err
+
+
+@pytest.mark.parametrize("stderr_too", [False, True])
+def test_a_reader_of_the_output_that_goes_away_cancels_the_prompt_and_keeps_its_record(
+    comfy_server: ComfyServer, tmp_path: Path, stderr_too: bool
+) -> None:
+    """`leanvideo run … 2>&1 | head -1`: the progress line that finds the pipe closed stops the run as
+    Ctrl-C does (the prompt is taken off the server, the partial record written), with SIGPIPE's exit;
+    with stdout alone closed, the summary at the end finds it so (the prompt has finished by then)."""
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [
+            *(
+                sys.executable,
+                "-m",
+                "runner.cli.main",
+                "run",
+                str(DEMO_WORKFLOW),
+                "--server",
+                comfy_server.url,
+            ),
+            *("--out", str(out), "--set", f"9.steps={10000 if stderr_too else 2}"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if stderr_too else subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader went away before the first line
+    process.stdout = None
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 141, err
+    assert "Traceback" not in (err or "")
+    (record_path,) = out.glob("*/run.json")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    assert record["status"] == ("cancelled" if stderr_too else "success")
+    assert record["partial"] is stderr_too
+    queue = httpx.get(f"{comfy_server.url}/queue", timeout=30).json()
+    assert not queue["queue_running"] and not queue["queue_pending"]

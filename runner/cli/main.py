@@ -203,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout's reader went away (`| head`)
         return broken_pipe_exit()
     except LeanVideoError as exc:
+        if isinstance(exc.__cause__, BrokenPipeError):  # the reader of the output went away (`| head`)
+            return _said_on_a_broken_pipe(exc, err)
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
         if exc.record_path is not None:
             partial = getattr(exc.result, "partial", False)  # a failed prompt's record is whole
@@ -222,6 +224,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "json", False):
             print_json_error(console, type(exc).__name__, message, code)
         return code
+
+
+def _said_on_a_broken_pipe(exc: LeanVideoError, err: Console) -> int:
+    """SIGPIPE's exit for a prompt cancelled because its output's reader went away; the error and the
+    partial record are said on stderr when stderr is not that same closed pipe (``2>&1 | head``)."""
+    try:
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        if exc.record_path is not None:
+            err.print(f"partial run record: {exc.record_path}", highlight=False)
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())  # no second error at exit
+    return broken_pipe_exit()
 
 
 def os_error_message(exc: OSError) -> str:

@@ -84,11 +84,13 @@ def run_prompt(
             close_socket(sock)
             raise
         entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenPipeError) as stop:  # Ctrl-C, or the reader of stdout went away
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
+        why = "stdout was closed: " if isinstance(stop, BrokenPipeError) else ""
         raise PromptCancelledError(
-            f"prompt {prompt_id} cancelled; {_on_server(stopped, tracker.started_at is not None)}", result
-        ) from None
+            f"prompt {prompt_id} cancelled; {why}{_on_server(stopped, tracker.started_at is not None)}",
+            result,
+        ) from (stop if isinstance(stop, BrokenPipeError) else None)
     except (PromptLostError, ServerUnreachableError) as exc:
         running = tracker.current_node
         tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
