@@ -308,3 +308,35 @@ def test_an_editor_file_with_two_nodes_of_one_id_is_refused() -> None:
     ui["nodes"][1]["id"] = ui["nodes"][0]["id"]
     with pytest.raises(WorkflowError, match=f"two nodes have the id {ui['nodes'][0]['id']}"):
         required_models_ui(ui)
+
+
+def test_stock_loaders_built_in_choices_and_a_widget_that_names_no_file() -> None:
+    """A ControlNet is looked up in controlnet/; VAELoader's built-in pixel_space is no file; a file
+    widget holding null is said as such, not replaced by the next widget's value."""
+    ui = {
+        "nodes": [
+            {"id": 1, "type": "ControlNetLoader", "widgets_values": ["union.safetensors"]},
+            {"id": 2, "type": "VAELoader", "widgets_values": ["pixel_space"]},
+            {"id": 3, "type": "UNETLoader", "widgets_values": [None, "default"]},
+        ],
+        "links": [],
+    }
+    refs = required_models_ui(ui)
+    assert [(r.node_id, r.input_name, r.name, r.folder, r.problem) for r in refs] == [
+        ("1", "control_net_name", "union.safetensors", "controlnet", None),
+        ("3", "unet_name", "", "diffusion_models", "null is not a file name"),
+    ]
+    api = {"2": {"class_type": "VAELoader", "inputs": {"vae_name": "pixel_space"}}}
+    assert required_models(api) == []
+
+
+def test_a_controlnet_in_its_folder_is_present(tmp_path: Path) -> None:
+    (tmp_path / "models" / "controlnet").mkdir(parents=True)
+    (tmp_path / "models" / "controlnet" / "union.safetensors").write_bytes(b"x")
+    path = tmp_path / "cn.api.json"
+    node = {"class_type": "ControlNetLoader", "inputs": {"control_net_name": "union.safetensors"}}
+    path.write_text(json.dumps({"1": node}), encoding="utf-8")
+    report = check_models(path, tmp_path / "models", templates={})
+    assert [(f.name, f.status, f.folder) for f in report.files] == [
+        ("union.safetensors", "present", "controlnet")
+    ]

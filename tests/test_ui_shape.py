@@ -48,6 +48,7 @@ CASES = [
         lambda ui: ui.__setitem__("links", None),
         r"'links' is null, yet node 2 \(Reroute\) input #1 takes link 1",
     ),
+    (set_node(3, "inputs", None), r"the inputs of node 4 \(KSampler\) are null, not a list"),
     (set_node(3, "inputs", "oops"), r"the inputs of node 4 \(KSampler\) are a text \(\"oops\"\), not a list"),
     (set_node(3, "inputs", ["model"]), r"input #1 of node 4 \(KSampler\) is a text"),
     (set_node(3, "outputs", {"a": 1}), r"the outputs of node 4 \(KSampler\) are an object"),

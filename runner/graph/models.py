@@ -44,10 +44,28 @@ MODEL_INPUTS: dict[tuple[str, str], str] = {
     ("LoraLoader", "lora_name"): "loras",
     ("LoraLoaderModelOnly", "lora_name"): "loras",
     ("UpscaleModelLoader", "model_name"): "upscale_models",
+    ("unCLIPCheckpointLoader", "ckpt_name"): "checkpoints",
+    ("TripleCLIPLoader", "clip_name1"): "text_encoders",
+    ("TripleCLIPLoader", "clip_name2"): "text_encoders",
+    ("TripleCLIPLoader", "clip_name3"): "text_encoders",
+    **{("QuadrupleCLIPLoader", f"clip_name{n}"): "text_encoders" for n in range(1, 5)},
+    ("ControlNetLoader", "control_net_name"): "controlnet",
+    ("DiffControlNetLoader", "control_net_name"): "controlnet",
+    ("StyleModelLoader", "style_model_name"): "style_models",
+    ("GLIGENLoader", "gligen_name"): "gligen",
+    ("HypernetworkLoader", "hypernetwork_name"): "hypernetworks",
+    ("PhotoMakerLoader", "photomaker_model_name"): "photomaker",
+    ("ModelPatchLoader", "name"): "model_patches",
+    ("AudioEncoderLoader", "audio_encoder_name"): "audio_encoders",
+    ("LatentUpscaleModelLoader", "model_name"): "latent_upscale_models",
     ("LeanVideoDiffusionModelLoaderINT8", "unet_name"): "diffusion_models",
     ("LeanVideoCheckpointLoaderINT8", "ckpt_name"): "checkpoints",
     ("LeanVideoTextEncoderLoaderINT8", "clip_name"): "text_encoders",
 }
+
+
+# Choices of a loader's file input that name no file: ComfyUI builds them in (VAELoader's pixel_space)
+BUILT_IN: dict[tuple[str, str], frozenset[str]] = {("VAELoader", "vae_name"): frozenset({"pixel_space"})}
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,8 @@ def required_models(workflow: Workflow) -> list[ModelRef]:
                     )
                     found.append(ModelRef(str(node_id), class_type, input_name, "", folder, problem))
                 continue
+            if value in BUILT_IN.get((class_type, input_name), ()):
+                continue
             if folder is not None or value.lower().endswith(MODEL_SUFFIXES):
                 found.append(ModelRef(str(node_id), class_type, input_name, value, folder))
     return found
@@ -119,20 +139,25 @@ def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
             slot.get("name"): slot.get("link") for slot in node.get("inputs") or [] if slot.get("widget")
         }
         for key, value in named:
-            if not isinstance(value, str) or not (inputs or value.lower().endswith(MODEL_SUFFIXES)):
-                continue
             if isinstance(key, str):  # widgets saved by name
                 input_name, folder = key, MODEL_INPUTS.get((class_type, key))
-            elif inputs:  # a known loader: its file widgets come first, in declared order
-                input_name = inputs.pop(0)
+            elif key < len(inputs):  # a known loader: its file widgets come first, in declared order
+                input_name = inputs[key]
                 folder = MODEL_INPUTS[(class_type, input_name)]
             else:
                 input_name, folder = f"widget {key}", None
-            ref = ModelRef(str(node.get("id")), class_type, input_name, value, folder)
+            named_file = isinstance(value, str) and value.lower().endswith(MODEL_SUFFIXES)
+            built_in = isinstance(value, str) and value in BUILT_IN.get((class_type, input_name), ())
+            if (folder is None and not named_file) or built_in:
+                continue
+            usable = isinstance(value, str) and bool(value.strip())
+            problem = None if usable else f"{json.dumps(value)} is not a file name"
+            ref = ModelRef(
+                str(node.get("id")), class_type, input_name, value if usable else "", folder, problem
+            )
             if linked.get(input_name) is not None:
-                ref = _linked_ref(ref, _source(linked[input_name], by_id, origins))
-            if ref.folder is not None or ref.problem is not None or ref.name.lower().endswith(MODEL_SUFFIXES):
-                found.append(ref)
+                ref = _linked_ref(replace(ref, problem=None), _source(linked[input_name], by_id, origins))
+            found.append(ref)
     return found
 
 

@@ -83,6 +83,8 @@ def _check_node(index: int, node: Any, where: str) -> None:
         raise WorkflowError(f"node #{index + 1} ({node.get('type')}){where} {shown}: {SAVE_AGAIN}")
     name = f"node {node['id']} ({node.get('type')}){where}"
     for key in ("inputs", "outputs"):
+        if key in node and node[key] is None:  # the editor writes a list, or leaves the key out
+            raise WorkflowError(f"the {key} of {name} are null, not a list: {SAVE_AGAIN}")
         _check_objects(node.get(key), key, name)
     for slot in node.get("inputs") or []:
         link = slot.get("link")

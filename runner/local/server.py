@@ -59,6 +59,15 @@ MODEL_FOLDERS: dict[str, tuple[str, ...]] = {
     "vae": ("vae",),
     "upscale_models": ("upscale_models",),
     "embeddings": ("embeddings",),
+    "clip_vision": ("clip_vision",),
+    "controlnet": ("controlnet", "t2i_adapter"),
+    "style_models": ("style_models",),
+    "gligen": ("gligen",),
+    "hypernetworks": ("hypernetworks",),
+    "photomaker": ("photomaker",),
+    "model_patches": ("model_patches",),
+    "audio_encoders": ("audio_encoders",),
+    "latent_upscale_models": ("latent_upscale_models",),
 }
 
 
