@@ -55,6 +55,10 @@ UI_TWIN = {
 }
 
 
+# The smallest whole safetensors file: an 8-byte header length, then the header (no tensors)
+WEIGHTS = (2).to_bytes(8, "little") + b"{}"
+
+
 def write(tmp_path: Path) -> tuple[Path, Path]:
     """The workflow (API + editor twin) and a models folder with the DiT under the ``unet`` alias."""
     path = tmp_path / "wf.api.json"
@@ -62,7 +66,7 @@ def write(tmp_path: Path) -> tuple[Path, Path]:
     (tmp_path / "wf.ui.json").write_text(json.dumps(UI_TWIN), encoding="utf-8")
     models = tmp_path / "models"
     (models / "unet").mkdir(parents=True)
-    (models / "unet" / "dit.safetensors").write_bytes(b"weights")
+    (models / "unet" / "dit.safetensors").write_bytes(WEIGHTS)
     return path, models
 
 
@@ -83,8 +87,12 @@ def test_check_finds_aliases_hashes_on_request_and_says_where_missing_files_come
     report = check_models(path, models, hashes=True, templates={})
     by_name = {f.name: f for f in report.files}
     dit = by_name["dit.safetensors"]
-    assert dit.status == "present" and dit.bytes == 7 and dit.path == str(models / "unet" / "dit.safetensors")
-    assert dit.sha256 == hashlib.sha256(b"weights").hexdigest()
+    assert (
+        dit.status == "present"
+        and dit.bytes == len(WEIGHTS)
+        and dit.path == str(models / "unet" / "dit.safetensors")
+    )
+    assert dit.sha256 == hashlib.sha256(WEIGHTS).hexdigest()
     te = by_name["te.safetensors"]
     assert (te.status, te.url, te.cited_in, te.target) == (
         "missing",
@@ -114,7 +122,7 @@ def test_the_cli_exits_1_when_something_is_missing_and_0_when_all_is_there(
         ("odd.gguf", "vae"),
     ):
         (models / folder).mkdir(exist_ok=True)
-        (models / folder / name).write_bytes(b"x")
+        (models / folder / name).write_bytes(WEIGHTS)
     assert main(["models", "check", str(path), "--models", str(models)]) == 0
     assert "all 4 file(s) present" in capsys.readouterr().out
     assert main(["models", "check", str(tmp_path / "nope.api.json"), "--models", str(models)]) == 5
@@ -125,10 +133,10 @@ def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_
 ) -> None:
     path, models = write(tmp_path)
     (models / "loras").mkdir()
-    (models / "loras" / "L.safetensors").write_bytes(b"x")  # another case
+    (models / "loras" / "L.safetensors").write_bytes(WEIGHTS)  # another case
     (models / "vae").mkdir()
-    (models / "vae" / "te.safetensors").write_bytes(b"x")  # another folder
-    (models / "unet" / "dit-v2.safetensors").write_bytes(b"x")
+    (models / "vae" / "te.safetensors").write_bytes(WEIGHTS)  # another folder
+    (models / "unet" / "dit-v2.safetensors").write_bytes(WEIGHTS)
     workflow = json.loads(path.read_text(encoding="utf-8"))
     workflow["6"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "dit-v3.safetensors"}}
     workflow["7"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": 123}}
@@ -136,7 +144,7 @@ def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_
     workflow["9"] = {"class_type": "UpscaleModelLoader", "inputs": {"model_name": ""}}
     workflow["10"] = {"class_type": "LoraLoader", "inputs": {"lora_name": "deep.safetensors"}}
     (models / "loras" / "styles").mkdir()
-    (models / "loras" / "styles" / "deep.safetensors").write_bytes(b"x")
+    (models / "loras" / "styles" / "deep.safetensors").write_bytes(WEIGHTS)
     path.write_text(json.dumps(workflow), encoding="utf-8")
     by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
     said = "loras/L.safetensors is there: ComfyUI reads names with their case; use that name"
@@ -229,7 +237,7 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     path, workspace_models = write(tmp_path)  # the DiT is in the workspace's models folder
     user = tmp_path / "ComfyUI"
     (user / "models" / "text_encoders").mkdir(parents=True)
-    (user / "models" / "text_encoders" / "te.safetensors").write_bytes(b"x")
+    (user / "models" / "text_encoders" / "te.safetensors").write_bytes(WEIGHTS)
     (user / "main.py").write_text("")
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -332,7 +340,7 @@ def test_stock_loaders_built_in_choices_and_a_widget_that_names_no_file() -> Non
 
 def test_a_controlnet_in_its_folder_is_present(tmp_path: Path) -> None:
     (tmp_path / "models" / "controlnet").mkdir(parents=True)
-    (tmp_path / "models" / "controlnet" / "union.safetensors").write_bytes(b"x")
+    (tmp_path / "models" / "controlnet" / "union.safetensors").write_bytes(WEIGHTS)
     path = tmp_path / "cn.api.json"
     node = {"class_type": "ControlNetLoader", "inputs": {"control_net_name": "union.safetensors"}}
     path.write_text(json.dumps({"1": node}), encoding="utf-8")
@@ -340,3 +348,32 @@ def test_a_controlnet_in_its_folder_is_present(tmp_path: Path) -> None:
     assert [(f.name, f.status, f.folder) for f in report.files] == [
         ("union.safetensors", "present", "controlnet")
     ]
+
+
+def test_an_empty_or_cut_short_safetensors_file_is_invalid_not_present(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    path, models = write(tmp_path)
+    whole = models / "unet" / "dit.safetensors"
+    save_file({"w": torch.zeros(64, 64)}, str(whole))
+    assert next(f.status for f in check_models(path, models, templates={}).files) == "present"
+    size = whole.stat().st_size
+    assert size > 5000
+    whole.write_bytes(whole.read_bytes()[:5000])  # an interrupted download
+    (models / "text_encoders").mkdir()
+    (models / "text_encoders" / "te.safetensors").write_bytes(b"")
+    files = {f.name: f for f in check_models(path, models, templates={}).files}
+    assert files["dit.safetensors"].status == "invalid"
+    assert (
+        files["dit.safetensors"].hint
+        == f"cut short (5000 bytes of the {size} its header says): an interrupted download"
+    )
+    assert (files["te.safetensors"].status, files["te.safetensors"].hint) == (
+        "invalid",
+        "the file is empty (0 bytes): download it again",
+    )
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    assert "cut short (5000 bytes" in " ".join(capsys.readouterr().out.split())

@@ -138,8 +138,14 @@ def check_models(
         source = sources.get(ref.name)
         if found is not None:
             digest = sha256_file(found) if hashes else None
+            damage = safetensors_damage(found)  # an interrupted download is there, yet cannot load
             file = ModelFile(
-                **known, status="present", path=str(found), bytes=found.stat().st_size, sha256=digest
+                **known,
+                status="invalid" if damage else "present",
+                path=str(found),
+                bytes=found.stat().st_size,
+                sha256=digest,
+                hint=damage,
             )
         else:
             index = index if index is not None else _model_index((models_dir, *also))  # read once
@@ -156,6 +162,36 @@ def check_models(
             )
         report.files.append(file)
     return report
+
+
+def safetensors_damage(path: Path) -> str | None:
+    """Why the ``.safetensors`` file ``path`` cannot load, read from its header and size (empty, a web
+    page saved under its name, cut short), or None; other files are not looked into."""
+    if path.suffix.lower() != ".safetensors":
+        return None
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            start = file.read(8)
+            declared = int.from_bytes(start, "little") if len(start) == 8 else 0
+            if size == 0:
+                return "the file is empty (0 bytes): download it again"
+            if len(start) < 8 or declared > min(size - 8, 100_000_000):
+                return f"no safetensors header ({size} bytes; a web page or an interrupted download?)"
+            header = json.loads(file.read(declared))
+    except (OSError, ValueError) as exc:
+        return f"its safetensors header cannot be read ({exc}): download it again"
+    if not isinstance(header, dict):
+        return "its safetensors header is no object: download it again"
+    offsets = [t.get("data_offsets") for t in header.values() if isinstance(t, dict)]
+    end = max(
+        (o[1] for o in offsets if isinstance(o, list) and len(o) == 2 and isinstance(o[1], int)), default=0
+    )
+    if 8 + declared + end > size:
+        return (
+            f"cut short ({size} bytes of the {8 + declared + end} its header says): an interrupted download"
+        )
+    return None
 
 
 def _model_index(roots: Sequence[Path]) -> dict[str, list[str]]:
