@@ -273,6 +273,8 @@ def _prepare(configuration: DemoConfiguration, workspace: Workspace) -> _Prepare
         raise WorkflowError(
             f"{configuration.workflow}: model files missing in {workspace.models_dir}: {missing}"
         )
+    if damaged := [f"{file.path}: {file.hint}" for file in models.files if file.status == "invalid"]:
+        raise WorkflowError(f"{configuration.workflow}: model files that cannot load: {'; '.join(damaged)}")
     workflow, frames_node = add_frame_output(load_workflow(configuration.workflow))
     return _Prepared(workflow, frames_node, tuple(models.files))
 
