@@ -377,3 +377,17 @@ def test_an_empty_or_cut_short_safetensors_file_is_invalid_not_present(
     )
     assert main(["models", "check", str(path), "--models", str(models)]) == 1
     assert "cut short (5000 bytes" in " ".join(capsys.readouterr().out.split())
+
+
+def test_close_names_are_near_misses_not_any_file_of_the_folder(tmp_path: Path) -> None:
+    """Compared without the shared ``.safetensors``: clip_l is no look-alike of t5xxl_fp16."""
+    path, models = write(tmp_path)
+    (models / "text_encoders").mkdir()
+    (models / "text_encoders" / "clip_l.safetensors").write_bytes(WEIGHTS)
+    (models / "text_encoders" / "te-v2.safetensors").write_bytes(WEIGHTS)
+    workflow = {"1": {"class_type": "CLIPLoader", "inputs": {"clip_name": "t5xxl_fp16.safetensors"}}}
+    workflow["2"] = {"class_type": "CLIPLoader", "inputs": {"clip_name": "te-v1.safetensors"}}
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    assert by_node["1"].status == "missing" and by_node["1"].hint is None
+    assert by_node["2"].hint == "close names there: te-v2.safetensors"

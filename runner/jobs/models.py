@@ -27,6 +27,7 @@ from typing import Any
 
 from runner.fixtures import fixture_set
 from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
+from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
 from runner.local.server import MODEL_FOLDERS
@@ -230,9 +231,23 @@ def _near(name: str, folder: str | None, seen: dict[str, list[str]]) -> str | No
         reads = "/, ".join(own) or "another folder"
         return f"it is in {', '.join(seen[wanted][:3])}; this loader reads {reads}/"
     in_own = [where for places in seen.values() for where in places if where.split("/")[0] in own]
-    names = {where.split("/", 1)[1]: where for where in in_own}
-    close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
-    return f"close names there: {', '.join(close)}" if close else None
+    # compared without the suffix every model file shares (with it, t5xxl_fp16 looked like clip_l)
+    stems: dict[str, list[str]] = {}
+    for where in in_own:
+        relative = where.split("/", 1)[1]
+        stems.setdefault(_stem(relative), []).append(relative)
+    close = [
+        n
+        for stem in difflib.get_close_matches(_stem(name), list(stems), n=3, cutoff=0.6)
+        for n in stems[stem]
+    ]
+    return f"close names there: {', '.join(close[:3])}" if close else None
+
+
+def _stem(name: str) -> str:
+    """``name`` without a model file's suffix, lower case: what tells two model file names apart."""
+    lowered = name.lower()
+    return next((lowered[: -len(s)] for s in MODEL_SUFFIXES if lowered.endswith(s)), lowered)
 
 
 def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
