@@ -44,6 +44,7 @@ CASES = [
     (set_node(0, "id", None), r"node #1 \(CheckpointLoaderSimple\) has the id null, not a number"),
     (set_node(0, "id", 3.5), r"node #1 \(CheckpointLoaderSimple\) has the id 3.5, not an integer"),
     (set_link(0, [1, 1, 0.5, 2, 0, "MODEL"]), r"link 1: its origin_slot is 0.5, not an integer"),
+    (lambda ui: ui.pop("links"), r"'links' is missing, yet node 2 \(Reroute\) input #1 takes link 1"),
     (
         lambda ui: ui.__setitem__("links", None),
         r"'links' is null, yet node 2 \(Reroute\) input #1 takes link 1",

@@ -58,8 +58,9 @@ def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None
             for number, slot in enumerate(node.get("inputs") or []):
                 if slot.get("link") is not None:
                     name = repr(slot["name"]) if slot.get("name") else f"#{number + 1}"
+                    state = "is null" if "links" in graph else "is missing"
                     raise WorkflowError(
-                        f"'links'{where} is null, yet node {node['id']} ({node.get('type')}) input {name} "
+                        f"'links'{where} {state}, yet node {node['id']} ({node.get('type')}) input {name} "
                         f"takes link {slot['link']}: {SAVE_AGAIN}"
                     )
         links = []

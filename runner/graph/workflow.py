@@ -84,8 +84,12 @@ def _refuse_constant(name: str) -> Any:
 
 
 def is_ui_workflow(data: Any) -> bool:
-    """Whether ``data`` is a workflow as the editor saves it (``nodes`` and ``links``), not API format."""
-    return isinstance(data, dict) and "nodes" in data and "links" in data
+    """Whether ``data`` is a workflow as the editor saves it (``nodes`` and ``links``; a list of ``nodes``
+    without ``links`` is one that lost them, which :func:`~runner.graph.ui_shape.check_ui_shape` names),
+    not API format."""
+    if not isinstance(data, dict) or "nodes" not in data:
+        return False
+    return "links" in data or isinstance(data["nodes"], list)
 
 
 def load_workflow(path: Path) -> Workflow:
