@@ -185,3 +185,16 @@ def test_a_refused_matrix_with_json_is_a_json_error_from_the_bench_module_too(
     assert main([str(matrix), "--out", str(tmp_path / "out"), "--json"]) == 5
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["exit_code"] == 5 and "none.json" in error["message"]
+
+
+def test_a_server_given_that_never_answers_is_unreachable_and_leaves_no_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    out = tmp_path / "out"
+    assert main([str(TINY), "--out", str(out), "--server", "http://127.0.0.1:9", "--json"]) == 4
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["exit_code"] == 4
+    assert error["message"].startswith("--server http://127.0.0.1:9: cannot reach ComfyUI")
+    assert not out.exists()  # no report of a server that "stopped answering"

@@ -45,6 +45,7 @@ from runner.errors import (
 )
 from runner.local.out_folder import check_out_folder
 from runner.local.ports import port_is_free
+from runner.transport.client import ComfyClient
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -184,6 +185,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
             "remove those folders"
         )
+    for url in args.server:  # one that never answers is unreachable, not a server lost mid-matrix
+        _check_reachable(url)
     made = [path for path in (out, out / "servers", out / "workflows") if not path.exists()]
     check_out_folder(out)
     err = Console(stderr=True, soft_wrap=True)
@@ -200,6 +203,16 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}")
     console.print(f"results: {outcome.document_path.parent} ({outcome.seconds:.0f} s)", highlight=False)
     return bench_exit_code(outcome, err)
+
+
+def _check_reachable(url: str) -> None:
+    """Raise the client's :class:`ServerError` (exit 4, before any folder is made) when the ``--server``
+    ``url`` does not answer ``GET /system_stats``."""
+    with ComfyClient(url) as client:
+        try:
+            client.get_json("/system_stats")
+        except ServerError as exc:
+            raise type(exc)(f"--server {url}: {exc}") from exc
 
 
 def _remove_made(made: list[Path], out: Path) -> None:
