@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import json
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from runner.local.server_log import (
     missing_package_hint,
     read_log_tail,
 )
+from runner.local.server_record import remove_own_record, write_record
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ HEADLESS_PAGE = (
     "<!doctype html><title>ComfyUI (headless)</title>"
     "<p>This ComfyUI runs without its frontend package: use the API (LeanVideo's runner).</p>\n"
 )
-RECORD_NAME = "server.json"
 # Folder names ComfyUI looks models up under, mapped to the sub-folders of our models folder.
 MODEL_FOLDERS: dict[str, tuple[str, ...]] = {
     "checkpoints": ("checkpoints",),
@@ -363,7 +362,7 @@ class ComfyServer:
             "started": time.time(),
             "background": self.detach,  # `leanvideo stop` stops only these: the others have an owner
         }
-        (self.config.state_dir / RECORD_NAME).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        write_record(self.config.state_dir, record)
 
     def wait(self) -> int:
         """Block until the server process exits; returns its exit code."""
@@ -377,12 +376,7 @@ class ComfyServer:
         if process is None:
             return None
         code = terminate_process_group(process.pid, self.config.stop_timeout, process.poll, process.wait)
-        record = self.config.state_dir / RECORD_NAME
-        try:  # only its own: a start that lost the port to another server leaves that one's record
-            if json.loads(record.read_text(encoding="utf-8")).get("pid") == process.pid:
-                record.unlink()
-        except (OSError, ValueError, AttributeError):
-            pass
+        remove_own_record(self.config.state_dir, process.pid)
         self._process = None
         return code
 
