@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from runner.batch.queue import (
 from runner.batch.worker import BatchWorker
 from runner.cli.main import main
 from runner.errors import UsageError
+from runner.local.ports import pick_free_port
 from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
 
@@ -402,3 +404,40 @@ def test_a_left_prompt_the_server_did_not_take_off_is_not_said_taken_off(
     _cancel_left_prompts({"p-1": "http://127.0.0.1:9"}, "w-1")  # nothing listens there
     assert "prompt p-1 on http://127.0.0.1:9 not taken off (the server did not answer)" in caplog.text
     assert "taken off the server" not in caplog.text
+
+
+def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Jobs waiting for a server that never answers hold no prompt: a stop does not give them the
+    grace (it used to wait all of it, then log a DBOS traceback per job), and they are neither failed
+    nor errored: the next worker with this id runs each of them once."""
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    out = tmp_path / "out"
+    nobody = f"http://127.0.0.1:{pick_free_port()}"  # nothing listens there
+    with open_client(db_url) as client:
+        with BatchWorker(db_url, ServerPool([nobody], per_server=1), worker_id="w1", grace=60) as worker:
+            submit_batch(client, "d", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
+            deadline = time.monotonic() + 20
+            while [j.state for j in list_jobs(client, "d")] != ["running", "running"]:  # both taken
+                assert time.monotonic() < deadline, list_jobs(client, "d")
+                time.sleep(0.1)
+            time.sleep(1.5)  # the server has been probed and found out
+            assert worker.running_jobs() == 0
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < 10  # not the 60 s grace
+        assert [j.state for j in list_jobs(client, "d")] == ["running", "running"]  # unfinished, kept
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+        with FakeComfy(lambda fake, pid: _finish(fake, pid)) as fake:
+            with BatchWorker(db_url, ServerPool([fake.url], per_server=1), worker_id="w1", grace=30):
+                wait_for_final(client, "d")
+            posted = [call for call in fake.calls if call[0] == "POST /prompt"]
+        jobs = list_jobs(client, "d")
+    assert [(j.job_id, j.state) for j in jobs] == [("a", "success"), ("b", "success")]
+    assert len(posted) == 2 and all(job.record and job.record["attempts"] == 1 for job in jobs)
+
+
+async def _finish(fake: FakeComfy, pid: str) -> None:
+    await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+    fake.finish(pid)
+    await fake.send({"type": "executing", "data": {"prompt_id": pid, "node": None}})

@@ -16,6 +16,10 @@ so what DBOS records is the outcome of each attempt:
   its ``attempt_log``, also one whose worker died while its prompt ran (``"status": "lost"``, fault
   ``worker``: the next attempt found its prompt and took it off the server).
 
+A worker that stops (Ctrl-C, ``--grace``) lets the jobs whose prompts are out on servers finish; a job
+still waiting for a free server (all of them out, or busy) leaves at once, unrecorded
+(:class:`LeftForLater`), and runs again when a worker with the same id starts.
+
 When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
 with the same ``worker_id`` starts (by default this machine's name and its server list, so
 restarting the same command recovers them; two live workers never share an id:
@@ -59,13 +63,22 @@ CANCEL_TIMEOUT_S = 5.0  # per request, when a stopping worker takes its left pro
 LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
 
+class LeftForLater(BaseException):
+    """Raised out of a job whose worker began stopping before the job took a server. A BaseException on
+    purpose: DBOS records only what derives from Exception, so neither the step nor the job is
+    recorded; the job stays pending under the worker's id, and runs again when a worker with that id
+    starts (not failed, not errored). Without it, a stop with every server out waited the whole
+    ``--grace`` for jobs that could never start."""
+
+
 class JobRunner:
     """What a job workflow does, bound to this process's pool (the workflow's steps call it)."""
 
     def __init__(self, pool: ServerPool, worker_id: str) -> None:
         self.pool = pool
         self.worker_id = worker_id
-        self.stop = threading.Event()
+        self.draining = threading.Event()  # stopping: no job takes a server any more
+        self.stop = threading.Event()  # stopped: DBOS is down, nothing more is recorded
         self.in_flight = InFlight()  # the prompts out on servers, taken off them if the worker stops early
 
     def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -95,11 +108,17 @@ class JobRunner:
             return done
         if problem is not None:  # checked before a server is taken
             return output_fault(job, server=None, worker=self.worker_id, attempt=attempt, message=problem)
-        server = self.pool.acquire(self.stop)
+        left = f"job {job['job_id']}: the worker stopped before it took a server"
+        try:
+            server = self.pool.acquire(self.draining)
+        except ServerError:
+            if self.draining.is_set():
+                raise LeftForLater(left) from None
+            raise
         failed = False
         try:
-            if self.stop.is_set():  # the worker stopped while this job waited for a slot
-                raise ServerError("the worker is stopping")
+            if self.draining.is_set():  # the worker began stopping as this job got its slot
+                raise LeftForLater(left)
             workflow_id = DBOS.workflow_id
             outcome = run_attempt(
                 job,
@@ -240,6 +259,7 @@ class BatchWorker:
         written: they could not record what they did), then shut DBOS down; what is still running goes
         back on the queue when this worker id starts again."""
         grace = 0 if self._full.failure is not None else self.grace
+        self.runner.draining.set()  # jobs waiting for a server leave now; those on one get the grace
         if grace <= 0:
             self.runner.stop.set()
         self._quiet.shut_down = True
@@ -258,6 +278,10 @@ class BatchWorker:
             if not any(server.running for server in self.pool.snapshot()):
                 logging.getLogger("dbos").removeFilter(self._quiet)
                 logging.getLogger("dbos").removeFilter(self._full)
+
+    def running_jobs(self) -> int:
+        """Jobs whose prompts are out on servers now: those a stop gives ``grace`` seconds to finish."""
+        return sum(server.running for server in self.pool.snapshot())
 
     def check_database(self) -> None:
         """Raise :class:`LeanVideoError` once DBOS has failed to write the database for a full disk

@@ -116,7 +116,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             console.print(next_step, highlight=False)
             return 0
         _stop_on_signals()
-        began, first_done, said = time.monotonic(), None, ("", 0.0)
+        began, first_done, said, interrupted = time.monotonic(), None, ("", 0.0), False
         try:
             with (
                 BatchWorker(
@@ -127,19 +127,27 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                 ) as worker,
                 Live(console=err, refresh_per_second=4, transient=False) as live,
             ):
-                while True:
-                    worker.check_database()
-                    states = list_jobs(client, name)
-                    summary = summarize(states)
-                    first_done = first_done if first_done is not None else summary.finished
-                    live.update(_progress_view(name, states, pool, (began, first_done)))
-                    if not err.is_terminal:  # a CI log sees the live view only at the end: say it as it goes
-                        said = _say_progress(err, name, summary, pool, said)
-                    if summary.all_done:
-                        break
-                    time.sleep(REFRESH_S)
+                try:
+                    while True:
+                        worker.check_database()
+                        states = list_jobs(client, name)
+                        summary = summarize(states)
+                        first_done = first_done if first_done is not None else summary.finished
+                        live.update(_progress_view(name, states, pool, (began, first_done)))
+                        if not err.is_terminal:  # a CI log sees the live view only at the end: say it now
+                            said = _say_progress(err, name, summary, pool, said)
+                        if summary.all_done:
+                            break
+                        time.sleep(REFRESH_S)
+                except KeyboardInterrupt:  # said before the worker's stop waits for running jobs
+                    interrupted = True
+                    live.stop()
+                    if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
+                        err.line()
+                    _say_stopping(err, worker, args.grace)
+                    raise
         finally:
-            if not err.is_terminal:  # rich ends a non-terminal Live's last frame without a newline
+            if not err.is_terminal and not interrupted:
                 err.line()
         counts = summary.counts
         others = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if state != "success" and n)
@@ -174,8 +182,24 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
                 worker.check_database()
                 time.sleep(REFRESH_S)
         except KeyboardInterrupt:
-            err.print(f"stopping: running jobs get up to {args.grace} s to finish…")
+            _say_stopping(err, worker, args.grace)
     return 0
+
+
+def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
+    """What a stop waits for: the jobs whose prompts are on servers, up to ``grace`` seconds; jobs that
+    had not taken a server wait for the next worker with this id."""
+    running = worker.running_jobs()
+    if running and grace > 0:
+        wait = f"{running} running job(s) get up to {grace} s to finish"
+    elif running:
+        wait = f"{running} running job(s) are taken off their servers (--grace 0)"
+    else:
+        wait = "no job is running on a server"
+    err.print(
+        f"stopping: {wait}; jobs not finished run again when a worker with id {worker.worker_id} starts",
+        highlight=False,
+    )
 
 
 def _progress_view(
