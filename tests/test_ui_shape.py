@@ -14,6 +14,7 @@ from runner.cli.main import main
 from runner.errors import WorkflowError
 from runner.graph.convert import convert_ui_workflow
 from runner.graph.ui_shape import check_ui_shape
+from runner.local.ports import pick_free_port
 from runner.local.server import ComfyServer
 from tests.test_convert import OBJECT_INFO, UI
 
@@ -127,3 +128,22 @@ def test_every_command_that_reads_an_editor_file_refuses_a_damaged_one_with_exit
         assert "Traceback" not in err
     assert main(["workflow", "diff", str(path), str(path), *server]) == 5
     assert "link #1 in 'links' is [1, 2]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["workflow", "convert"], ["workflow", "validate"], ["run"], ["workflow", "diff"]],
+    ids=lambda command: " ".join(command),
+)
+def test_a_damaged_file_is_said_as_such_before_any_server_is_asked(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No server answers here: the damage is what is wrong (exit 5), not an unreachable server (4)."""
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(damaged(set_link(0, [1, 2]))), encoding="utf-8")
+    files = [str(path), str(path)] if command[-1] == "diff" else [str(path)]
+    nobody = ["--server", f"http://127.0.0.1:{pick_free_port()}", "--retries", "0"]
+    out = ["--out", str(tmp_path / "out")] if command == ["run"] else []
+    assert main([*command, *files, *nobody, *out]) == 5
+    err = capsys.readouterr().err
+    assert f"{path}: link #1 in 'links' is [1, 2]" in err and "cannot reach" not in err, err

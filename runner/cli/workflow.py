@@ -13,7 +13,7 @@ from rich.console import Console
 from runner.cli.render import print_json, problems_table
 from runner.cli.server_options import add_server_arguments, given_path, override_spec, run_options
 from runner.errors import UsageError, WorkflowError
-from runner.graph.convert import as_api_workflow
+from runner.graph.convert import as_api_workflow, check_workflow_document
 from runner.graph.diff import diff_workflows, summarize
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
@@ -79,6 +79,7 @@ def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
 def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
     options = run_options(args)
     document = read_json_file(args.file)  # a missing or broken file is said before the server is asked
+    check_workflow_document(document, args.file)
     with options.make_client() as client:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
@@ -128,6 +129,7 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
 def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
     document = read_json_file(path)
+    check_workflow_document(document, path)  # a damaged file is said before the server is asked
     if not is_ui_workflow(document):
         return api_workflow(document, path)  # no server needed
     with run_options(args).make_client() as client:
@@ -139,6 +141,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
     if not is_ui_workflow(ui):
         already = "it is already in API format" if isinstance(ui, dict) and ui else "it has no 'nodes' list"
         raise WorkflowError(f"{args.file} is not an editor (UI) workflow: {already}")
+    check_workflow_document(ui, args.file)  # a damaged file is said before the server is asked
     if args.out is not None and not args.out.parent.is_dir():
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     options = run_options(args)

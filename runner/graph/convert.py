@@ -68,6 +68,24 @@ def as_api_workflow(document: Any, path: Path, object_info: ObjectInfo) -> Workf
         raise WorkflowError(f"{path}: {error}") from error
 
 
+def check_workflow_document(document: Any, path: Path) -> None:
+    """What can be checked of a workflow file without a server: an API workflow's shape, an editor
+    file's nodes, links and ids. Called before the server is asked, so that a damaged file is said as
+    such (exit 5) also where no server answers (it was said as an unreachable server, exit 4).
+
+    Raises:
+        WorkflowError: naming ``path`` and what is wrong.
+    """
+    if not is_ui_workflow(document):
+        api_workflow(document, path)
+        return
+    try:
+        check_ui_shape(document)
+        flatten_subgraphs(document)  # two nodes of one id, a damaged subgraph
+    except WorkflowError as error:
+        raise WorkflowError(f"{path}: {error}") from error
+
+
 def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow:
     """The API-format workflow the editor would submit for ``ui``; see the module docstring.
 

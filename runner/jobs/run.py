@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageError, WorkflowError
-from runner.graph.convert import as_api_workflow
+from runner.graph.convert import as_api_workflow, check_workflow_document
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file
 from runner.local.out_folder import check_out_folder
@@ -105,6 +105,7 @@ def prepare_workflow(
         WorkflowError: unreadable file, bad override, or validation errors (each naming its node).
     """
     document = read_json_file(path)  # a missing or broken file is said before the server is asked
+    check_workflow_document(document, path)
     object_info = client.get_json("/object_info")
     workflow = as_api_workflow(document, path, object_info)
     applied = apply_overrides(workflow, list(overrides), object_info)
