@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ import pytest
 from runner.cli.main import main
 from runner.errors import WorkflowError
 from runner.graph.convert import convert_ui_workflow
+from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
+from runner.graph.workflow import apply_overrides
 from runner.local.server import ComfyServer
 
 OBJECT_INFO: dict[str, Any] = {
@@ -328,3 +331,25 @@ def test_a_list_widget_value_is_wrapped_as_the_editor_submits_it() -> None:
     listed = node(7, "CheckpointLoaderSimple", widgets=[["a.safetensors", "b.safetensors"]])
     api = convert_ui_workflow({"nodes": [listed], "links": []}, OBJECT_INFO)
     assert api["7"]["inputs"]["ckpt_name"] == {"__value__": ["a.safetensors", "b.safetensors"]}
+
+
+def test_set_on_an_editor_only_node_points_to_where_its_value_goes() -> None:
+    ui = copy.deepcopy(UI)
+    ui["nodes"][5]["title"] = "Steps"  # the primitive feeding KSampler's steps
+    api = convert_ui_workflow(ui, OBJECT_INFO)
+    hints = editor_only_hints(ui)
+    for target in ("6", "Steps"):
+        with pytest.raises(WorkflowError) as refused:
+            apply_overrides(api, [f"{target}.value=4"], OBJECT_INFO, hints)
+        assert str(refused.value) == (
+            f"--set '{target}.value=4': node 6 (Steps) is a primitive of the editor: its value goes to "
+            "node 4 input 'steps'; set that instead (--set 4.steps=VALUE)"
+        )
+    with pytest.raises(WorkflowError, match=r"node 3 \(LoraLoaderModelOnly\) is bypassed in the editor file"):
+        apply_overrides(api, ["3.strength=1"], OBJECT_INFO, hints)
+    with pytest.raises(WorkflowError, match=r"node 9 \(Note\) is a note"):
+        apply_overrides(api, ["9.text=x"], OBJECT_INFO, hints)
+    with pytest.raises(WorkflowError, match="no node '42' in the workflow"):  # nothing of the editor's either
+        apply_overrides(api, ["42.steps=1"], OBJECT_INFO, hints)
+    apply_overrides(api, ["4.steps=4"], OBJECT_INFO, hints)
+    assert api["4"]["inputs"]["steps"] == 4

@@ -389,3 +389,43 @@ def test_validate_reports_inputs_that_are_no_object_given_in_memory(workflow: di
     workflow["5"]["inputs"] = ["model"]
     found = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, OBJECT_INFO)}
     assert found[("5", None)].startswith("inputs must be an object")
+
+
+@pytest.mark.parametrize(
+    ("typed", "seed"),
+    [("12345678901234567.0", 12345678901234567), ("1.2345678901234567e16", 12345678901234567), ("7.0", 7)],
+)
+def test_an_integer_typed_with_a_decimal_point_keeps_every_digit(
+    workflow: dict[str, Any], typed: str, seed: int
+) -> None:
+    """JSON reads 12345678901234567.0 as the float 12345678901234568.0: the seed run was not the one
+    typed. The typed text is read exactly."""
+    apply_overrides(workflow, [f"Sample.seed={typed}"], OBJECT_INFO)
+    assert workflow["5"]["inputs"]["seed"] == seed
+
+
+def test_a_float_seed_in_a_file_past_exact_integers_is_refused_naming_the_value_run(
+    workflow: dict[str, Any],
+) -> None:
+    workflow["5"]["inputs"]["seed"] = 12345678901234567.0  # as json.loads reads it from a file
+    (problem,) = [p for p in validate_workflow(workflow, OBJECT_INFO) if p.kind == "error"]
+    assert problem.input_name == "seed"
+    assert "read as the nearest float, 12345678901234568; write the integer digits alone" in problem.message
+    workflow["5"]["inputs"]["seed"] = 2.0**53  # still exact: taken, as the server takes it
+    assert not [p for p in validate_workflow(workflow, OBJECT_INFO) if p.kind == "error"]
+
+
+@pytest.mark.parametrize("prefix", ["../../escape", "/tmp/fox", "a/../../b"])
+def test_a_filename_prefix_outside_the_output_folder_is_refused_as_the_server_would(
+    workflow: dict[str, Any], prefix: str
+) -> None:
+    workflow["6"]["inputs"]["filename_prefix"] = prefix
+    (problem,) = validate_workflow(workflow, OBJECT_INFO)
+    assert (problem.node_id, problem.input_name, problem.kind) == ("6", "filename_prefix", "error")
+    assert problem.message.startswith(f"{prefix!r} saves outside the server's output folder")
+
+
+@pytest.mark.parametrize("prefix", ["fox", "video/fox", "a/../b", "%year%-%month%/fox", ".."])
+def test_a_filename_prefix_inside_the_output_folder_passes(workflow: dict[str, Any], prefix: str) -> None:
+    workflow["6"]["inputs"]["filename_prefix"] = prefix
+    assert validate_workflow(workflow, OBJECT_INFO) == []

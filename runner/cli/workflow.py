@@ -15,6 +15,7 @@ from runner.cli.server_options import add_server_arguments, given_path, override
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow, check_workflow_document
 from runner.graph.diff import diff_workflows, summarize
+from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
 from runner.jobs.run import collect_environment
@@ -85,7 +86,8 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
     workflow = as_api_workflow(document, args.file, object_info)
-    apply_overrides(workflow, list(args.overrides), object_info)
+    hints = editor_only_hints(document) if is_ui_workflow(document) else None
+    apply_overrides(workflow, list(args.overrides), object_info, hints)
     problems = validate_workflow(workflow, object_info)
     errors = [p for p in problems if p.kind == "error"]
     if args.json:

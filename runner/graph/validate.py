@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,4 +223,21 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
         coerce_value(spec, value, where="value")
     except WorkflowError as exc:
         return [Problem(node_id, class_type, name, str(exc).removeprefix("value").lstrip(": "))]
+    if name == "filename_prefix" and isinstance(value, str) and leaves_output_folder(value):
+        message = (
+            f"{value!r} saves outside the server's output folder, which ComfyUI refuses when the node runs: "
+            "give a path inside it (video/clip)"
+        )
+        return [Problem(node_id, class_type, name, message)]
     return []
+
+
+def leaves_output_folder(prefix: str) -> bool:
+    """Whether a saver's ``filename_prefix`` points outside the output folder (``../x``, ``/tmp/x``), as
+    ComfyUI's ``folder_paths.get_save_image_path`` decides it when the node runs."""
+    root = os.path.abspath(os.path.join(os.sep, "output"))
+    folder = os.path.abspath(os.path.join(root, os.path.dirname(os.path.normpath(prefix))))
+    try:
+        return os.path.commonpath((root, folder)) != root
+    except ValueError:  # another drive
+        return True

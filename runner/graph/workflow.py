@@ -15,8 +15,10 @@ Example::
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
 
 SEED_INPUTS = ("seed", "noise_seed")
+EXACT_FLOAT_INT = 2**53  # past it, a float no longer holds every integer
 
 
 @dataclass(frozen=True)
@@ -186,8 +189,15 @@ def parse_override(spec: str) -> tuple[str, str, Any]:
     return target.strip(), name.strip(), value
 
 
-def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInfo | None) -> list[Override]:
+def apply_overrides(
+    workflow: Workflow,
+    specs: list[str],
+    object_info: ObjectInfo | None,
+    editor_only: Mapping[str, str] | None = None,
+) -> list[Override]:
     """Apply ``--set`` overrides to ``workflow`` in place, each type-checked; returns what changed.
+    ``editor_only``: for a workflow converted from an editor file, what to say of a target that names
+    one of its editor-only nodes (:func:`~runner.graph.editor_nodes.editor_only_hints`).
 
     Raises:
         WorkflowError: an unknown node or input (with close matches), a linked input, or a bad value.
@@ -199,7 +209,8 @@ def apply_overrides(workflow: Workflow, specs: list[str], object_info: ObjectInf
         try:
             node_id = resolve_node(workflow, target)
         except WorkflowError as exc:
-            raise WorkflowError(f"--set {spec!r}: {exc}") from exc
+            said = (editor_only or {}).get(target)
+            raise WorkflowError(f"--set {spec!r}: {said or exc}") from exc
         node = workflow[node_id]
         class_type = str(node.get("class_type"))
         inputs = node.setdefault("inputs", {})
@@ -232,6 +243,12 @@ def _as_given(spec: list[Any], value: Any, typed: str) -> Any:
     kind = spec[0]
     if kind == "STRING":
         return typed
+    if kind == "INT" and isinstance(value, float) and math.isfinite(value):  # 12345678901234567.0 exactly
+        try:
+            exact = decimal.Decimal(typed.strip())
+        except decimal.InvalidOperation:
+            return value
+        return int(exact) if exact.is_finite() and exact == exact.to_integral_value() else value
     choices = input_choices(kind, spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {})
     if choices is not None and value not in choices and typed in choices:
         return typed
@@ -257,6 +274,12 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
             isinstance(value, int) or (isinstance(value, float) and value.is_integer())
         ):
             raise WorkflowError(f"{where} expects an integer, got {_shown(given)}")
+        if isinstance(value, float) and abs(value) > EXACT_FLOAT_INT:
+            raise WorkflowError(
+                f"{where} expects an integer, got {_shown(given)}: a number this large written with a "
+                f"decimal point or exponent is read as the nearest float, {int(value)}; write the integer "
+                "digits alone"
+            )
         value = int(value)
     elif kind == "FLOAT":
         value = _number_of(value, float)

@@ -27,8 +27,9 @@ from typing import Any
 
 from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow, check_workflow_document
+from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
-from runner.graph.workflow import Override, apply_overrides, find_seeds, read_json_file
+from runner.graph.workflow import Override, apply_overrides, find_seeds, is_ui_workflow, read_json_file
 from runner.local.out_folder import check_out_folder
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
@@ -108,7 +109,8 @@ def prepare_workflow(
     check_workflow_document(document, path)
     object_info = client.get_json("/object_info")
     workflow = as_api_workflow(document, path, object_info)
-    applied = apply_overrides(workflow, list(overrides), object_info)
+    hints = editor_only_hints(document) if is_ui_workflow(document) else None
+    applied = apply_overrides(workflow, list(overrides), object_info, hints)
     if validate:
         errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
         if errors:

@@ -1,0 +1,94 @@
+"""The nodes of an editor (UI) file that the submitted workflow does not have: primitives, reroutes,
+notes, muted and bypassed nodes. ``--set`` aimed at one of them is told where its value goes, not
+"no node" (a primitive's value goes to the inputs it feeds; set those).
+
+Example::
+
+    hints = editor_only_hints(ui)
+    hints.get("Seed")  # "node 12 (Seed) is a primitive of the editor: its value goes to node 3 …"
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, NOTE_TYPES, flatten_subgraphs, is_editor_only
+
+Node = dict[str, Any]
+
+
+def editor_only_hints(ui: dict[str, Any]) -> dict[str, str]:
+    """For each editor-only node of ``ui``, by its id and by its title (a title two of them share is
+    left out), what ``--set`` should aim at instead. ``ui`` must have passed
+    :func:`~runner.graph.ui_shape.check_ui_shape`."""
+    nodes, rows = flatten_subgraphs(ui)
+    by_id = {str(node.get("id")): node for node in nodes}
+    fed = _inputs_fed_by_primitives(nodes, rows, by_id)
+    hints: dict[str, str] = {}
+    titles: dict[str, int] = {}
+    for node_id, node in by_id.items():
+        if not is_editor_only(node):
+            continue
+        hint = _hint(node_id, node, fed.get(node_id, []))
+        hints[node_id] = hint
+        title = node.get("title")
+        if isinstance(title, str) and title:
+            titles[title] = titles.get(title, 0) + 1
+            hints.setdefault(title, hint)
+    for title, count in titles.items():
+        if count > 1 and title not in by_id:
+            hints.pop(title, None)
+    return hints
+
+
+def _inputs_fed_by_primitives(
+    nodes: list[Node], rows: list[list[Any]], by_id: dict[str, Node]
+) -> dict[str, list[tuple[str, str]]]:
+    """Primitive id → ``(node id, input name)`` of each input it feeds, through reroutes."""
+    origins = {int(row[0]): str(row[1]) for row in rows}
+    fed: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        if is_editor_only(node):
+            continue
+        for slot in node.get("inputs") or []:
+            link = slot.get("link")
+            source = _primitive_behind(link, origins, by_id)
+            if source is not None:
+                fed.setdefault(source, []).append((str(node.get("id")), str(slot.get("name"))))
+    return fed
+
+
+def _primitive_behind(link: Any, origins: dict[int, str], by_id: dict[str, Node]) -> str | None:
+    for _ in range(64):  # a reroute chain, never a loop
+        if not isinstance(link, int) or link not in origins:
+            return None
+        origin = by_id.get(origins[link])
+        if origin is None:
+            return None
+        if origin.get("type") == "PrimitiveNode":
+            return str(origin.get("id"))
+        if origin.get("type") != "Reroute":
+            return None
+        link = ((origin.get("inputs") or [{}])[0] or {}).get("link")
+    return None
+
+
+def _hint(node_id: str, node: Node, fed: list[tuple[str, str]]) -> str:
+    kind = str(node.get("type"))
+    title = node.get("title")
+    named = f"node {node_id} ({title})" if isinstance(title, str) and title else f"node {node_id} ({kind})"
+    if node.get("mode") in (MODE_MUTED, MODE_BYPASSED):
+        state = "muted" if node.get("mode") == MODE_MUTED else "bypassed"
+        return f"{named} is {state} in the editor file, so it is not part of the submitted workflow"
+    if kind in NOTE_TYPES:
+        return f"{named} is a note: it has no inputs"
+    if kind == "Reroute":
+        return f"{named} is a reroute of the editor: set the input it leads to or from"
+    if not fed:
+        return f"{named} is a primitive of the editor that feeds no input"
+    where = ", ".join(f"node {target} input {name!r}" for target, name in fed)
+    target, name = fed[0]
+    return (
+        f"{named} is a primitive of the editor: its value goes to {where}; set that instead "
+        f"(--set {target}.{name}=VALUE)"
+    )
