@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -136,10 +137,24 @@ def test_a_start_that_loses_the_port_to_another_server_says_so_and_leaves_its_re
         info = httpx.get(f"{winner.url}/leanvideo/info", timeout=30).json()
         assert info["pid"] == winner.pid
         monkeypatch.setattr(server_module, "bind_error", lambda host, port: None)  # as if it were free
+        elsewhere = replace(server_config, state_dir=server_config.state_dir.with_name("another-workspace"))
         with pytest.raises(PortInUseError, match=f"taken by another ComfyUI \\(pid {winner.pid}\\)"):
-            ComfyServer(server_config).start()
+            ComfyServer(elsewhere).start()
         assert json.loads(record.read_text(encoding="utf-8"))["pid"] == winner.pid
         assert httpx.get(f"{winner.url}/system_stats", timeout=30).status_code == 200
+
+        # In its own state folder (two `serve` on one port of one workspace) it is refused before it
+        # touches anything there: the winner's log stays where it is, whole.
+        log_before = winner.log_path.read_bytes()
+        said = f"ComfyUI (pid {winner.pid}) is already starting or running in {server_config.state_dir}"
+        with pytest.raises(PortInUseError, match=re.escape(f"{said} (port {server_config.port})")):
+            ComfyServer(server_config).start()
+        assert winner.log_path.read_bytes().startswith(log_before)
+        assert not winner.log_path.with_name("comfyui.log.1").exists()
+        assert json.loads(record.read_text(encoding="utf-8"))["pid"] == winner.pid
+    # the lock lasts as long as the server: stopped, its folder takes the next one
+    with ComfyServer(server_config) as again:
+        assert httpx.get(f"{again.url}/system_stats", timeout=30).status_code == 200
 
 
 def test_crash_during_start_reports_the_log_tail(server_config: ServerConfig) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from runner.local.server import terminate_process_group
+from runner.local.process_group import terminate_process_group
 from runner.local.server_record import RECORD_NAME
 
 __all__ = ["find_running_servers", "stop_background_server"]

@@ -13,16 +13,12 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import errno
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +28,7 @@ import yaml
 
 from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
 from runner.local.ports import bind_error, pick_free_port
+from runner.local.process_group import die_with_parent, terminate_process_group
 from runner.local.server_args import refuse_owned_flags
 from runner.local.server_log import (
     keep_previous_log,
@@ -40,6 +37,7 @@ from runner.local.server_log import (
     read_log_tail,
 )
 from runner.local.server_record import remove_own_record, write_record
+from runner.local.state_lock import lock_state_dir, note_holder
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace, holds_pack
 
 logger = logging.getLogger(__name__)
@@ -231,13 +229,6 @@ def build_command(config: ServerConfig, *, cpu: bool, front_end_root: Path | Non
     return command
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM the child when the process that started it dies (no orphans)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class ComfyServer:
     """One ComfyUI process: started by :meth:`start`, stopped by :meth:`stop` or the ``with`` block.
 
@@ -282,6 +273,23 @@ class ComfyServer:
             )
         for sub in ("base/custom_nodes", "output"):
             (config.state_dir / sub).mkdir(parents=True, exist_ok=True)
+        lock = lock_state_dir(config.state_dir, port=config.port)  # before anything there is touched
+        try:
+            self._launch(lock)
+        finally:
+            os.close(lock)  # the server process holds it from here
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        if (missing := missing_nodes_warning(self.log_path)) is not None:  # it runs, without those nodes
+            logger.warning("ComfyUI on port %d %s", self.config.port, missing)
+        self._write_record()
+
+    def _launch(self, lock: int) -> None:
+        """Start the ComfyUI process, handing it the state folder's ``lock``."""
+        config = self.config
         write_extra_model_paths(config)
         cpu = config.cpu if config.cpu is not None else not cuda_available(config.python)
         front_end_root = None
@@ -299,17 +307,11 @@ class ComfyServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=None if self.detach else _die_with_parent,
+                preexec_fn=None if self.detach else die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                pass_fds=(lock,),
             )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        if (missing := missing_nodes_warning(self.log_path)) is not None:  # it runs, without those nodes
-            logger.warning("ComfyUI on port %d %s", self.config.port, missing)
-        self._write_record()
+        note_holder(lock, self._process.pid)
 
     def _wait_ready(self) -> None:
         assert self._process is not None
@@ -391,25 +393,3 @@ class ComfyServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def terminate_process_group(
-    pid: int,
-    timeout: float,
-    poll: Callable[[], int | None],
-    wait: Callable[[float], int],
-) -> int | None:
-    """SIGTERM the group led by ``pid``; SIGKILL it if it is still alive after ``timeout`` seconds."""
-    for sig, grace in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-        if poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
-        try:
-            return wait(grace)
-        except subprocess.TimeoutExpired:
-            logger.warning("ComfyUI (pid %d) ignored %s", pid, sig.name)
-    # Reap anything left in the group (children that outlived the leader).
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    return poll()
