@@ -56,14 +56,21 @@ def _own_stop_handlers() -> Any:
         signal.signal(number, handler)
 
 
+def _terminated_while_importing(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> int:
+    monkeypatch.delitem(sys.modules, "runner.cli.main", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_TerminatedImport(), *sys.meta_path])
+    monkeypatch.setattr(sys, "argv", ["leanvideo", *argv])
+    return entry.run()
+
+
 @pytest.mark.usefixtures("_own_stop_handlers")
 def test_sigterm_during_the_import_is_exit_130_with_the_json_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delitem(sys.modules, "runner.cli.main", raising=False)
-    monkeypatch.setattr(sys, "meta_path", [_TerminatedImport(), *sys.meta_path])
-    monkeypatch.setattr(sys, "argv", ["leanvideo", "quantize", "in.safetensors", "out.safetensors", "--json"])
-    assert entry.run() == 130
+    assert (
+        _terminated_while_importing(monkeypatch, ["quantize", "in.safetensors", "out.safetensors", "--json"])
+        == 130
+    )
     captured = capsys.readouterr()
     assert captured.err == "interrupted\n"
     assert json.loads(captured.out) == {
@@ -77,10 +84,7 @@ def test_sigterm_during_the_import_is_exit_130_with_the_json_error(
 def test_json_after_the_double_dash_is_comfyuis_not_ours(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delitem(sys.modules, "runner.cli.main", raising=False)
-    monkeypatch.setattr(sys, "meta_path", [_TerminatedImport(), *sys.meta_path])
-    monkeypatch.setattr(sys, "argv", ["leanvideo", "serve", "--", "--json"])
-    assert entry.run() == 130
+    assert _terminated_while_importing(monkeypatch, ["serve", "--", "--json"]) == 130
     assert capsys.readouterr().out == ""
 
 
