@@ -193,3 +193,27 @@ def test_a_file_the_command_cannot_write_is_named_not_a_traceback(
     monkeypatch.setattr(cli, "cmd_fixtures", writes)
     assert cli.main(["fixtures"]) == exit_code
     assert f"/data/models/.leanvideo-fixtures.lock: {os.strerror(code)}" in capsys.readouterr().err
+
+
+def test_names_and_values_are_printed_as_they_are_never_read_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file named ``ok[red].json`` was printed as ``ok.json``; ``o[/x]`` ended a command in rich's
+    MarkupError. Paths, titles and values are text."""
+    from runner.cli.main import _console, main
+    from runner.graph.validate import Problem
+
+    workflow = {"1": {"class_type": "SaveImage [/b]", "inputs": {"filename_prefix": "o[/x]"}}}
+    a, b = tmp_path / "ok[red].json", tmp_path / "o[bold]x.json"
+    for path in (a, b):
+        path.write_text(json.dumps(workflow), encoding="utf-8")
+    assert main(["workflow", "diff", str(a), str(b)]) == 0
+    assert capsys.readouterr().out.strip() == f"{a} and {b} are the same workflow"
+
+    console = _console(stderr=False)
+    problem = Problem("1", "SaveImage [/b]", "filename_prefix", "model file 'ltxv [fp8].safetensors' [/]")
+    console.print(render.problems_table([problem], f"{a} against ComfyUI"))
+    console.print(f"record: {b}")
+    out = capsys.readouterr().out
+    assert "'ltxv [fp8].safetensors' [/]" in out and "SaveImage [/b]" in out
+    assert f"{a} against ComfyUI" in out and f"record: {b}" in out

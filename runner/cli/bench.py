@@ -189,9 +189,9 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         _check_reachable(url)
     made = [path for path in (out, out / "servers", out / "workflows") if not path.exists()]
     check_out_folder(out)
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, markup=False)
     try:
-        outcome = run_matrix(matrix, settings, progress=lambda line: err.print(escape(line), highlight=False))
+        outcome = run_matrix(matrix, settings, progress=lambda line: err.print(line, highlight=False))
     except WorkflowError:  # refused before any run: what it made goes, so the same --out can be used again
         _remove_made(made, out)
         raise
@@ -200,7 +200,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         return bench_exit_code(outcome, err)
     console.print(outcome.markdown_path.read_text(encoding="utf-8"), markup=False, highlight=False)
     if outcome.plot_error:
-        err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}")
+        err.print(f"[yellow]warning:[/] {escape(outcome.plot_error)}", markup=True)
     console.print(f"results: {outcome.document_path.parent} ({outcome.seconds:.0f} s)", highlight=False)
     return bench_exit_code(outcome, err)
 
@@ -233,16 +233,18 @@ def bench_exit_code(outcome: Any, err: Console) -> int:
     stopped answering (the report has the runs made before), 7 when --budget-s left nothing measured
     (1 when every variant was skipped for another reason), else 0."""
     for message in outcome.server_lost:
-        err.print(f"[bold red]error:[/] {escape(message)}")
+        err.print(f"[bold red]error:[/] {escape(message)}", markup=True)
     failed = [result.name for result in outcome.results if result.failed is not None]
     if failed:
-        err.print(f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}")
+        err.print(
+            f"[bold red]error:[/] {len(failed)} variant(s) failed: {escape(', '.join(failed))}", markup=True
+        )
         return PromptFailedError.exit_code
     if outcome.server_lost:
         return ServerError.exit_code
     if outcome.results and all(result.total is None for result in outcome.results):
         reasons = "; ".join(f"{r.name}: {r.skipped}" for r in outcome.results)
-        err.print(f"[bold red]error:[/] nothing was measured ({escape(reasons)})")
+        err.print(f"[bold red]error:[/] nothing was measured ({escape(reasons)})", markup=True)
         budget = any("--budget-s" in (r.skipped or "") for r in outcome.results)
         return PromptTimeoutError.exit_code if budget else 1
     return 0
@@ -253,15 +255,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_bench_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
-    console = PipeConsole(soft_wrap=True)
-    err = Console(stderr=True, soft_wrap=True)  # a path in an error stays on one line
+    console = PipeConsole(soft_wrap=True, markup=False)
+    err = Console(stderr=True, soft_wrap=True, markup=False)  # a path in an error stays on one line
     try:
         with stop_signals():  # SIGTERM, and SIGINT also when started in the background (inherited ignored)
             return run_bench(args, console)
     except BrokenPipeError:  # `| head` went away
         return broken_pipe_exit()
     except LeanVideoError as exc:
-        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False, markup=True)
         if args.json:
             print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
         return exc.exit_code

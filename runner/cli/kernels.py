@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from runner.cli.render import print_json
 from runner.local.workspace import find_workspace
@@ -49,7 +50,7 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     paths = find_tables(places)
     if args.clear:
         for path in clear_tables(paths):
-            console.print(f"removed {escape(str(path))}", highlight=False)
+            console.print(f"removed {path}", highlight=False)
         if not paths:
             console.print("no INT8 kernel table to remove", highlight=False)
         return 0
@@ -60,7 +61,7 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     if not tables:
         where = ", ".join(str(place) for place in places) or str(servers)
         console.print(
-            f"no INT8 kernel table under {escape(where)}: path=auto measures at first use"
+            f"no INT8 kernel table under {where}: path=auto measures at first use"
             + ("" if args.paths else " (a bench's servers keep theirs in its --out: leanvideo kernels OUT)"),
             highlight=False,
         )
@@ -84,7 +85,10 @@ def _tables(table: KernelTable) -> list[Table]:
         rows = [r for r in table.rows if r.shape.device == device]
         caption = _ruled_out(rows)
         view = Table(
-            title=title, title_justify="left", caption=escape(caption) or None, caption_justify="left"
+            title=Text.from_markup(title),
+            title_justify="left",
+            caption=caption or None,
+            caption_justify="left",
         )
         for column in ("weight", "rows ≤", "layout", "kernel", "time vs w8a16"):
             view.add_column(column)

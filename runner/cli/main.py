@@ -70,7 +70,9 @@ LOG_WIDTH = 200  # off a terminal (a CI log, a file) tables keep whole paths and
 def _console(*, stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or "COLUMNS" in os.environ else LOG_WIDTH
-    return PipeConsole(stderr=stderr, soft_wrap=True, width=width)
+    # markup=False: paths, titles and values are the user's text, never rich markup ("o[/x]" is a name);
+    # the few styled words ask for markup themselves
+    return PipeConsole(stderr=stderr, soft_wrap=True, width=width, markup=False)
 
 
 class _VersionAction(argparse.Action):
@@ -205,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeanVideoError as exc:
         if isinstance(exc.__cause__, BrokenPipeError):  # the reader of the output went away (`| head`)
             return _said_on_a_broken_pipe(exc, err)
-        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False, markup=True)
         if exc.record_path is not None:
             partial = getattr(exc.result, "partial", False)  # a failed prompt's record is whole
             err.print(f"{'partial run' if partial else 'run'} record: {exc.record_path}", highlight=False)
@@ -220,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file or folder the command had to write or read: named, not a traceback
         code = 2 if exc.filename is not None and exc.errno in UNUSABLE_PATH_ERRNOS else 1
         message = os_error_message(exc)
-        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
         if getattr(args, "json", False):
             print_json_error(console, type(exc).__name__, message, code)
         return code
@@ -230,7 +232,7 @@ def _said_on_a_broken_pipe(exc: LeanVideoError, err: Console) -> int:
     """SIGPIPE's exit for a prompt cancelled because its output's reader went away; the error and the
     partial record are said on stderr when stderr is not that same closed pipe (``2>&1 | head``)."""
     try:
-        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False)
+        err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False, markup=True)
         if exc.record_path is not None:
             err.print(f"partial run record: {exc.record_path}", highlight=False)
     except OSError:
@@ -275,6 +277,7 @@ def cmd_batch(args: argparse.Namespace, console: Console, err: Console) -> int:
             f"[bold red]error:[/] leanvideo batch needs DBOS, which does not import here "
             f"({escape(str(exc))}); install it with: pip install 'dbos>=3.4,<4'",
             highlight=False,
+            markup=True,
         )
         return WorkspaceError.exit_code
     return run_batch_command(args, console, err)

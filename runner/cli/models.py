@@ -51,7 +51,7 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
         print_json(console, report.to_json())
     else:
         for line in report_lines(report):
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=True)  # every line escapes what it quotes
     return 1 if report.missing else 0
 
 

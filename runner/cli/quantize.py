@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -154,7 +155,7 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     else:
         _render(report, family, console)
         for line in fallback_lines(report, config) + _removed_lines(report):
-            console.print(f"[yellow]note:[/] {line}", highlight=False)
+            console.print(f"[yellow]note:[/] {escape(line)}", highlight=False, markup=True)
     return 0
 
 
@@ -222,12 +223,13 @@ def _db_text(value: float) -> str:
 
 def _render(report: QuantizeReport, family: str, console: Console) -> None:
     values = report.layer_sqnr_db
+    layers = f"{len(values)} INT8 layer{'s' if len(values) != 1 else ''}"
     console.print(
-        f"wrote {report.target} ({family}, {len(values)} INT8 layer{'s' if len(values) != 1 else ''}, round "
-        "trip verified): "
+        f"wrote {escape(str(report.target))} ({family}, {layers}, round trip verified): "
         f"{report.target_bytes / 1e6:.1f} MB / {report.source_bytes / 1e6:.1f} MB = "
         f"[bold]{report.size_ratio:.3f}×[/]",
         highlight=False,
+        markup=True,
     )
     sqnr = list(values.values())
     reference = (

@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from runner.errors import LeanVideoError, PromptCancelledError
 from runner.graph.validate import Problem
@@ -43,7 +44,7 @@ class RunProgress:
 
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # node classes are the server's text
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -280,7 +281,7 @@ def problems_table(problems: list[Problem], title: str) -> Table:
     for problem in problems:
         style = "red" if problem.kind == "error" else "yellow"
         table.add_row(
-            f"[{style}]{problem.kind}[/]",
+            Text(problem.kind, style=style),
             problem.node_id,
             problem.class_type,
             problem.input_name or "",

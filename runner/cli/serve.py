@@ -84,7 +84,7 @@ def run_serve_command(args: argparse.Namespace, passthrough: tuple[str, ...], co
     )
     server = ComfyServer(config, detach=args.background)
     server.start()
-    console.print(f"ComfyUI ready at [bold]{server.url}[/] (pid {server.pid}, log {server.log_path})")
+    console.print(f"ComfyUI ready at {server.url} (pid {server.pid}, log {server.log_path})", highlight=False)
     if args.background:
         console.print(f"stop it with: leanvideo stop --port {args.port}")
         return 0
