@@ -189,7 +189,9 @@ def test_a_damaged_editor_file_is_refused_rather_than_misread() -> None:
     with pytest.raises(WorkflowError, match=said):  # the flattening of subgraphs kept only one of them
         convert_ui_workflow(with_subgraphs, OBJECT_INFO)
     spelled = {**node(5, "CheckpointLoaderSimple"), "widgets_values": "oops"}  # was read as 'o', 'o', …
-    with pytest.raises(WorkflowError, match=r"node 5 \(CheckpointLoaderSimple\): widgets_values is a str"):
+    with pytest.raises(
+        WorkflowError, match=r"the widgets_values of node 5 \(CheckpointLoaderSimple\) are a text"
+    ):
         convert_ui_workflow({"nodes": [spelled], "links": []}, OBJECT_INFO)
 
 
@@ -353,3 +355,17 @@ def test_set_on_an_editor_only_node_points_to_where_its_value_goes() -> None:
         apply_overrides(api, ["42.steps=1"], OBJECT_INFO, hints)
     apply_overrides(api, ["4.steps=4"], OBJECT_INFO, hints)
     assert api["4"]["inputs"]["steps"] == 4
+
+
+def test_a_subgraph_link_from_an_input_it_does_not_have_is_a_damaged_file() -> None:
+    definition = copy.deepcopy(SUBGRAPH)
+    definition["inputs"] = None  # its links still come from inputs 1 and 2
+    ui = {
+        "nodes": [node(5, "sub-1", [0.25], inputs=[{"name": "model", "type": "MODEL", "link": None}])],
+        "links": [],
+        "definitions": {"subgraphs": [definition]},
+    }
+    with pytest.raises(
+        WorkflowError, match=r"link 1 of subgraph 5 comes from its input #1, and it has 0 input"
+    ):
+        convert_ui_workflow(ui, OBJECT_INFO)

@@ -391,3 +391,55 @@ def test_close_names_are_near_misses_not_any_file_of_the_folder(tmp_path: Path) 
     by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
     assert by_node["1"].status == "missing" and by_node["1"].hint is None
     assert by_node["2"].hint == "close names there: te-v2.safetensors"
+
+
+def test_a_damaged_file_is_said_with_its_path_and_where_to_get_it_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, models = write(tmp_path)
+    (models / "text_encoders").mkdir()
+    (models / "text_encoders" / "te.safetensors").write_bytes(b"")
+    (te,) = [f for f in check_models(path, models, templates={}).files if f.name == "te.safetensors"]
+    assert (te.status, te.url, te.cited_in) == ("invalid", "https://e.x/te", "wf.ui.json")
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"invalid {models / 'text_encoders' / 'te.safetensors'} node 2 (CLIPLoader.clip_name)" in out
+    assert "get it again from https://e.x/te (cited in wf.ui.json)" in out
+
+
+def test_a_name_no_file_can_have_is_invalid_and_the_rest_is_still_reported(tmp_path: Path) -> None:
+    path, models = write(tmp_path)
+    workflow = {
+        **WORKFLOW,
+        "2": {"class_type": "CLIPLoader", "inputs": {"clip_name": "a" * 300 + ".safetensors"}},
+    }
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    (models / "text_encoders").mkdir()  # where the name is looked up: the system refuses it
+    files = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    assert (
+        files["2"].status == "invalid"
+        and files["2"].hint == "no file can have this name (File name too long)"
+    )
+    assert files["1"].status == "present"
+
+
+def test_a_twin_or_template_shaped_oddly_gives_no_links_and_no_traceback(tmp_path: Path) -> None:
+    odd = {
+        "nodes": [
+            {"type": "A", "properties": ["a"]},
+            {"type": "B", "properties": {"models": "x"}},
+            {"type": "C", "properties": {"models": [1, {"name": "te.safetensors", "url": "https://e.x/te"}]}},
+        ],
+        "definitions": {"subgraphs": [5, {"nodes": "x"}]},
+    }
+    assert list(model_sources(odd, "odd.json")) == ["te.safetensors"]
+    assert model_sources({"nodes": [], "definitions": []}, "odd.json") == {}
+
+
+def test_a_damaged_editor_file_is_named_by_models_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps({"nodes": [{"id": 1, "type": "A"}, {"id": 1, "type": "B"}], "links": []}))
+    assert main(["models", "check", str(path)]) == 5
+    assert f"{path}: two nodes have the id 1 (A and B)" in " ".join(capsys.readouterr().err.split())

@@ -79,6 +79,15 @@ CASES = [
         lambda ui: ui.__setitem__("definitions", {"subgraphs": [{"id": "s1", "inputs": "x"}]}),
         r"the inputs of subgraph s1 are a text",
     ),
+    (
+        lambda ui: ui["nodes"][0].__setitem__("type", ["CheckpointLoaderSimple"]),
+        r'node 1 has the type \["CheckpointLoaderSimple"\], not a node type name',
+    ),
+    (lambda ui: ui["nodes"][0].pop("type"), r"node 1 has no type"),
+    (
+        lambda ui: ui["nodes"][0].__setitem__("widgets_values", 5),
+        r"the widgets_values of node 1 \(CheckpointLoaderSimple\) are a number \(5\), not a list or",
+    ),
 ]
 
 

@@ -68,7 +68,11 @@ def report_lines(report: ModelsReport) -> list[str]:
             lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}{found}")
         elif file.status in ("unchecked", "invalid"):
             colour = "yellow" if file.status == "unchecked" else "red"
-            lines.append(f"  [{colour}]{file.status}[/] {escape(node)}: {escape(file.hint or '')}")
+            at = f" {escape(file.path)}" if file.path else ""  # a damaged file: which one
+            lines.append(f"  [{colour}]{file.status}[/]{at} {escape(node)}: {escape(file.hint or '')}")
+            if file.url:
+                cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
+                lines.append(f"          get it again from {escape(file.url)}{cited}")
         else:
             lines.append(f"  [red]missing[/] {escape(where)}  {escape(node)}")
             if file.hint:

@@ -193,10 +193,13 @@ def _linked_ref(ref: ModelRef, source: tuple[str | None, Any]) -> ModelRef:
 
 
 def _ui_nodes(ui_workflow: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [n for n in ui_workflow.get("nodes") or [] if isinstance(n, dict)]
-    for subgraph in (ui_workflow.get("definitions") or {}).get("subgraphs") or []:
-        nodes += [n for n in subgraph.get("nodes") or [] if isinstance(n, dict)]
-    return nodes
+    """The node objects of an editor file and its subgraphs; what is not shaped so is passed over (a
+    twin or a template is read only for download links)."""
+    graphs = [ui_workflow]
+    definitions = ui_workflow.get("definitions")
+    if isinstance(definitions, dict) and isinstance(definitions.get("subgraphs"), list):
+        graphs += [g for g in definitions["subgraphs"] if isinstance(g, dict)]
+    return [n for g in graphs if isinstance(g.get("nodes"), list) for n in g["nodes"] if isinstance(n, dict)]
 
 
 def model_sources(ui_workflow: dict[str, Any], cited_in: str) -> dict[str, ModelSource]:
@@ -204,7 +207,11 @@ def model_sources(ui_workflow: dict[str, Any], cited_in: str) -> dict[str, Model
     included); entries without a name or URL are skipped."""
     sources: dict[str, ModelSource] = {}
     for node in _ui_nodes(ui_workflow):
-        for entry in (node.get("properties") or {}).get("models") or []:
+        properties = node.get("properties")
+        entries = properties.get("models") if isinstance(properties, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
             name, url = entry.get("name"), entry.get("url")
             if isinstance(name, str) and isinstance(url, str) and name not in sources:
                 sources[name] = ModelSource(name, url, str(entry.get("directory") or ""), cited_in)

@@ -25,6 +25,7 @@ import itertools
 from typing import Any
 
 from runner.errors import WorkflowError
+from runner.graph.ui_shape import SAVE_AGAIN
 
 SUBGRAPH_INPUT_NODE = -10
 SUBGRAPH_OUTPUT_NODE = -20
@@ -111,15 +112,20 @@ class _Flattener:
             and depth < MAX_DEPTH
         }
         for row in rows:
-            origin, slot = str(row[1]), int(row[2])
-            if boundary is not None and int(row[1]) == SUBGRAPH_INPUT_NODE:
+            origin, slot = str(row[1]).strip(), int(row[2])
+            if boundary is not None and origin == str(SUBGRAPH_INPUT_NODE):
+                if not 0 <= slot < len(boundary[0]):
+                    raise WorkflowError(
+                        f"link {row[0]} of subgraph {prefix.rstrip(':')} comes from its input #{slot + 1}, "
+                        f"and it has {len(boundary[0])} input(s): {SAVE_AGAIN}"
+                    )
                 origin, slot = boundary[0][slot], 0
             elif origin in expanded:
                 origin, slot = f"{expanded[origin]}:out{slot}", 0
             else:
                 origin = f"{prefix}{origin}"
             self.links.append([renamed[int(row[0])], origin, slot, None, None, row[5]])
-            if boundary is not None and int(row[3]) == SUBGRAPH_OUTPUT_NODE:
+            if boundary is not None and str(row[3]).strip() == str(SUBGRAPH_OUTPUT_NODE):
                 outputs = boundary[1]
                 if int(row[4]) < len(outputs):
                     outputs[int(row[4])] = renamed[int(row[0])]

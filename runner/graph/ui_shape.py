@@ -3,7 +3,8 @@ names the node or link at fault, never a traceback from deep inside the converte
 
 What is checked, in the graph and in every subgraph definition (``definitions.subgraphs``):
 
-- ``nodes`` is a list of objects, each with an ``id`` (an integer, or a text as in subgraphs);
+- ``nodes`` is a list of objects, each with an ``id`` (an integer, or a text as in subgraphs), a
+  ``type`` that is a text, and ``widgets_values`` that are a list, an object or null;
 - a node's ``inputs`` and ``outputs`` are lists of objects, and an input's ``link`` is a link id or null;
 - ``links`` is a list of links, each ``[id, origin id, origin slot, target id, target slot, type]`` (the
   type may be left out) or an object with those keys; ids and slots are integers.
@@ -82,7 +83,19 @@ def _check_node(index: int, node: Any, where: str) -> None:
             else f"has the id {_shown(node['id'])}, {_not_integer(node['id'])}"
         )
         raise WorkflowError(f"node #{index + 1} ({node.get('type')}){where} {shown}: {SAVE_AGAIN}")
+    if not isinstance(node.get("type"), str) or not node["type"]:
+        said = (
+            "has no type"
+            if "type" not in node
+            else f"has the type {_shown(node['type'])}, not a node type name"
+        )
+        raise WorkflowError(f"node {node['id']}{where} {said}: {SAVE_AGAIN}")
     name = f"node {node['id']} ({node.get('type')}){where}"
+    values = node.get("widgets_values")
+    if values is not None and not isinstance(values, (list, dict)):
+        raise WorkflowError(
+            f"the widgets_values of {name} are {json_kind(values)}, not a list or an object: {SAVE_AGAIN}"
+        )
     for key in ("inputs", "outputs"):
         if key in node and node[key] is None:  # the editor writes a list, or leaves the key out
             raise WorkflowError(f"the {key} of {name} are null, not a list: {SAVE_AGAIN}")

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.errors import WorkflowError
 from runner.fixtures import fixture_set
 from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
 from runner.graph.suggest import MODEL_SUFFIXES
@@ -119,7 +120,11 @@ def check_models(
     """
     document = read_json_file(workflow_path)
     if is_ui_workflow(document):  # the editor file says itself where its models come from
-        refs, sources = required_models_ui(document), model_sources(document, workflow_path.name)
+        try:
+            refs = required_models_ui(document)
+        except WorkflowError as error:
+            raise WorkflowError(f"{workflow_path}: {error}") from error
+        sources = model_sources(document, workflow_path.name)
     else:
         refs, sources = required_models(api_workflow(document, workflow_path)), _twin_sources(workflow_path)
     if templates is None and any(ref.name not in sources for ref in refs):
@@ -133,9 +138,14 @@ def check_models(
             status = "unchecked" if ref.problem.startswith("linked") else "invalid"
             report.files.append(ModelFile(**known, status=status, hint=ref.problem))
             continue
-        found = next(
-            (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
-        )
+        try:
+            found = next(
+                (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
+            )
+        except OSError as exc:  # a name no file can have (over 255 bytes, say)
+            hint = f"no file can have this name ({exc.strerror or exc})"
+            report.files.append(ModelFile(**known, status="invalid", hint=hint))
+            continue
         source = sources.get(ref.name)
         if found is not None:
             digest = sha256_file(found) if hashes else None
@@ -147,6 +157,8 @@ def check_models(
                 bytes=found.stat().st_size,
                 sha256=digest,
                 hint=damage,
+                url=source.url if damage and source else None,  # where to get it again
+                cited_in=source.cited_in if damage and source else None,
             )
         else:
             index = index if index is not None else _model_index((models_dir, *also))  # read once
