@@ -110,7 +110,11 @@ def test_version_names_the_package_version_and_the_commit(capsys: pytest.Capture
 def test_a_usage_error_with_json_is_a_json_error_object_too(capsys: pytest.CaptureFixture[str]) -> None:
     from runner.cli.main import main
 
-    for argv in (["run", "x.json", "--set", "foo", "--json"], ["run", "x.json", "--header", "x", "--json"]):
+    for argv in (
+        ["run", "x.json", "--set", "foo", "--json"],
+        ["run", "x.json", "--header", "x", "--json"],
+        ["run", "x.json", "--set", "foo", "--js"],  # abbreviated, as argparse takes it
+    ):
         with pytest.raises(SystemExit) as refused:
             main(argv)
         assert refused.value.code == 2
@@ -217,3 +221,28 @@ def test_names_and_values_are_printed_as_they_are_never_read_as_markup(
     out = capsys.readouterr().out
     assert "'ltxv [fp8].safetensors' [/]" in out and "SaveImage [/b]" in out
     assert f"{a} against ComfyUI" in out and f"record: {b}" in out
+
+
+def test_a_workflow_after_a_double_dash_or_from_a_pipe_is_read_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run -- -wf.json``: "--" ends the options (only serve and demo pass what follows to ComfyUI);
+    ``run <(…)`` and ``/dev/stdin``: the pipe is read where it is (it was resolved to a name that does
+    not exist). A file that is no workflow tells, before any server is asked, that it was read."""
+    import os
+
+    from runner.cli.main import main
+
+    nobody = ["--server", "http://127.0.0.1:9", "--retries", "0"]
+    dashed = tmp_path / "-wf.json"
+    dashed.write_text('{"1": {"inputs": {}}}', encoding="utf-8")
+    assert main(["run", *nobody, "--out", str(tmp_path / "out"), "--", str(dashed)]) == 5
+    assert "node 1 has no class_type" in capsys.readouterr().err
+    read, write = os.pipe()
+    os.write(write, b'{"7": {"inputs": {}}}')
+    os.close(write)
+    try:
+        assert main(["run", f"/dev/fd/{read}", *nobody, "--out", str(tmp_path / "out")]) == 5
+    finally:
+        os.close(read)
+    assert "node 7 has no class_type" in capsys.readouterr().err

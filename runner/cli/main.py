@@ -64,6 +64,8 @@ EXIT_CODES = (
 
 # An OSError of these is a path that cannot be used as given (usage, exit 2); others (a full disk) exit 1
 UNUSABLE_PATH_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOTDIR})
+# The commands whose flags after "--" are ComfyUI's; for the others "--" ends the options, as usual
+PASSTHROUGH_COMMANDS = frozenset({"serve", "demo"})
 LOG_WIDTH = 200  # off a terminal (a CI log, a file) tables keep whole paths and names, not 80 columns
 
 
@@ -179,13 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     passthrough: list[str] = []
-    if "--" in args_list:
+    if "--" in args_list and _command_of(args_list) in PASSTHROUGH_COMMANDS:
         cut = args_list.index("--")
         args_list, passthrough = args_list[:cut], args_list[cut + 1 :]
     try:
         args = build_parser().parse_args(args_list)
     except UsageExit as refused:
-        if "--json" in args_list:  # scripts reading --json get the error as JSON too
+        if _asks_for_json(args_list):  # scripts reading --json get the error as JSON too
             print(json.dumps({"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}}))
         raise
     logging.basicConfig(
@@ -226,6 +228,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "json", False):
             print_json_error(console, type(exc).__name__, message, code)
         return code
+
+
+def _command_of(args_list: list[str]) -> str | None:
+    """The command word of a command line: the first argument that is not an option."""
+    return next((arg for arg in args_list if not arg.startswith("-")), None)
+
+
+def _asks_for_json(args_list: list[str]) -> bool:
+    """Whether ``--json`` is given, also abbreviated as argparse takes it (``--js``); what follows a
+    ``--`` is not an option."""
+    own = args_list[: args_list.index("--")] if "--" in args_list else args_list
+    return any(len(arg) >= 4 and "--json".startswith(arg) for arg in own)
 
 
 def _said_on_a_broken_pipe(exc: LeanVideoError, err: Console) -> int:
@@ -313,7 +327,7 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         timeout=args.timeout,
         validate=not args.no_validate,
     )
-    path = args.workflow.resolve()
+    path = args.workflow.absolute()  # not resolve(): /dev/stdin, <(…) are read where they are
     if args.json:
         try:
             outcome = run_workflow(path, options)
