@@ -394,3 +394,27 @@ def test_retries_stop_at_the_count_and_at_the_deadline() -> None:
     with pytest.raises(ValueError, match="retries must be ≥ 0"):
         RetryPolicy(retries=-1)
     assert [RetryPolicy().ceiling(n) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+
+
+def test_a_server_that_takes_connections_and_never_answers_is_bounded_by_the_deadline(
+    tmp_path: Path,
+) -> None:
+    """A hung server (or a proxy holding the connection): each request waited its 30 s, whatever
+    ``--timeout`` said. Fault injection a real server cannot give: a socket that accepts, then is
+    silent."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        assert ComfyClient(url)._timeout_now() == 30.0
+        assert ComfyClient(url, deadline=time.monotonic() + 2)._timeout_now() <= 2.0
+        assert ComfyClient(url, deadline=time.monotonic() - 5)._timeout_now() == 1.0  # a last request
+        workflow = tmp_path / "wf.json"
+        workflow.write_text(json.dumps(WORKFLOW), encoding="utf-8")
+        options = RunOptions(server=url, out_dir=tmp_path / "out", timeout=2.0, retries=0)
+        began = time.monotonic()
+        with pytest.raises(ServerError, match=r"/object_info: timed out"):
+            run_workflow(workflow, options)
+        assert time.monotonic() - began < 15  # not the 30 s of one request

@@ -41,6 +41,7 @@ TELEMETRY_ROUTE = "/leanvideo/telemetry/prompts/{prompt_id}"
 # After a cut POST /prompt, how long the server gets to queue what it may have received before the
 # client asks whether it did (ComfyUI validates, queues, then answers).
 SUBMIT_SETTLE_S = 0.5
+MIN_REQUEST_TIMEOUT_S = 1.0  # a request made as the deadline passes (the last status) still gets this
 
 Workflow = dict[str, Any]
 T = TypeVar("T")
@@ -129,10 +130,20 @@ class ComfyClient:
 
         return self.retrying(
             f"{method} {path}",
-            lambda: self._http.request(method, path, **kwargs),  # the pool a retry renewed
+            # the pool a retry renewed; no longer than the deadline leaves
+            lambda: self._http.request(method, path, timeout=self._timeout_now(), **kwargs),
             (httpx.TransportError,),
             fail,
         )
+
+    def _timeout_now(self) -> float:
+        """One request's timeout: ``http_timeout``, cut to what the deadline leaves (at least
+        :data:`MIN_REQUEST_TIMEOUT_S`), so that a server that takes connections and never answers does
+        not hold a ``--timeout 2`` run for 30 s."""
+        if self.deadline is None:
+            return self._http_timeout
+        left = self.deadline - time.monotonic()
+        return max(MIN_REQUEST_TIMEOUT_S, min(self._http_timeout, left))
 
     def __enter__(self) -> ComfyClient:
         return self
@@ -174,7 +185,7 @@ class ComfyClient:
         attempt = 0
         while True:
             try:
-                response = self._http.post("/prompt", json=body)
+                response = self._http.post("/prompt", json=body, timeout=self._timeout_now())
                 break
             except httpx.TransportError as exc:
                 if not self._retry_after(attempt, "POST /prompt", exc):
