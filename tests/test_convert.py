@@ -369,3 +369,14 @@ def test_a_subgraph_link_from_an_input_it_does_not_have_is_a_damaged_file() -> N
         WorkflowError, match=r"link 1 of subgraph 5 comes from its input #1, and it has 0 input"
     ):
         convert_ui_workflow(ui, OBJECT_INFO)
+
+
+def test_convert_out_below_a_file_says_it_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("mine", encoding="utf-8")
+    ui = Path(__file__).parent.parent / "workflows" / "ltxv_tiny_t2v.ui.json"
+    assert main(["workflow", "convert", str(ui), "--out", str(afile / "x.json")]) == 2
+    assert f"the folder {afile} is a file, not a folder" in capsys.readouterr().err
+    assert afile.read_text(encoding="utf-8") == "mine"

@@ -126,6 +126,9 @@ def test_the_cli_exits_1_when_something_is_missing_and_0_when_all_is_there(
     assert main(["models", "check", str(path), "--models", str(models)]) == 0
     assert "all 4 file(s) present" in capsys.readouterr().out
     assert main(["models", "check", str(tmp_path / "nope.api.json"), "--models", str(models)]) == 5
+    with pytest.raises(SystemExit) as refused:  # an unset variable, not the current folder
+        main(["models", "check", str(path), "--models", ""])
+    assert refused.value.code == 2 and "an empty path" in capsys.readouterr().err
 
 
 def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_out(

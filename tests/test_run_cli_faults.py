@@ -42,6 +42,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--server", "ftp://x"],
         ["--server", "notaurl"],
         ["--server", "http://127.0.0.1:99999"],
+        ["--server", "http://127.0.0.1:8188?x=1"],
         ["--timeout", "0"],
         ["--timeout", "nan"],
         ["--retries", "-1"],
@@ -68,3 +69,4 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     )
     assert "server must be an http:// or https:// URL, got 'notaurl'" in err
     assert "server URL 'http://127.0.0.1:99999': Port out of range" in err
+    assert "server URL 'http://127.0.0.1:8188?x=1' has a query or fragment" in err

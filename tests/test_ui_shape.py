@@ -84,6 +84,7 @@ CASES = [
         r'node 1 has the type \["CheckpointLoaderSimple"\], not a node type name',
     ),
     (lambda ui: ui["nodes"][0].pop("type"), r"node 1 has no type"),
+    (lambda ui: ui["links"].append(list(ui["links"][0])), r"link 1 is in 'links' twice"),
     (
         lambda ui: ui["nodes"][0].__setitem__("widgets_values", 5),
         r"the widgets_values of node 1 \(CheckpointLoaderSimple\) are a number \(5\), not a list or",

@@ -252,6 +252,7 @@ def test_load_workflow_mentions_the_convert_command(tmp_path: Path) -> None:
             "-Infinity is not a JSON number",
         ),
         (b"{", "is not valid JSON"),
+        (b'{"1": {"class_type": "KSampler", "inputs": {"seed": ' + b"9" * 5000 + b"}}}", "over 4300 digits"),
     ],
 )
 def test_unreadable_workflow_files_are_named(tmp_path: Path, content: bytes | None, message: str) -> None:

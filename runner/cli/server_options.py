@@ -121,8 +121,9 @@ def given_path(text: str) -> Path:
 
 
 def existing_folder(text: str) -> Path:
-    """A folder that exists, from the command line (``--models``), or argparse's usage error."""
-    path = Path(text)
+    """A folder that exists, from the command line (``--models``), or argparse's usage error (an empty
+    one too: not the current folder)."""
+    path = given_path(text)
     if not path.is_dir():
         problem = "a file, not a folder" if path.exists() else "no such folder"
         raise argparse.ArgumentTypeError(f"{text}: {problem}")

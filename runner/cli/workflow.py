@@ -145,7 +145,8 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise WorkflowError(f"{args.file} is not an editor (UI) workflow: {already}")
     check_workflow_document(ui, args.file)  # a damaged file is said before the server is asked
     if args.out is not None and not args.out.parent.is_dir():
-        raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
+        state = "is a file, not a folder" if args.out.parent.exists() else "does not exist"
+        raise UsageError(f"--out {args.out}: the folder {args.out.parent} {state}")
     options = run_options(args)
     with options.make_client() as client:
         api = as_api_workflow(ui, args.file, client.get_json("/object_info"))

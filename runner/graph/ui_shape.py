@@ -67,8 +67,12 @@ def _check_graph(graph: dict[str, Any], where: str, inner: bool = False) -> None
         links = []
     if not isinstance(links, list):
         raise WorkflowError(f"'links'{where} is {json_kind(links)}, not a list of links: {SAVE_AGAIN}")
+    seen: set[int] = set()
     for index, row in enumerate(links):
-        _check_link(index, row, where)
+        link_id = _check_link(index, row, where)
+        if link_id in seen:  # one of the two would be dropped, and its input said to be missing
+            raise WorkflowError(f"link {link_id}{where} is in 'links' twice: {SAVE_AGAIN}")
+        seen.add(link_id)
 
 
 def _check_node(index: int, node: Any, where: str) -> None:
@@ -122,7 +126,8 @@ def _check_objects(slots: Any, key: str, owner: str) -> None:
             )
 
 
-def _check_link(index: int, row: Any, where: str) -> None:
+def _check_link(index: int, row: Any, where: str) -> int:
+    """Check one link; its id."""
     name = f"link #{index + 1} in 'links'{where}"
     if isinstance(row, dict):
         missing = [key for key in LINK_FIELDS if key not in row]
@@ -145,6 +150,7 @@ def _check_link(index: int, row: Any, where: str) -> None:
             raise WorkflowError(
                 f"{link}{where}: its {key} is {_shown(value)}, {_not_integer(value)}: {SAVE_AGAIN}"
             )
+    return int(values[0])
 
 
 def _not_integer(value: Any) -> str:

@@ -64,6 +64,10 @@ def read_json_file(path: Path, what: str = "workflow file") -> Any:
     except json.JSONDecodeError as exc:
         raise WorkflowError(f"{what} {path} is not valid JSON: {exc}") from exc
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's guard against huge numbers
+            raise WorkflowError(
+                f"{what} {path} holds a number of over 4300 digits, which no input takes"
+            ) from exc
         raise WorkflowError(f"{what} {path}: {exc}") from exc
     except RecursionError as exc:
         raise WorkflowError(f"{what} {path} is not a workflow: its JSON is nested too deeply") from exc

@@ -300,6 +300,8 @@ def check_server_url(url: str) -> str:
         raise ValueError(f"server URL {url!r} names no host")
     if port == 0:
         raise ValueError(f"server URL {url!r}: port 0 is no port")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):  # every path would be put after it
+        raise ValueError(f"server URL {url!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
     return url
 
 
