@@ -380,3 +380,16 @@ def test_convert_out_below_a_file_says_it_is_a_file(
     assert main(["workflow", "convert", str(ui), "--out", str(afile / "x.json")]) == 2
     assert f"the folder {afile} is a file, not a folder" in capsys.readouterr().err
     assert afile.read_text(encoding="utf-8") == "mine"
+
+
+def test_widgets_saved_by_name_that_a_file_leaves_out_take_their_defaults() -> None:
+    """As the list form: a widget the file has no value for starts as a fresh widget does, not as a
+    required input said to be missing."""
+    info = {
+        "EmptyLatentImage": {
+            "input": {"required": {"width": ["INT", {"default": 512}], "height": ["INT", {}]}}
+        }
+    }
+    sized = node(5, "EmptyLatentImage", {"height": 32, "extra": 1})
+    api = convert_ui_workflow({"nodes": [sized], "links": []}, info)
+    assert api["5"]["inputs"] == {"width": 512, "height": 32}

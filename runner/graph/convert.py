@@ -136,20 +136,20 @@ def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
     """The node's widget values by input name, read from its ``widgets_values``."""
     values = node.get("widgets_values")
     names = _widget_names(info)
-    if isinstance(values, dict):
-        return {name: values[name] for name, _, _ in names if name in values}
-    if values is not None and not isinstance(values, list):  # a string would be read letter by letter
+    if values is not None and not isinstance(values, (list, dict)):  # a string: read letter by letter
         raise WorkflowError(
             f"node {node.get('id')} ({node.get('type')}): widgets_values is a {type(values).__name__}, "
             "not a list of the widgets' values"
         )
-    values = list(values or [])
     found: dict[str, Any] = {}
+    if isinstance(values, dict):  # by name; a widget it does not name keeps its default, as in the editor
+        for name, spec, options in names:
+            found[name] = _as_submitted(values[name] if name in values else _default(spec, options))
+        return found
+    values = list(values or [])
     index = 0
     for name, spec, options in names:
-        found[name] = values[index] if index < len(values) else _default(spec, options)
-        if isinstance(found[name], list):  # as the editor submits a list value: a bare list is a link
-            found[name] = {"__value__": found[name]}
+        found[name] = _as_submitted(values[index] if index < len(values) else _default(spec, options))
         index += 1
         # The frontend adds a control widget when asked, or by name when the input says nothing.
         if options.get("control_after_generate", name in SEED_NAMES):
@@ -157,6 +157,11 @@ def widget_inputs(node: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         if any(options.get(key) for key in UPLOAD_OPTIONS):
             index += 1
     return found
+
+
+def _as_submitted(value: Any) -> Any:
+    """A widget's value as the editor submits it: a list value wrapped (a bare list is a link)."""
+    return {"__value__": value} if isinstance(value, list) else value
 
 
 def _default(spec: Any, options: dict[str, Any]) -> Any:
