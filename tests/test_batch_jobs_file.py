@@ -64,11 +64,14 @@ def test_every_bad_line_is_named_with_its_field_in_one_error(folder: Path) -> No
         "[1, 2]",
         '{"id": "h", "workflow": "wf.api.json", "set": {"1.steps": 1, "1.steps": 2}}',
         '{"id": "i", "workflow": "wf.api.json", "set": {"1.text": [[1]]}}',
+        '{"id": "j", "workflow": "wf.api.json", "priority": [1]}',
+        '{"id": true, "workflow": "wf.api.json"}',
+        '{"id": "k", "workflow": "wf.api.json", "set": {"1.text": null}}',
     )
     with pytest.raises(WorkflowError) as caught:
         read_jobs_file(jobs_file)
     message = str(caught.value)
-    assert "10 problem(s); nothing was queued" in message
+    assert "13 problem(s); nothing was queued" in message
     for expected in (
         "line 2: not valid JSON",
         "line 3: id 'a' is already used on line 1",
@@ -81,6 +84,9 @@ def test_every_bad_line_is_named_with_its_field_in_one_error(folder: Path) -> No
         "line 9: expected a JSON object, got list",
         "line 10: key '1.steps' appears twice in one object",
         "line 11: set '1.text': [[1]] is no input value (a text goes in quotes)",
+        "line 12: priority [1] must be an integer from 1 to",
+        "line 13: id True must be",
+        "line 14: set '1.text': null is no input value",
     ):
         assert expected in message
 

@@ -264,7 +264,8 @@ def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str
         if name not in FIELDS:
             problems.append(f"line {line}: unknown field {name!r} (fields: {', '.join(FIELDS)})")
     job_id = str(row.get("id", line))
-    if not isinstance(row.get("id", ""), (str, int)) or not JOB_ID.match(job_id):
+    stated = row.get("id", "")
+    if isinstance(stated, bool) or not isinstance(stated, (str, int)) or not JOB_ID.match(job_id):
         problems.append(
             f"line {line}: id {row.get('id')!r} must be 1-100 letters, digits, '.', '_' or '-' "
             "(not starting with '.', '_' or '-')"
@@ -294,6 +295,9 @@ def _overrides(line: int, given: Any, problems: list[str]) -> tuple[str, ...]:
             shown = json.dumps(value)[:60]
             problems.append(f"line {line}: set {target!r}: {shown} is no input value (a text goes in quotes)")
             continue
+        if value is None:  # a value left out; it would be sent as the text "null"
+            problems.append(f"line {line}: set {target!r}: null is no input value (a text goes in quotes)")
+            continue
         raw = value if isinstance(value, str) else json.dumps(value)
         specs.append(f"{target}={raw}")
     return tuple(specs)
@@ -306,7 +310,7 @@ def _priority(line: int, given: Any, problems: list[str]) -> int | None:
         value = int(given)
         if isinstance(given, (float, bool)) or not 1 <= value <= MAX_PRIORITY:
             raise ValueError
-    except ValueError:
+    except (ValueError, TypeError):  # a list or an object too
         problems.append(f"line {line}: priority {given!r} must be an integer from 1 to {MAX_PRIORITY}")
         return None
     return value
