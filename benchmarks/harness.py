@@ -81,7 +81,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         for spec in self.overrides:
             parse_override(spec)  # raises WorkflowError naming the malformed --set
-        if self.budget_s is not None and self.budget_s <= 0:
+        if self.budget_s is not None and not self.budget_s > 0:  # NaN too
             raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
@@ -196,6 +196,8 @@ def _run_group(
                 logger.warning("could not read %s: %s", log, exc)
 
 
+# What a bench writes beside bench.json; one that is there already is the user's, never written over
+REPORT_FILES = ("report.md", "report.csv", "total_time.png", "phases.png")
 SERVER_NOT_STARTED = "the server did not start"  # how a server lost before it answered is told
 LOGS_NOT_CHECKED = "not checked: a server given with --server writes its log where the bench cannot see it"
 

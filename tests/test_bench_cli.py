@@ -29,6 +29,17 @@ def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.Captu
     assert not (tmp_path / "bench.json").exists()
 
 
+@pytest.mark.parametrize("budget", ["nan", "0", "-5"])
+def test_a_budget_that_is_no_positive_number_is_refused(
+    budget: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:  # nan meant "no limit"
+        main([str(TINY), "--out", str(tmp_path / "out"), "--budget-s", budget])
+    assert exit_info.value.code == 2
+    assert f"argument --budget-s: {budget}: must be a positive number of seconds" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bench.json").write_text("{}", encoding="utf-8")
     assert main([str(TINY), "--out", str(tmp_path)]) == 2
@@ -93,6 +104,19 @@ def test_an_out_left_by_a_bench_that_did_not_finish_is_refused(
     said = f"--out {out} holds runs/, workflows/ of a bench that did not finish (no bench.json: interrupted?)"
     assert said in " ".join(capsys.readouterr().err.split())
     assert sorted(p.name for p in out.iterdir()) == ["runs", "workflows"]
+
+
+def test_an_out_holding_a_report_of_the_users_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "report.md").write_text("mine", encoding="utf-8")
+    assert main([str(TINY), "--out", str(out)]) == 2
+    said = f"--out {out} holds report.md, which the bench would write over"
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert [p.name for p in out.iterdir()] == ["report.md"]
+    assert (out / "report.md").read_text(encoding="utf-8") == "mine"
 
 
 def test_bad_matrix_exits_with_the_workflow_error_code(

@@ -32,7 +32,14 @@ from runner.cli.render import (
     print_json,
     print_json_error,
 )
-from runner.cli.server_options import AppendServer, given_path, override_spec, port_number, server_url
+from runner.cli.server_options import (
+    AppendServer,
+    given_path,
+    override_spec,
+    port_number,
+    positive_seconds,
+    server_url,
+)
 from runner.cli.signals import stop_signals
 from runner.errors import (
     LeanVideoError,
@@ -92,7 +99,7 @@ def add_bench_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--budget-s",
-        type=float,
+        type=positive_seconds,  # nan meant no limit
         default=None,
         metavar="SECONDS",
         help="start no run after this many seconds; the report covers the runs made (default: no limit)",
@@ -144,7 +151,7 @@ def add_bench_parser(subparsers: Any) -> None:
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo bench``; returns the exit code (errors propagate as :mod:`runner.errors`)."""
     try:
-        from benchmarks.harness import BenchSettings, run_matrix
+        from benchmarks.harness import REPORT_FILES, BenchSettings, run_matrix
         from benchmarks.matrix import load_matrix, select_variants
     except ImportError as exc:
         raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
@@ -184,6 +191,11 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             f"--out {out} holds {', '.join(f'{name}/' for name in leftovers)} of a bench that did not finish "
             "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
             "remove those folders"
+        )
+    if theirs := [name for name in REPORT_FILES if (out / name).exists()]:  # never written over
+        raise UsageError(
+            f"--out {out} holds {', '.join(theirs)}, which the bench would write over: choose another --out, "
+            "or move the file away"
         )
     for url in args.server:  # one that never answers is unreachable, not a server lost mid-matrix
         _check_reachable(url)
