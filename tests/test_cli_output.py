@@ -246,3 +246,28 @@ def test_a_workflow_after_a_double_dash_or_from_a_pipe_is_read_as_given(
     finally:
         os.close(read)
     assert "node 7 has no class_type" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["leanvideo", "bench's own"])
+def test_bench_json_interrupted_mid_prompt_ends_with_the_json_error(
+    entry: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C while a bench's prompt runs is a cancelled prompt with a partial record: bench printed
+    no JSON (only `run` prints its record instead)."""
+    from runner.cli import bench as bench_cli
+    from runner.cli import main as main_cli
+    from runner.errors import PromptCancelledError
+
+    def cancelled(args: object, console: object) -> int:
+        error = PromptCancelledError("prompt p1 cancelled (Ctrl-C)")
+        error.record_path = "/tmp/out/runs/8-step/run.json"
+        raise error
+
+    monkeypatch.setattr(main_cli, "run_bench", cancelled)
+    monkeypatch.setattr(bench_cli, "run_bench", cancelled)
+    argv = ["bench", "m.toml", "--json"]
+    code = main_cli.main(argv) if entry == "leanvideo" else bench_cli.main(argv[1:])
+    assert code == 130
+    assert json.loads(capsys.readouterr().out) == {
+        "error": {"type": "KeyboardInterrupt", "message": "prompt p1 cancelled (Ctrl-C)", "exit_code": 130}
+    }

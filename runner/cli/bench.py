@@ -28,6 +28,7 @@ from runner.cli.render import (
     INTERRUPTED,
     PipeConsole,
     broken_pipe_exit,
+    error_type,
     failure_label,
     print_json,
     print_json_error,
@@ -277,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeanVideoError as exc:
         err.print(f"{failure_label(exc)} {escape(str(exc))}", highlight=False, markup=True)
         if args.json:
-            print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
+            print_json_error(console, error_type(exc), str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")

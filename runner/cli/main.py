@@ -33,6 +33,7 @@ from runner.cli.render import (
     INTERRUPTED,
     PipeConsole,
     broken_pipe_exit,
+    error_type,
     failure_label,
     print_json,
     print_json_error,
@@ -213,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.record_path is not None:
             partial = getattr(exc.result, "partial", False)  # a failed prompt's record is whole
             err.print(f"{'partial run' if partial else 'run'} record: {exc.record_path}", highlight=False)
-        elif getattr(args, "json", False):  # scripts reading --json get the error as JSON too
-            print_json_error(console, type(exc).__name__, str(exc), exc.exit_code)
+        # scripts reading --json get the error as JSON too (run printed the prompt's record instead)
+        if getattr(args, "json", False) and not (args.command == "run" and exc.record_path is not None):
+            print_json_error(console, error_type(exc), str(exc), exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (a cancelled prompt is a PromptCancelledError above)
         err.print("interrupted")

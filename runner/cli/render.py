@@ -197,6 +197,12 @@ def print_json_error(console: Console, kind: str, message: str, exit_code: int) 
     print_json(console, {"error": {"type": kind, "message": message, "exit_code": exit_code}})
 
 
+def error_type(error: LeanVideoError) -> str:
+    """The ``type`` of the ``{"error": …}`` document for ``error``: a prompt cancelled by Ctrl-C or
+    SIGTERM is said as any interrupted command is, ``KeyboardInterrupt``."""
+    return "KeyboardInterrupt" if isinstance(error, PromptCancelledError) else type(error).__name__
+
+
 def failure_label(error: LeanVideoError) -> str:
     """How an error that ends a command is introduced: Ctrl-C (a cancelled prompt) is the user's doing,
     said as what happened to the prompt, not as an error."""
