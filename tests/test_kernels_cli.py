@@ -82,6 +82,12 @@ def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(
     assert main(["kernels", str(tmp_path / "nowhere")]) == 1
     assert "no such file or folder" in capsys.readouterr().err
 
+    third = _measured_table(tmp_path / "d")  # --json: the removed files, the damaged one too, as JSON
+    assert main(["kernels", str(tmp_path), "--clear", "--json"]) == 0
+    assert sorted(json.loads(capsys.readouterr().out)) == sorted(str(p.resolve()) for p in (broken, third))
+    assert main(["kernels", str(tmp_path), "--clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
 
 def test_clear_deletes_nothing_when_a_named_file_is_not_a_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

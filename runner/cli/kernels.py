@@ -36,7 +36,8 @@ def add_kernels_parser(sub: Any) -> None:
     kernels.add_argument(
         "--clear",
         action="store_true",
-        help="delete the tables (nothing when a named file is not one): the next load measures again",
+        help="delete the tables, a damaged int8_kernels.json too (nothing when a named file is no table): "
+        "the next load measures again; with --json, the removed files as a JSON list",
     )
 
 
@@ -49,7 +50,11 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     places = args.paths or ([servers] if servers is not None and servers.is_dir() else [])  # none ran yet
     paths = find_tables(places)
     if args.clear:
-        for path in clear_tables(paths):
+        removed = clear_tables(paths)
+        if args.json:
+            print_json(console, [str(path) for path in removed])
+            return 0
+        for path in removed:
             console.print(f"removed {path}", highlight=False)
         if not paths:
             console.print("no INT8 kernel table to remove", highlight=False)
