@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks.matrix import Variant
 from runner.errors import WorkflowError
 from runner.graph.validate import unknown_node_problem, validate_workflow
-from runner.graph.workflow import apply_overrides
+from runner.graph.workflow import apply_overrides, input_names
 
 
 def matrix_problems(
@@ -47,6 +47,7 @@ def matrix_problems(
             problems.append(f"{where}{error}")
             continue
         found = _override_problems(workflow, variant.overrides, object_info, where, label="set")
+        found += _link_input_problems(variant, object_info, where)
         if found or line_refused:  # the rest would only report the same mistakes again, as bad values
             problems += found
             if variant.server_args == server_args:  # what validating would have said that they do not
@@ -75,6 +76,22 @@ def _override_problems(
         except WorkflowError as error:
             said = str(error).removeprefix(f"--set {spec!r}: ")  # named here once, as the source says
             problems.append(f"{where}{label} {spec!r}: {said}")
+    return problems
+
+
+def _link_input_problems(variant: Variant, object_info: dict[str, Any], where: str) -> list[str]:
+    """The variant's inserted nodes whose ``link_input`` is no input of their (known) class: said as
+    that key, not as the input the class then lacks."""
+    problems = []
+    for insertion in variant.inserts:
+        if insertion.class_type not in object_info:  # said as an unknown node instead
+            continue
+        known = input_names(object_info, insertion.class_type)
+        if insertion.link_input not in known:
+            problems.append(
+                f"{where}insert {insertion.node_id!r}: link_input {insertion.link_input!r} is not an input "
+                f"of {insertion.class_type} (its inputs: {', '.join(known)})"
+            )
     return problems
 
 

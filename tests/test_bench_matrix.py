@@ -447,3 +447,28 @@ def test_a_variant_of_another_server_is_checked_for_its_overrides_only_before_th
     assert matrix_problems([Variant("clean", inserts=(patch,))], base, info, ("2.steps=3",)) == [
         "variant 'clean': node p (OnlyOnItsServer): unknown node type; the server has: Loader, Sampler, Save"
     ]
+
+
+def test_an_inserts_link_input_the_class_lacks_is_said_as_that_key() -> None:
+    """It was said as the class's own input being missing ("input 'model': required input is missing")."""
+    from benchmarks.matrix import Insertion, Variant
+    from benchmarks.preflight import matrix_problems
+
+    base = {
+        "1": {"class_type": "Loader", "inputs": {}},
+        "2": {"class_type": "Save", "inputs": {"model": ["1", 0]}},
+    }
+    info = {
+        "Loader": {"input": {}, "output": ["MODEL"]},
+        "Lora": {
+            "input": {"required": {"model": ["MODEL", {}], "strength": ["FLOAT", {}]}},
+            "output": ["MODEL"],
+        },
+        "Save": {"input": {"required": {"model": ["MODEL", {}]}}, "output": [], "output_node": True},
+    }
+    lora = Insertion("lora", "Lora", (("strength", 1.0),), "clip", "2.model")
+    problems = matrix_problems([Variant("v", inserts=(lora,))], base, info)
+    said = (
+        "variant 'v': insert 'lora': link_input 'clip' is not an input of Lora (its inputs: model, strength)"
+    )
+    assert problems[0] == said
