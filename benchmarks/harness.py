@@ -34,7 +34,14 @@ from typing import Any
 from benchmarks import modes
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
 from benchmarks.preflight import matrix_problems
-from benchmarks.protocol import SERVER_LOST, RunMeasure, VariantRun, one_line, run_variants
+from benchmarks.protocol import (
+    SERVER_LOST,
+    RunMeasure,
+    VariantRun,
+    one_line,
+    run_variants,
+    server_failure_line,
+)
 from benchmarks.report import (
     PlotError,
     comparison_caveats,
@@ -179,7 +186,7 @@ def _run_group(
     except ServerError as error:  # it did not start, or went away outside a measured run
         what = SERVER_LOST if started else SERVER_NOT_STARTED
         measured.server_lost.append(
-            f"{what} ({' '.join(server_args) or 'default'}): {one_line(error)}{where}"
+            f"{what} ({' '.join(server_args) or 'default'}): {server_failure_line(error)}{where}"
         )
         for variant in group:
             if variant.name not in measured.runs and variant.name not in measured.failed:

@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.matrix import ORDERS, Matrix, Variant
-from runner.errors import PromptCancelledError, PromptFailedError, ServerError, WorkflowError
+from runner.errors import (
+    PromptCancelledError,
+    PromptFailedError,
+    ServerCrashedError,
+    ServerError,
+    WorkflowError,
+)
 from runner.jobs.run import RunOptions, run_workflow
 from runner.tracking.record import int8_kernels_measured
 from runner.transport.client import ComfyClient
@@ -276,6 +282,16 @@ def one_line(error: BaseException, width: int = 300) -> str:
     if len(text) > width and len(short) < width // 2:  # a long word (a path) would be dropped whole
         short = text[: width - 2] + " …"
     return short
+
+
+def server_failure_line(error: ServerError) -> str:
+    """A server failure for the report: a crash during start-up as its first line and the log's last
+    line, where ComfyUI says why (``unrecognized arguments: --bogus-flag``); cut to one line at the
+    middle, that last line was lost."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if isinstance(error, ServerCrashedError) and len(lines) > 2:
+        return one_line(ServerCrashedError(f"{lines[0]} … {lines[-1]}"))
+    return one_line(error)
 
 
 def run_variant(

@@ -472,3 +472,18 @@ def test_an_inserts_link_input_the_class_lacks_is_said_as_that_key() -> None:
         "variant 'v': insert 'lora': link_input 'clip' is not an input of Lora (its inputs: model, strength)"
     )
     assert problems[0] == said
+
+
+def test_a_server_that_did_not_start_is_said_with_the_logs_last_line() -> None:
+    """ComfyUI says why at the end of its log; cut at 300 characters, the report kept only the start."""
+    from runner.errors import ServerCrashedError, ServerError
+
+    tail = "\n".join(f"Adding extra search path checkpoints /srv/models/{n}" for n in range(20))
+    crashed = ServerCrashedError(
+        f"ComfyUI exited with code 2 while starting on port 8188. Log /x/comfyui.log, last lines:\n{tail}\n"
+        "main.py: error: unrecognized arguments: --bogus-flag\n"
+    )
+    said = protocol.server_failure_line(crashed)
+    assert said.startswith("ComfyUI exited with code 2 while starting on port 8188.")
+    assert said.endswith("… main.py: error: unrecognized arguments: --bogus-flag")
+    assert protocol.server_failure_line(ServerError("gone")) == "gone"
