@@ -161,6 +161,9 @@ def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
     assert code == 2 and f"OUT {tmp_path} is a folder; name the new file" in err
     code, err = _fail(capsys, dit, str(tmp_path / "missing" / "x.safetensors"))
     assert code == 2 and f"the folder {tmp_path / 'missing'} does not exist" in err
+    code, err = _fail(capsys, dit, "/proc/x.safetensors")  # access() lets it through; it takes no file
+    assert code == 2 and "OUT /proc/x.safetensors: cannot write in the folder /proc (" in err
+    assert ".partial" not in err
     code = main(["quantize", dit, str(tmp_path / "x.safetensors"), "--json", "--family", "wan"])
     assert code == 1 and json.loads(capsys.readouterr().out)["error"]["exit_code"] == 1
     mine = tmp_path / "dit-int8.safetensors.partial"  # a file of the user's with the old temporary name

@@ -86,7 +86,7 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
     from leanvideo.int8.files import read_header
     from leanvideo.int8.policy import guess_family
     from leanvideo.int8.spec import Int8FormatError, Int8WeightConfig
-    from leanvideo.int8.target import check_target
+    from leanvideo.int8.target import TargetFolderError, check_target
 
     from runner.fixtures import STAMP_KEY as FIXTURE_STAMP
 
@@ -142,6 +142,8 @@ def run_quantize(args: argparse.Namespace, console: Console) -> int:
                 progress=advance,
                 drop_metadata=(FIXTURE_STAMP,),  # the user's file is no fixture `fixtures` may rewrite
             )
+    except TargetFolderError as error:  # an OUT whose folder takes no file: an unusable argument
+        raise UsageError(f"OUT {error}; nothing was written") from error
     except OSError as error:
         if error.filename is None and error.strerror:  # a read or write that names no file
             raise LeanVideoError(

@@ -31,7 +31,17 @@ try:
 except ImportError:  # Windows: no flock; leftovers are left for the user to remove
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["check_target", "move_without_overwriting", "new_partial", "remove_dead_partials"]
+__all__ = [
+    "TargetFolderError",
+    "check_target",
+    "move_without_overwriting",
+    "new_partial",
+    "remove_dead_partials",
+]
+
+
+class TargetFolderError(OSError):
+    """The folder of a new file cannot take it: said naming the file asked for, not the hidden one."""
 
 
 def check_target(target: Path) -> None:
@@ -66,6 +76,10 @@ def new_partial(target: Path) -> Iterator[Path]:
             handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+        except OSError as error:  # /proc, a read-only mount that access() let through
+            raise TargetFolderError(
+                f"{target}: cannot write in the folder {target.parent} ({error.strerror or error})"
+            ) from error
         break
     try:
         if fcntl is not None:
