@@ -216,7 +216,8 @@ def parse_matrix(data: dict[str, Any], path: Path) -> Matrix:
     workflow_value = _typed(bench, "workflow", str, f"{path}: [bench]", required=True)
     workflow = (path.parent / workflow_value).resolve()
     if not workflow.is_file():
-        raise MatrixError(f"{path}: [bench] workflow {workflow_value!r}: no such file {workflow}")
+        what = "a folder, not a workflow file" if workflow.is_dir() else "no such file"
+        raise MatrixError(f"{path}: [bench] workflow {workflow_value!r}: {what} {workflow}")
     raw_variants = data.get("variant")
     if not isinstance(raw_variants, list) or not raw_variants:
         raise MatrixError(f"{path}: no [[variant]] tables")

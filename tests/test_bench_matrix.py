@@ -148,6 +148,10 @@ def test_missing_workflow_and_bad_toml_are_named(tmp_path: Path) -> None:
     path.write_text('[bench]\nworkflow = "nope.json"\n[[variant]]\nname = "a"\n', encoding="utf-8")
     with pytest.raises(MatrixError, match=r"workflow 'nope\.json': no such file"):
         load_matrix(path)
+    (tmp_path / "flows").mkdir()
+    path.write_text('[bench]\nworkflow = "flows"\n[[variant]]\nname = "a"\n', encoding="utf-8")
+    with pytest.raises(MatrixError, match=r"workflow 'flows': a folder, not a workflow file"):
+        load_matrix(path)
     path.write_text("[bench\n", encoding="utf-8")
     with pytest.raises(MatrixError, match="cannot read matrix"):
         load_matrix(path)
