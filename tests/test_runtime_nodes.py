@@ -99,6 +99,23 @@ def test_nodes_after_free_vram_stay_cached_when_only_a_later_input_changes(clien
     assert not cached["31"] and "31" in third.outputs  # the sink ran again, each time
 
 
+def test_free_vram_alone_runs_first_and_fed_the_last_result_frees_at_the_end(client: ComfyClient) -> None:
+    """As docs/nodes-runtime.md says: with nothing on value ComfyUI runs it before anything (it frees
+    what the previous prompt left); fed the decoded frames, it runs after the decode and frees what this
+    prompt loaded."""
+    workflow = _fresh(json.loads(FREEVRAM_WORKFLOW.read_text()))
+    workflow["31"] = {"class_type": "LeanVideoFreeVRAM", "inputs": {"mode": "unload all", "free_ram": False}}
+    workflow["32"] = {
+        "class_type": "LeanVideoFreeVRAM",
+        "inputs": {"value": [DECODE, 0], "mode": "unload all", "free_ram": False},
+    }
+    result = run_prompt(client, workflow, timeout=300)
+    ran = [t.node_id for t in result.nodes if not t.cached]
+    assert ran[0] == "31" and ran.index("32") > ran.index(DECODE), ran
+    end = _free_vram_report(result.outputs, "32")
+    assert end["before"]["loaded_bytes"] > 0 and end["after"]["loaded_bytes"] == 0
+
+
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["mode"] = "unload text encoders only"

@@ -32,8 +32,10 @@ class LeanVideoFreeVRAM(io.ComfyNode):
             description=(
                 "Unloads models from the GPU and frees the memory they held (unload, garbage-collect, empty "
                 "the CUDA cache, IPC collect), then passes its input through. Put it between stages, e.g. "
-                "after sampling and before VAE Decode, or use it alone as an output node. A model a later "
-                "node still needs is loaded again when that node runs. Reports memory before and after."
+                "after sampling and before VAE Decode. Alone (nothing on value) it runs first in a prompt, "
+                "freeing what the previous one left; fed the prompt's last result, it frees at the end. A "
+                "model a later node still needs is loaded again when that node runs. Reports memory before "
+                "and after."
             ),
             inputs=[
                 io.AnyType.Input(
@@ -65,9 +67,9 @@ class LeanVideoFreeVRAM(io.ComfyNode):
 
     @classmethod
     def fingerprint_inputs(cls, **inputs: Any) -> Any:
-        # With nothing on value it is a sink, nothing runs after it: it runs on every prompt and frees
-        # what that prompt loaded. Connected, it is cached like any node, and so are the nodes after it
-        # (a NaN here would make every one of them run again on every prompt).
+        # With nothing on value it runs on every prompt, first (ComfyUI starts with the output nodes that
+        # are ready): it frees what the previous prompt left. Connected, it is cached like any node, and
+        # so are the nodes after it (a NaN here would make every one of them run again on every prompt).
         return float("nan") if "value" not in inputs else None
 
     @classmethod
