@@ -230,3 +230,16 @@ def test_a_table_of_the_wrong_structure_is_said_in_words(
     assert main(["kernels", str(table)]) == 1
     err = capsys.readouterr().err
     assert f"{table}: " in err and said in err and "Error:" not in err  # no exception class names
+
+
+def test_a_table_that_cannot_be_written_leaves_no_temporary_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder in the table's place (or a full disk): the prompt goes on, the warning is logged, and
+    the temporary file is removed (one was left for every measured shape)."""
+    path = tmp_path / "int8_kernels.json"
+    path.mkdir()
+    entries = {"cpu:X|float32|64x64|rows<=16|row": Choice("w8a16", "measured", {"w8a16": 1.0}, {})}
+    save_table(path, current_fingerprint(), entries)
+    assert "Could not write the INT8 kernel table" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8_kernels.json"]

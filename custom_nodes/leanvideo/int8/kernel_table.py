@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -187,6 +188,7 @@ def load_table(path: Path, fingerprint: dict[str, Any], *, quiet: bool = False) 
 def save_table(path: Path, fingerprint: dict[str, Any], entries: dict[str, Choice]) -> None:
     """Write the table atomically (a reader never sees half a file); failures are logged, not raised."""
     document = {"fingerprint": fingerprint, "entries": {k: c.as_dict() for k, c in sorted(entries.items())}}
+    temporary: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -195,3 +197,6 @@ def save_table(path: Path, fingerprint: dict[str, Any], entries: dict[str, Choic
         os.replace(temporary, path)
     except OSError as exc:
         logger.warning("Could not write the INT8 kernel table %s: %s", path, exc)
+        if temporary is not None:  # a full disk, or a folder in the table's place: no file left behind
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
