@@ -271,3 +271,15 @@ def test_bench_json_interrupted_mid_prompt_ends_with_the_json_error(
     assert json.loads(capsys.readouterr().out) == {
         "error": {"type": "KeyboardInterrupt", "message": "prompt p1 cancelled (Ctrl-C)", "exit_code": 130}
     }
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "8399"], ["demo"], ["bench", "m.toml"]])
+def test_a_kernel_variable_that_names_no_kernel_is_refused_before_a_server_starts(
+    command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every prompt with an INT8 loader would fail, blamed on a node whose inputs are fine."""
+    from runner.cli.main import main
+
+    monkeypatch.setenv("LEANVIDEO_INT8_KERNEL", "turbo")
+    assert main(command) == 2
+    assert "LEANVIDEO_INT8_KERNEL='turbo' is not one of auto, w8a16, " in capsys.readouterr().err

@@ -410,6 +410,20 @@ def test_forcing_by_input_and_environment() -> None:
         forced_kernel("auto", {ENV_KERNEL: "cublas"})
     with pytest.raises(ValueError, match="'fast'"):
         forced_kernel("fast", {})
+    # the report says what forced it when the node asked for auto: else the user cannot tell why
+    by_environment = KernelDispatcher(forced="onednn", forced_by=ENV_KERNEL, cache_path=None)
+    assert by_environment.mode() == f"forced onednn ({ENV_KERNEL})"
+    assert KernelDispatcher(forced="onednn", cache_path=None).mode() == "forced onednn"
+
+
+def test_the_clis_kernel_choices_are_the_loaders() -> None:
+    """The CLI checks LEANVIDEO_INT8_KERNEL before it starts servers without importing torch: its copy
+    of the loaders' path choices must stay theirs."""
+    from leanvideo.int8.linear import MATMUL_ROUTES
+
+    from runner.cli.server_options import INT8_KERNEL_CHOICES, INT8_KERNEL_VARIABLE
+
+    assert INT8_KERNEL_CHOICES == MATMUL_ROUTES and INT8_KERNEL_VARIABLE == ENV_KERNEL
 
 
 def test_real_kernels_measured_on_this_device(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from comfy_api.latest import ComfyExtension, io
@@ -26,10 +27,24 @@ class LeanVideoExtension(ComfyExtension):
 
         if not self.registers_nodes:
             return []
+        _check_kernel_variable()
         nodes: list[type[io.ComfyNode]] = []
         for name in NODE_MODULES:
             nodes.extend(importlib.import_module(f"{__package__}.{name}").NODES)
         return nodes
+
+
+def _check_kernel_variable() -> None:
+    """Say at start-up, not at the first INT8 load, that ``LEANVIDEO_INT8_KERNEL`` holds no kernel (every
+    loader with ``path=auto`` would then fail, blamed on a node whose inputs are fine)."""
+    from .int8.dispatch import forced_kernel  # torch: imported once ComfyUI loads the nodes
+
+    try:
+        forced_kernel("auto", os.environ)
+    except ValueError as error:
+        logger.error(
+            "LeanVideo: %s; the INT8 loaders with path=auto will refuse to load until it is fixed", error
+        )
 
 
 def installed_as(pack_dir: Path) -> Path:

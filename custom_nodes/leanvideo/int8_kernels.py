@@ -26,8 +26,9 @@ from typing import Any
 import folder_paths
 import torch
 
-from .int8.dispatch import KernelDispatcher, forced_kernel
+from .int8.dispatch import ENV_KERNEL, KernelDispatcher, forced_kernel
 from .int8.kernel_table import Choice
+from .int8.linear import kernel_of_route
 from .int8_ops import int8_weight_shapes
 
 TABLE_FILE = Path("leanvideo") / "int8_kernels.json"
@@ -54,8 +55,13 @@ def make_dispatcher(path: str, environ: Mapping[str, str], *, table: Path | None
         if telemetry is not None:
             telemetry.note_event("int8_kernel", {"shape": key, **choice.as_dict()})
 
+    forced = forced_kernel(path, environ)
+    by_environment = forced is not None and kernel_of_route(path) is None  # path=auto, the variable set
     return KernelDispatcher(
-        forced=forced_kernel(path, environ), cache_path=table or kernel_table_path(), on_choice=note
+        forced=forced,
+        cache_path=table or kernel_table_path(),
+        on_choice=note,
+        forced_by=ENV_KERNEL if by_environment else None,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from runner.cli.render import (
 )
 from runner.cli.server_options import (
     AppendServer,
+    check_int8_kernel_variable,
     given_path,
     override_spec,
     port_number,
@@ -157,6 +159,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
 
+    if not args.server:  # servers of its own, started under this environment
+        check_int8_kernel_variable(os.environ)
     if args.port is not None and args.server:
         raise UsageError("--port is the port of the servers the bench starts: leave it out with --server")
     if args.port is not None and not port_is_free("127.0.0.1", args.port):

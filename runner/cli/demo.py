@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runner.cli.render import print_json
-from runner.cli.server_options import given_path, port_number
+from runner.cli.server_options import check_int8_kernel_variable, given_path, port_number
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
 from runner.local.out_folder import check_out_folder
 from runner.local.workspace import find_workspace
@@ -56,6 +57,7 @@ def demo_port(text: str) -> int:
 
 def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     """``leanvideo demo``: run, then render (table or JSON)."""
+    check_int8_kernel_variable(os.environ)
     workspace = find_workspace()
     out = args.out.resolve()
     check_out_folder(out)

@@ -10,12 +10,19 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
 
-from runner.cli.server_options import existing_folder, listen_host, port_number, positive_seconds
+from runner.cli.server_options import (
+    check_int8_kernel_variable,
+    existing_folder,
+    listen_host,
+    port_number,
+    positive_seconds,
+)
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import find_workspace
@@ -69,6 +76,7 @@ def add_serve_parsers(sub: Any) -> None:
 def run_serve_command(args: argparse.Namespace, passthrough: tuple[str, ...], console: Console) -> int:
     """``leanvideo serve``: start ComfyUI (``passthrough``: its own flags) and wait for it unless
     ``--background``; returns the exit code."""
+    check_int8_kernel_variable(os.environ)
     ws = find_workspace()
     config = replace(
         ServerConfig.in_workspace(

@@ -7,11 +7,11 @@ import errno
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from runner.errors import WorkflowError
+from runner.errors import UsageError, WorkflowError
 from runner.graph.workflow import parse_override
 from runner.jobs.run import RunOptions
 from runner.local.ports import bind_error
@@ -236,3 +236,20 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
         )
     except ValueError as exc:
         _usage_error(str(exc))
+
+
+# What LEANVIDEO_INT8_KERNEL may hold: the INT8 loaders' path choices (leanvideo.int8.linear.MATMUL_ROUTES,
+# which imports torch; a test keeps the two alike)
+INT8_KERNEL_VARIABLE = "LEANVIDEO_INT8_KERNEL"
+INT8_KERNEL_CHOICES = ("auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8")
+
+
+def check_int8_kernel_variable(environ: Mapping[str, str]) -> None:
+    """Refuse to start servers under a ``LEANVIDEO_INT8_KERNEL`` that names no kernel: every INT8 loader
+    with ``path=auto`` would refuse to load, each prompt blamed on a node whose inputs are fine."""
+    value = environ.get(INT8_KERNEL_VARIABLE, "").strip()
+    if value and value not in INT8_KERNEL_CHOICES:
+        raise UsageError(
+            f"{INT8_KERNEL_VARIABLE}={value!r} is not one of {', '.join(INT8_KERNEL_CHOICES)}: the servers' "
+            "INT8 loaders would refuse to load; unset it, or give one of those"
+        )

@@ -156,12 +156,14 @@ class KernelDispatcher:
         runs: int = DEFAULT_RUNS,
         on_choice: OnChoice | None = None,
         fingerprint: dict[str, object] | None = None,
+        forced_by: str | None = None,
     ) -> None:
         if forced is not None and forced not in KERNELS:
             raise ValueError(f"forced kernel must be one of {KERNELS}, not {forced!r}")
         if runs < 1:
             raise ValueError(f"runs must be at least 1, not {runs}")
         self.forced = forced
+        self.forced_by = forced_by  # what forced it, said in the report (LEANVIDEO_INT8_KERNEL)
         self.cache_path = cache_path
         self.kernels = dict(kernels) if kernels is not None else default_kernels(LazyKitchen())
         if "w8a16" not in self.kernels:
@@ -322,7 +324,9 @@ class KernelDispatcher:
             return dict(self._table)
 
     def mode(self) -> str:
-        return f"forced {self.forced}" if self.forced else "auto (measured at first use per layer shape)"
+        if not self.forced:
+            return "auto (measured at first use per layer shape)"
+        return f"forced {self.forced}" + (f" ({self.forced_by})" if self.forced_by else "")
 
     def summary(self, weight_shapes: set[tuple[int, int]] | None = None) -> str:
         """The report: the mode, the cache file, and the known choices (for ``weight_shapes`` only,
