@@ -28,6 +28,7 @@ from runner.local.server import (
     frontend_installed,
     write_headless_page,
 )
+from runner.local.server_args import refuse_owned_flags
 from runner.local.server_log import import_failures
 from runner.local.workspace import NODE_PACK_DIR, Workspace
 
@@ -299,3 +300,17 @@ def test_nodes_that_did_not_import_are_read_from_the_log(tmp_path: Path) -> None
     )
     assert import_failures(log) == ["nodes_lt.py", "nodes_wan.py"]
     assert import_failures(tmp_path / "none.log") == []
+
+
+@pytest.mark.parametrize(
+    ("given", "owned"),
+    [("--por", "--port"), ("--output-dir=/x", "--output-directory"), ("--temp-dir", "--temp-directory")],
+)
+def test_a_shortened_runner_flag_after_the_double_dash_is_refused_as_the_whole_one(
+    given: str, owned: str
+) -> None:
+    """ComfyUI's argparse takes a unique start of a long option: ``--output-dir`` put the outputs where
+    the run does not collect them, ``--por`` made ComfyUI listen where the runner did not look."""
+    with pytest.raises(UsageError, match=f"leanvideo passes {owned} to ComfyUI itself"):
+        refuse_owned_flags((given, "1"))
+    refuse_owned_flags(("--preview-method", "auto", "--p"))  # another flag, and one too short to tell

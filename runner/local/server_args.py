@@ -19,7 +19,7 @@ OWNED_FLAGS: dict[str, str | None] = {
     "--port": "leanvideo's --port",
     "--listen": "`leanvideo serve --host ADDRESS`",
     "--base-directory": None,
-    "--output-directory": "the command's --out",
+    "--output-directory": "the command's --out (demo, bench; a served server keeps them in its folder)",
     "--temp-directory": None,
     "--database-url": None,
     "--extra-model-paths-config": "`leanvideo serve --models DIR`",
@@ -28,10 +28,11 @@ OWNED_FLAGS: dict[str, str | None] = {
 
 def refuse_owned_flags(extra_args: Sequence[str]) -> None:
     """Raise :class:`UsageError` naming the first of ``extra_args`` that the runner sets itself
-    (``--port 9000`` and ``--port=9000`` alike)."""
+    (``--port 9000`` and ``--port=9000`` alike, and a shortened ``--output-dir``, which ComfyUI's
+    argparse takes for ``--output-directory``)."""
     for arg in extra_args:
-        flag = arg.partition("=")[0]
-        if flag not in OWNED_FLAGS:
+        flag = _owned_flag(arg.partition("=")[0])
+        if flag is None:
             continue
         instead = OWNED_FLAGS[flag]
         advice = f"use {instead} instead" if instead else "it is not configurable"
@@ -39,3 +40,14 @@ def refuse_owned_flags(extra_args: Sequence[str]) -> None:
             f"ComfyUI flag {arg!r} after `--`: leanvideo passes {flag} to ComfyUI itself, and a second one "
             f"would make the two disagree; {advice}"
         )
+
+
+def _owned_flag(given: str) -> str | None:
+    """The owned flag ``given`` is, or stands for as argparse reads a unique start of a long option
+    (``--por`` for ``--port``; two letters at least, as no other ComfyUI flag starts so)."""
+    if given in OWNED_FLAGS:
+        return given
+    if not given.startswith("--") or len(given) < 4:
+        return None
+    matches = [flag for flag in OWNED_FLAGS if flag.startswith(given)]
+    return matches[0] if len(matches) == 1 else None
