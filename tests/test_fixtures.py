@@ -358,3 +358,26 @@ def test_mask_node_adds_an_all_ones_mask_without_mutating_input(comfyui_dir: Pat
         "tensor_shared": True,
     }
     assert probe["tooltips"][0]
+
+
+def test_a_model_of_yours_under_a_tiny_name_in_your_comfyuis_models_is_refused(tmp_path: Path) -> None:
+    """With the user's own ComfyUI, servers search its models first: a file there under a tiny model's
+    name ran in the demo in place of the tiny one, whose figures it reported (41 dB instead of 45)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from runner.fixtures import STAMP_KEY, ShadowedFixturesError, check_not_shadowed
+
+    check_not_shadowed(None)  # the workspace's own ComfyUI: nothing to look at
+    models = tmp_path / "models"
+    check_not_shadowed(models)  # none there
+    (models / "text_encoders").mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(models / "text_encoders" / "clip_l.safetensors"), {STAMP_KEY: "1"})
+    check_not_shadowed(models)  # a tiny model written there by `leanvideo fixtures`: fine
+    (models / "unet").mkdir()
+    theirs = models / "unet" / "ltxv-tiny-dit.safetensors"  # ComfyUI's other folder for diffusion models
+    save_file({"w": torch.zeros(2)}, str(theirs), {"format": "pt"})
+    with pytest.raises(ShadowedFixturesError) as refused:
+        check_not_shadowed(models)
+    assert list(refused.value.paths) == [theirs] and refused.value.exit_code == 2
+    assert "nothing was run" in str(refused.value)
