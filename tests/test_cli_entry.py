@@ -48,8 +48,10 @@ class _TerminatedImport(importlib.abc.MetaPathFinder):
         return None
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def _own_stop_handlers() -> Any:
+    """entry.run() takes (and, ending, ignores) SIGINT, SIGTERM and SIGHUP in this process: put them back,
+    or every child the later tests start inherits them ignored (a server would outlive its parent)."""
     saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     yield
     for number, handler in saved.items():
@@ -63,7 +65,6 @@ def _terminated_while_importing(monkeypatch: pytest.MonkeyPatch, argv: list[str]
     return entry.run()
 
 
-@pytest.mark.usefixtures("_own_stop_handlers")
 def test_sigterm_during_the_import_is_exit_130_with_the_json_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -80,7 +81,6 @@ def test_sigterm_during_the_import_is_exit_130_with_the_json_error(
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
 
 
-@pytest.mark.usefixtures("_own_stop_handlers")
 def test_json_after_the_double_dash_is_comfyuis_not_ours(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,7 +88,6 @@ def test_json_after_the_double_dash_is_comfyuis_not_ours(
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.usefixtures("_own_stop_handlers")
 def test_a_stop_after_the_command_returned_does_not_change_its_exit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
