@@ -314,3 +314,25 @@ def test_a_shortened_runner_flag_after_the_double_dash_is_refused_as_the_whole_o
     with pytest.raises(UsageError, match=f"leanvideo passes {owned} to ComfyUI itself"):
         refuse_owned_flags((given, "1"))
     refuse_owned_flags(("--preview-method", "auto", "--p"))  # another flag, and one too short to tell
+
+
+def test_stop_needs_only_the_records_not_comfyui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ComfyUI a background server was started from, moved or gone since (``install.py --comfyui``
+    on a folder then renamed): ``stop`` said "not installed" (exit 3) and the server ran on."""
+    from runner.cli.main import main
+
+    port = 48_125
+    fake = subprocess.Popen(  # a detached ComfyUI, as the records see one
+        [sys.executable, "-c", "import time; time.sleep(60)", "main.py", "--port", str(port)],
+        start_new_session=True,
+    )
+    try:
+        (tmp_path / "servers" / str(port)).mkdir(parents=True)
+        record = {"pid": fake.pid, "port": port, "background": True}
+        (tmp_path / "servers" / str(port) / "server.json").write_text(json.dumps(record))
+        monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(tmp_path))
+        monkeypatch.setenv("LEANVIDEO_COMFYUI", str(tmp_path / "moved-away"))
+        assert main(["stop", "--port", str(port)]) == 0
+        assert fake.wait(timeout=15) == -15
+    finally:
+        fake.kill()

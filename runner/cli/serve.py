@@ -25,7 +25,7 @@ from runner.cli.server_options import (
 )
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import find_workspace
+from runner.local.workspace import default_workspace_root, find_workspace
 
 DEFAULT_PORT = 8188
 
@@ -68,7 +68,7 @@ def add_serve_parsers(sub: Any) -> None:
         "stop",
         help="stop servers started with `serve --background`",
         description="Stop servers started with `serve --background` (not those a running command owns).",
-        epilog="exit codes: 0 stopped (or none running), 3 not installed",
+        epilog="exit codes: 0 stopped (or none running); it needs only the servers' records, not ComfyUI",
     )
     stop.add_argument("--port", type=port_number, help="only the server on this port (default: all of them)")
 
@@ -108,13 +108,15 @@ def run_serve_command(args: argparse.Namespace, passthrough: tuple[str, ...], co
 
 
 def run_stop_command(args: argparse.Namespace, console: Console) -> int:
-    """``leanvideo stop``: stop the ``serve --background`` servers (of ``--port``); returns the exit code."""
-    ws = find_workspace()
-    records = [r for r in find_running_servers(ws.servers_dir) if args.port in (None, r["port"])]
+    """``leanvideo stop``: stop the ``serve --background`` servers (of ``--port``); returns the exit code.
+    It needs only their records: a ComfyUI folder gone or moved since they started does not keep them
+    running (``find_workspace`` would refuse, exit 3)."""
+    servers_dir = default_workspace_root() / "servers"
+    records = [r for r in find_running_servers(servers_dir) if args.port in (None, r["port"])]
     if not records:
         where = f" on port {args.port}" if args.port else ""
         console.print(f"no server started with `serve --background` runs{where}", highlight=False)
-        for owned in find_running_servers(ws.servers_dir, owned=True):
+        for owned in find_running_servers(servers_dir, owned=True):
             if args.port in (None, owned["port"]):
                 console.print(
                     f"ComfyUI on port {owned['port']} belongs to a running command (serve in the foreground, "
