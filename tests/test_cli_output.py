@@ -283,3 +283,22 @@ def test_a_kernel_variable_that_names_no_kernel_is_refused_before_a_server_start
     monkeypatch.setenv("LEANVIDEO_INT8_KERNEL", "turbo")
     assert main(command) == 2
     assert "LEANVIDEO_INT8_KERNEL='turbo' is not one of auto, w8a16, " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["serve", "--host", ""], "argument --host: an empty address"),
+        (["fixtures", ""], "argument dir: an empty path"),
+    ],
+)
+def test_an_empty_address_or_folder_is_refused(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--host ""`` bound, then ComfyUI listened nowhere for the whole ready-timeout; ``fixtures ""``
+    wrote 470 MB of models into the current folder."""
+    from runner.cli.main import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2 and said in capsys.readouterr().err

@@ -474,3 +474,14 @@ def test_bad_paths_are_named_with_their_option(
         assert inst.main(argv) == 1
         assert message in capsys.readouterr().err
     assert a_file.read_text() == "kept" and not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize("option", ["--workspace", "--venv", "--comfyui", "--record-pin"])
+def test_an_empty_path_option_is_refused_not_taken_for_the_current_folder(
+    inst: ModuleType, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workspace "$UNSET"`` placed a second ComfyUI and install.json in the repository's root."""
+    with pytest.raises(SystemExit) as refused:
+        inst.parse_args([option, ""])
+    assert refused.value.code == 2
+    assert f"argument {option}: an empty path (a variable that is not set?)" in capsys.readouterr().err

@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 written or already current, 2 DIR unusable or a model of yours under a "
         "fixture's name (never written over), 3 not installed, 130 interrupted (nothing half-written)",
     )
-    fixtures.add_argument("dir", nargs="?", type=Path, help="models folder (default <workspace>/models)")
+    fixtures.add_argument(
+        "dir", nargs="?", type=given_path, help="models folder (default <workspace>/models)"
+    )  # "" (an unset variable) is refused: it wrote the models into the current folder
     fixtures.add_argument("--force", action="store_true", help="rewrite files even when they are current")
 
     add_demo_parser(sub)

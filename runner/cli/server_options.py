@@ -56,7 +56,12 @@ def port_number(text: str) -> int:
 
 
 def listen_host(text: str) -> str:
-    """An address this machine can listen on (``--host``), or argparse's usage error naming it."""
+    """An address this machine can listen on (``--host``), or argparse's usage error naming it (an empty
+    one too: binding to "" works, but ComfyUI then listens nowhere)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty address (a variable that is not set?); give one, e.g. 127.0.0.1"
+        )
     error = bind_error(text, 0)  # port 0: any free one, so only the address is tried
     if error is not None and error.errno != errno.EADDRINUSE:
         raise argparse.ArgumentTypeError(f"cannot listen on {text!r}: {error.strerror or error}")
