@@ -104,3 +104,14 @@ def test_requirement_names_are_read_as_pip_reads_them(tmp_path: Path) -> None:
     req.write_text("# a comment\naiohttp>=3.11.8\n\nPillow\ntorch ; sys_platform != 'darwin'\n-r other.txt\n")
     assert install_comfy.requirement_names(req) == ["aiohttp", "Pillow", "torch"]
     assert install_comfy.requirement_names(tmp_path / "none.txt") == []
+
+
+def test_the_workspace_comfyui_kept_with_comfyui_is_ours_again_with_workspace_comfyui(
+    comfy_and_pin: tuple[Path, dict[str, Any]],  # noqa: F811
+) -> None:
+    """``--comfyui .workspace/ComfyUI`` (the damaged-tree message offers it) records the tree as the
+    user's own ("existing": a changed file is only warned of); ``--workspace-comfyui`` then kept that
+    source, so the tree was never checked strictly again."""
+    tree, pin = comfy_and_pin
+    kept = {"comfyui": str(tree), "tree_digest": pin["tree_digest"], "verified": True, "source": "existing"}
+    assert install_comfy.ensure_workspace_comfyui(tree, pin, "auto", Path(sys.executable), kept) == "wheel"

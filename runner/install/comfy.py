@@ -179,7 +179,8 @@ def ensure_workspace_comfyui(
     if not target.exists():
         return place_comfyui(target, pin, source, python)
     recorded = (old.get("comfyui"), old.get("tree_digest"), old.get("verified"))
-    placed_here = recorded == (str(target), pin["tree_digest"], True)
+    # kept with --comfyui (source "existing", changes only warned of): taken back as ours, checked whole
+    placed_here = recorded == (str(target), pin["tree_digest"], True) and old.get("source") != "existing"
     if not placed_here:
         say(f"verifying the ComfyUI already at {target}…")
     try:  # every run: a pinned file deleted or edited since is found now, not when a server starts
