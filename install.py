@@ -357,11 +357,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def options_for_a_workspace(args: argparse.Namespace) -> list[str]:
+    """The options given that only a run outside ComfyUI's custom_nodes uses (a workspace of its own):
+    run as ComfyUI-Manager runs it, install.py would ignore them."""
+    names = ("workspace", "comfyui", "workspace_comfyui", "source", "force", "record_pin", "no_venv")
+    given = [
+        f"--{name.replace('_', '-')}" for name in names if getattr(args, name) not in (None, False, "auto")
+    ]
+    return given + (["--venv"] if args.venv != REPO / ".venv" else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
     try:
         if args.manager or is_manager_layout(REPO):
+            if ignored := options_for_a_workspace(args):
+                print(
+                    f"[leanvideo] error: {', '.join(ignored)}: in ComfyUI's custom_nodes (as ComfyUI-Manager "
+                    "runs it) install.py only installs the node pack's requirements into this Python; run "
+                    "it from a clone outside custom_nodes for a workspace of its own",
+                    file=sys.stderr,
+                )
+                return 2
             install_for_manager(REPO)
             return 0
         if args.record_pin is not None:

@@ -269,6 +269,16 @@ def test_manager_mode_only_pip_installs_the_pack_requirements(
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-r", req]]
 
 
+def test_manager_mode_refuses_the_options_it_would_ignore(
+    inst: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In ComfyUI's custom_nodes ``install.py --comfyui X`` only pip-installed the requirements and said
+    "ready": the option the user gave was ignored without a word."""
+    monkeypatch.setattr(inst, "_run", lambda cmd, **kw: pytest.fail(f"ran {cmd}"))
+    assert inst.main(["--manager", "--comfyui", "/srv/ComfyUI", "--force"]) == 2
+    assert "error: --comfyui, --force: in ComfyUI's custom_nodes" in capsys.readouterr().err
+
+
 # --- an existing ComfyUI (--comfyui) ------------------------------------------------------------------------
 
 
