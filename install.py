@@ -285,11 +285,11 @@ def install(opts: Options) -> dict[str, Any]:
             )
         say(f"keeping your ComfyUI at {comfyui} (from --comfyui; --workspace-comfyui goes back to ours)")
     comfy = validate_comfyui(comfyui) if comfyui else opts.workspace / "ComfyUI"
-    if comfyui:
-        register_pack(comfy, pack)  # before anything else, so a refusal leaves everything as it was
+    if comfyui:  # read and linked before anything else, so a refusal of the folder leaves it as it was
+        version, digest, verified = check_existing_comfyui(comfy, pin)
+        register_pack(comfy, pack)
     python = ensure_python(opts)
     if comfyui:
-        version, digest, verified = check_existing_comfyui(comfy, pin)
         source = "existing"
     else:
         source = ensure_workspace_comfyui(comfy, pin, opts.source, python, old)

@@ -495,3 +495,15 @@ def test_an_empty_path_option_is_refused_not_taken_for_the_current_folder(
         inst.parse_args([option, ""])
     assert refused.value.code == 2
     assert f"argument {option}: an empty path (a variable that is not set?)" in capsys.readouterr().err
+
+
+def test_a_comfyui_whose_version_cannot_be_read_is_refused_before_the_pack_is_linked(
+    inst: ModuleType, tmp_path: Path
+) -> None:
+    """The link was made first, then the folder refused: the refusal left the user's ComfyUI changed."""
+    comfy = make_tree(tmp_path / "theirs", {**FAKE_COMFY, "comfyui_version.py": "VERSION = 'x'\n"})
+    opts = inst.Options(tmp_path / "ws", None, comfy, "auto", False)
+    with pytest.raises(inst.InstallError, match="no __version__ in"):
+        inst.install(opts)
+    assert not (comfy / "custom_nodes" / "leanvideo").exists()
+    assert not (comfy / "custom_nodes" / "leanvideo").is_symlink()
