@@ -132,3 +132,25 @@ def test_load_workflow_names_the_bad_file(tmp_path: Path) -> None:
     ui.write_text(json.dumps({"nodes": [], "links": []}))
     with pytest.raises(WorkflowError, match="not in API format"):
         load_workflow(ui)
+
+
+def test_a_busy_second_port_is_said_as_the_demos_own() -> None:
+    """``--port P`` runs the servers on P and P+1: a busy P+1 was said as if the user had asked for it."""
+    import socket
+
+    from runner.errors import PortInUseError
+    from runner.jobs.demo import _ports
+
+    from runner.local.ports import bind_error
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        if bind_error("127.0.0.1", taken - 1) is not None:
+            pytest.skip(f"port {taken - 1} is in use by something else right now")
+        with pytest.raises(PortInUseError) as refused:
+            _ports(taken - 1, 2)
+    said = str(refused.value)
+    assert said.startswith(f"--port {taken - 1}: the demo runs its 2 servers on ports {taken - 1}–{taken}")
+    assert f"port {taken}: address already in use" in said and refused.value.exit_code == 2

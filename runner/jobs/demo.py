@@ -36,12 +36,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.errors import PromptFailedError, WorkflowError
+from runner.errors import PortInUseError, PromptFailedError, WorkflowError
 from runner.fixtures import check_not_shadowed, write_fixtures
 from runner.graph.workflow import Workflow, load_workflow
 from runner.jobs.frames import psnr_db, read_frames, write_contact_sheet
 from runner.jobs.models import ModelFile, check_models
-from runner.local.ports import pick_free_port
+from runner.local.ports import bind_error, pick_free_port
 from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import WORKFLOWS_DIR, Workspace
 from runner.tracking.outputs import download_outputs
@@ -281,8 +281,17 @@ def _prepare(configuration: DemoConfiguration, workspace: Workspace) -> _Prepare
 
 
 def _ports(first: int | None, count: int) -> list[int]:
-    if first is not None:
-        return [first + index for index in range(count)]
+    """``--port P``: P and the ports after it, each checked free first (a busy P+1 was said as if the
+    user had asked for it); else free ones."""
+    if first is not None:  # (argparse keeps P + count - 1 within the port range)
+        asked = [first + index for index in range(count)]
+        for port in asked:
+            if (error := bind_error("127.0.0.1", port)) is not None:
+                raise PortInUseError(
+                    f"--port {first}: the demo runs its {count} servers on ports {asked[0]}–{asked[-1]}, and "
+                    f"port {port}: {(error.strerror or str(error)).lower()}; pass another --port"
+                )
+        return asked
     ports: list[int] = []
     while len(ports) < count:
         if (candidate := pick_free_port()) not in ports:
