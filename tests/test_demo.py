@@ -140,7 +140,6 @@ def test_a_busy_second_port_is_said_as_the_demos_own() -> None:
 
     from runner.errors import PortInUseError
     from runner.jobs.demo import _ports
-
     from runner.local.ports import bind_error
 
     with socket.socket() as busy:
