@@ -81,7 +81,10 @@ def test_server_gets_its_own_folders_and_loopback(server_config: ServerConfig) -
     [
         (("--port", "9000"), "use leanvideo's --port instead"),
         (("--listen",), "use `leanvideo serve --host ADDRESS` instead"),
-        (("--cpu", "--output-directory=/tmp/x"), "use the command's --out instead"),
+        (
+            ("--cpu", "--output-directory=/tmp/x"),
+            "use the command's --out (demo, bench; a served server keeps them in its folder) instead",
+        ),
         (("--base-directory", "b"), "it is not configurable"),
     ],
 )
