@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, NOTE_TYPES, flatten_subgraphs, is_editor_only
+from runner.graph.subgraph import (
+    MODE_BYPASSED,
+    MODE_MUTED,
+    NOTE_TYPES,
+    flatten_subgraphs,
+    is_editor_only,
+    link_origin,
+)
 
 Node = dict[str, Any]
 
@@ -52,25 +59,10 @@ def _inputs_fed_by_primitives(
             continue
         for slot in node.get("inputs") or []:
             link = slot.get("link")
-            source = _primitive_behind(link, origins, by_id)
-            if source is not None:
-                fed.setdefault(source, []).append((str(node.get("id")), str(slot.get("name"))))
+            source = link_origin(link, by_id, origins) if link is not None else None
+            if source is not None and source.get("type") == "PrimitiveNode":
+                fed.setdefault(str(source.get("id")), []).append((str(node.get("id")), str(slot.get("name"))))
     return fed
-
-
-def _primitive_behind(link: Any, origins: dict[int, str], by_id: dict[str, Node]) -> str | None:
-    for _ in range(64):  # a reroute chain, never a loop
-        if not isinstance(link, int) or link not in origins:
-            return None
-        origin = by_id.get(origins[link])
-        if origin is None:
-            return None
-        if origin.get("type") == "PrimitiveNode":
-            return str(origin.get("id"))
-        if origin.get("type") != "Reroute":
-            return None
-        link = ((origin.get("inputs") or [{}])[0] or {}).get("link")
-    return None
 
 
 def _hint(node_id: str, node: Node, fed: list[tuple[str, str]]) -> str:

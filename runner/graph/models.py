@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.graph.subgraph import MAX_DEPTH, Node, flatten_subgraphs, is_editor_only
+from runner.graph.subgraph import Node, flatten_subgraphs, is_editor_only, link_origin
 from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.ui_shape import check_ui_shape
 from runner.graph.workflow import Workflow, is_link
@@ -162,22 +162,15 @@ def required_models_ui(ui_workflow: dict[str, Any]) -> list[ModelRef]:
 
 
 def _source(link: Any, nodes: dict[str, Node], origins: dict[int, str]) -> tuple[str | None, Any]:
-    """Where a link's value comes from, through reroutes (a subgraph's boundary is one):
-    ``("value", v)`` from a primitive, ``("node", id)`` from another node, ``(None, None)`` if nothing."""
-    for _ in range(MAX_DEPTH * 4):  # a loop of reroutes in a damaged file ends here
-        origin = origins.get(int(link))
-        node = nodes.get(origin) if origin is not None else None
-        if node is None:
-            return None, None
-        if node.get("type") == "PrimitiveNode":
-            values = node.get("widgets_values")
-            return "value", values[0] if isinstance(values, list) and values else None
-        if node.get("type") != "Reroute":
-            return "node", origin
-        link = next((slot.get("link") for slot in node.get("inputs") or []), None)
-        if link is None:
-            return None, None
-    return None, None
+    """Where a link's value comes from (:func:`~runner.graph.subgraph.link_origin`): ``("value", v)``
+    from a primitive, ``("node", id)`` from another node, ``(None, None)`` if nothing."""
+    node = link_origin(link, nodes, origins)
+    if node is None:
+        return None, None
+    if node.get("type") == "PrimitiveNode":
+        values = node.get("widgets_values")
+        return "value", values[0] if isinstance(values, list) and values else None
+    return "node", str(node.get("id"))
 
 
 def _linked_ref(ref: ModelRef, source: tuple[str | None, Any]) -> ModelRef:

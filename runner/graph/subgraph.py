@@ -168,3 +168,18 @@ def _promoted_values(instance: Node, inputs: list[dict[str, Any]]) -> dict[str, 
         return dict(values)
     names = [str(spec.get("name")) for spec in inputs if str(spec.get("type")) in WIDGET_TYPES]
     return dict(zip(names, list(values or []), strict=False))
+
+
+def link_origin(link: Any, nodes: dict[str, Node], origins: dict[int, str]) -> Node | None:
+    """The node a link's value comes from, followed back through reroutes (a subgraph's boundary is
+    one): a primitive or any other node; ``None`` when the chain ends nowhere. ``origins``: link id →
+    its origin node's id, from the flattened links."""
+    for _ in range(MAX_DEPTH * 4):  # a loop of reroutes in a damaged file ends here
+        origin = origins.get(int(link))
+        node = nodes.get(origin) if origin is not None else None
+        if node is None or node.get("type") != "Reroute":
+            return node
+        link = next((slot.get("link") for slot in node.get("inputs") or []), None)
+        if link is None:
+            return None
+    return None
