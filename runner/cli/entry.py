@@ -14,35 +14,23 @@ imports nothing heavy: it must be in place before rich and httpx are.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from types import FrameType
 
+from runner.cli.argv import asks_for_json
+from runner.cli.signals import ignore_stop_signals, take_stop_signals
+
 INTERRUPTED = 130
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _take_stop_signals() -> None:
-    for number in _STOP_SIGNALS:
-        if number == signal.SIGHUP and signal.getsignal(number) == signal.SIG_IGN:
-            continue  # nohup asked for the command to outlive its terminal
-        signal.signal(number, _interrupt)
-
-
-def _ignore_stop_signals() -> None:
-    for number in _STOP_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)
-
-
 def _interrupted(argv: list[str]) -> int:
-    _ignore_stop_signals()  # a second signal must not cut the message short
+    ignore_stop_signals()  # a second signal must not cut the message short
     sys.stderr.write("interrupted\n")
-    own = argv[: argv.index("--")] if "--" in argv else argv  # after "--" come ComfyUI's flags
-    if "--json" in own:
+    if asks_for_json(argv):
         error = {"type": "KeyboardInterrupt", "message": "interrupted", "exit_code": INTERRUPTED}
         sys.stdout.write(json.dumps({"error": error}) + "\n")
         sys.stdout.flush()
@@ -52,7 +40,7 @@ def _interrupted(argv: list[str]) -> int:
 def run() -> int:
     """Import the command line and run it on ``sys.argv``; the exit code."""
     argv = sys.argv[1:]
-    _take_stop_signals()
+    take_stop_signals(_interrupt)
     try:
         from runner.cli.main import main
 
@@ -60,7 +48,7 @@ def run() -> int:
     except KeyboardInterrupt:  # before the command's own handling began, or after it ended
         return _interrupted(argv)
     except SystemExit:  # --help, --version, a usage error: said already
-        _ignore_stop_signals()
+        ignore_stop_signals()
         raise
-    _ignore_stop_signals()
+    ignore_stop_signals()
     return code

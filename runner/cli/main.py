@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.cli.argv import asks_for_json, command_of
 from runner.cli.batch_args import add_batch_parser
 from runner.cli.bench import add_bench_parser, run_bench
 from runner.cli.demo import add_demo_parser, run_demo_command
@@ -184,13 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     passthrough: list[str] = []
-    if "--" in args_list and _command_of(args_list) in PASSTHROUGH_COMMANDS:
+    if "--" in args_list and command_of(args_list) in PASSTHROUGH_COMMANDS:
         cut = args_list.index("--")
         args_list, passthrough = args_list[:cut], args_list[cut + 1 :]
     try:
         args = build_parser().parse_args(args_list)
     except UsageExit as refused:
-        if _asks_for_json(args_list):  # scripts reading --json get the error as JSON too
+        if asks_for_json(args_list):  # scripts reading --json get the error as JSON too
             print(json.dumps({"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}}))
         raise
     logging.basicConfig(
@@ -232,18 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "json", False):
             print_json_error(console, type(exc).__name__, message, code)
         return code
-
-
-def _command_of(args_list: list[str]) -> str | None:
-    """The command word of a command line: the first argument that is not an option."""
-    return next((arg for arg in args_list if not arg.startswith("-")), None)
-
-
-def _asks_for_json(args_list: list[str]) -> bool:
-    """Whether ``--json`` is given, also abbreviated as argparse takes it (``--js``); what follows a
-    ``--`` is not an option."""
-    own = args_list[: args_list.index("--")] if "--" in args_list else args_list
-    return any(len(arg) >= 4 and "--json".startswith(arg) for arg in own)
 
 
 def _said_on_a_broken_pipe(exc: LeanVideoError, err: Console) -> int:

@@ -24,12 +24,27 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh went away
 CLEANUP_GRACE_S = 10.0
+
+
+def take_stop_signals(handler: Callable[[int, FrameType | None], None]) -> None:
+    """Point SIGINT, SIGTERM and SIGHUP at ``handler``; SIGHUP stays ignored when it is (``nohup`` asked
+    for the command to outlive its terminal)."""
+    for number in STOP_SIGNALS:
+        if number == signal.SIGHUP and signal.getsignal(number) == signal.SIG_IGN:
+            continue
+        signal.signal(number, handler)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP: the command is ending, and a late one must not change how."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 @contextmanager
@@ -52,10 +67,7 @@ def stop_signals(grace_s: float = CLEANUP_GRACE_S) -> Iterator[None]:
         raise KeyboardInterrupt
 
     previous = {number: signal.getsignal(number) for number in STOP_SIGNALS}
-    for number in STOP_SIGNALS:
-        if number == signal.SIGHUP and previous[number] == signal.SIG_IGN:
-            continue  # nohup asked for the command to outlive its terminal
-        signal.signal(number, interrupt)
+    take_stop_signals(interrupt)
     try:
         yield
     finally:
