@@ -53,7 +53,7 @@ from benchmarks.report import (
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, write_document
 from runner.errors import ServerError, WorkflowError
-from runner.fixtures import check_not_shadowed, write_fixtures
+from runner.fixtures import write_fixtures
 from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
 from runner.local.server import ComfyServer, ServerConfig
@@ -354,8 +354,12 @@ def open_server(
         return
     workspace = find_workspace()
     if matrix.fixtures:
-        check_not_shadowed(workspace.user_models_dir)  # a model of yours would run under a tiny one's name
-        write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
+        write_fixtures(
+            workspace.models_dir,
+            workspace.comfyui_dir,
+            python=workspace.python,
+            searched_first=workspace.user_models_dir,  # a model of yours there: it would run instead
+        )
     config = ServerConfig.in_workspace(
         workspace,
         server_state_dir(out, server_args),

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import PortInUseError, PromptFailedError, WorkflowError
-from runner.fixtures import check_not_shadowed, write_fixtures
+from runner.fixtures import write_fixtures
 from runner.graph.workflow import Workflow, load_workflow
 from runner.jobs.frames import psnr_db, read_frames, write_contact_sheet
 from runner.jobs.models import ModelFile, check_models
@@ -214,8 +214,12 @@ def run_demo(
     stopped as soon as its run is done.
     """
     began = time.monotonic()
-    check_not_shadowed(workspace.user_models_dir)  # a model of yours would run under a tiny one's name
-    write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
+    write_fixtures(
+        workspace.models_dir,
+        workspace.comfyui_dir,
+        python=workspace.python,
+        searched_first=workspace.user_models_dir,  # a model of yours there would run under a tiny one's name
+    )
     fixtures_seconds = time.monotonic() - began
     # a run's own suffix: two demos started in the same second into one --out keep their files apart
     stamp = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
