@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
+from benchmarks.bench_servers import open_server, server_state_dir
 from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
 from benchmarks.preflight import matrix_problems
 from benchmarks.protocol import (
@@ -53,11 +53,8 @@ from benchmarks.report import (
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, write_document
 from runner.errors import ServerError, WorkflowError
-from runner.fixtures import write_fixtures
 from runner.graph.workflow import apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
-from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import find_workspace
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -334,42 +331,6 @@ def _group_by_server_args(variants: tuple[Variant, ...]) -> Iterator[tuple[tuple
     for variant in variants:
         groups.setdefault(variant.server_args, []).append(variant)
     yield from groups.items()
-
-
-def server_state_dir(out: Path, server_args: tuple[str, ...]) -> Path:
-    """Where the bench's server for ``server_args`` keeps its files (``comfyui.log`` among them)."""
-    return out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default")
-
-
-@contextlib.contextmanager
-def open_server(
-    matrix: Matrix, settings: BenchSettings, server_args: tuple[str, ...], out: Path, say: Progress
-) -> Iterator[tuple[str | None, str]]:
-    """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none."""
-    if settings.servers:
-        if server_args:
-            yield None, f"needs server flags {' '.join(server_args)} (not with --server)"
-        else:
-            yield settings.servers[0], ""
-        return
-    workspace = find_workspace()
-    if matrix.fixtures:
-        write_fixtures(
-            workspace.models_dir,
-            workspace.comfyui_dir,
-            python=workspace.python,
-            searched_first=workspace.user_models_dir,  # a model of yours there: it would run instead
-        )
-    config = ServerConfig.in_workspace(
-        workspace,
-        server_state_dir(out, server_args),
-        port=settings.port,
-        fixture_nodes=matrix.fixtures,
-        extra_args=server_args,
-    )
-    say(f"starting ComfyUI{' with ' + ' '.join(server_args) if server_args else ''} on port {config.port}")
-    with ComfyServer(config) as server:
-        yield server.url, ""
 
 
 def _prepare_jobs(
