@@ -86,7 +86,7 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
     workflow = as_api_workflow(document, args.file, object_info)
-    hints = editor_only_hints(document) if is_ui_workflow(document) else None
+    hints = editor_only_hints(document) if args.overrides and is_ui_workflow(document) else None
     apply_overrides(workflow, list(args.overrides), object_info, hints)
     problems = validate_workflow(workflow, object_info)
     errors = [p for p in problems if p.kind == "error"]

@@ -109,7 +109,7 @@ def prepare_workflow(
     check_workflow_document(document, path)
     object_info = client.get_json("/object_info")
     workflow = as_api_workflow(document, path, object_info)
-    hints = editor_only_hints(document) if is_ui_workflow(document) else None
+    hints = editor_only_hints(document) if overrides and is_ui_workflow(document) else None  # for --set only
     applied = apply_overrides(workflow, list(overrides), object_info, hints)
     if validate:
         errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
