@@ -70,3 +70,36 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "server must be an http:// or https:// URL, got 'notaurl'" in err
     assert "server URL 'http://127.0.0.1:99999': Port out of range" in err
     assert "server URL 'http://127.0.0.1:8188?x=1' has a query or fragment" in err
+
+
+def test_workflow_commands_give_up_on_a_silent_server_after_their_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that takes the connection and never answers held `workflow validate` for 3 minutes (30 s
+    per request, retried). Fault injection a real server cannot give: a socket that accepts, then is
+    silent."""
+    import socket
+    import time
+
+    api = tmp_path / "wf.json"
+    api.write_text(json.dumps(WORKFLOW))
+    ui = Path(__file__).parents[1] / "workflows" / "ltxv_tiny_t2v.ui.json"
+    commands = (
+        ["validate", str(api)],
+        ["convert", str(ui), "--out", str(tmp_path / "converted.json")],
+        ["diff", str(api), str(ui)],
+    )
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        for command in commands:
+            began = time.monotonic()
+            assert main(["workflow", *command, "--server", url, "--timeout", "1.5"]) == 4
+            assert time.monotonic() - began < 10, command  # not 30 s per request
+    err = capsys.readouterr().err
+    assert err.count(f"cannot reach ComfyUI at {url}/object_info") == len(commands)
+    assert not (tmp_path / "converted.json").exists()
+    with pytest.raises(SystemExit) as caught:
+        main(["workflow", "validate", str(api), "--timeout", "0"])
+    assert caught.value.code == 2

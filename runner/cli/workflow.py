@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from runner.cli.render import print_json, problems_table
-from runner.cli.server_options import add_server_arguments, given_path, override_spec, run_options
+from runner.cli.server_options import (
+    add_server_arguments,
+    given_path,
+    override_spec,
+    positive_seconds,
+    run_options,
+)
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import as_api_workflow, check_workflow_document
 from runner.graph.diff import diff_workflows, summarize
@@ -19,6 +26,11 @@ from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
 from runner.jobs.run import collect_environment
+from runner.transport.client import ComfyClient
+
+# A workflow check asks the server a few quick questions: a server that takes the connection and never
+# answers is given up after this, retries included (a run's --timeout covers a whole prompt instead)
+DEFAULT_TIMEOUT_S = 60.0
 
 
 def add_workflow_parser(sub: Any) -> None:
@@ -29,12 +41,13 @@ def add_workflow_parser(sub: Any) -> None:
         "validate",
         help="check a workflow against /object_info: unknown nodes, bad or missing inputs, missing models",
         epilog="exit codes: 0 valid (warnings allowed), 2 usage (a --server that is no URL), 4 server "
-        "unreachable, 5 invalid",
+        "unreachable or silent past --timeout, 5 invalid",
     )
     validate.add_argument(
         "file", type=Path, help="workflow JSON (API format, or an editor file: converted first)"
     )
     add_server_arguments(validate)
+    _add_timeout(validate)
     validate.add_argument(
         "--set",
         dest="overrides",
@@ -48,25 +61,43 @@ def add_workflow_parser(sub: Any) -> None:
     diff = workflow_sub.add_parser(
         "diff",
         help="semantic differences between two workflows: nodes, inputs, links (not a text diff)",
-        epilog="exit codes: 0 same, 1 different, 2 usage, 4 server unreachable (UI files only), 5 unreadable "
-        "file. "
+        epilog="exit codes: 0 same, 1 different, 2 usage, 4 server unreachable or silent past --timeout "
+        "(UI files only), 5 unreadable file. "
         "Editor (UI) files are converted to API format with the server's /object_info first.",
     )
     diff.add_argument("a", type=Path, help="the old workflow (API or UI format)")
     diff.add_argument("b", type=Path, help="the new workflow (API or UI format)")
     add_server_arguments(diff)
+    _add_timeout(diff)
     diff.add_argument("--json", action="store_true", help="print the changes as JSON")
     convert = workflow_sub.add_parser(
         "convert",
         help="convert an editor (UI) workflow to API format using the server's /object_info",
-        epilog="exit codes: 0 converted, 2 --out exists or is unusable, 4 server unreachable, "
+        epilog="exit codes: 0 converted, 2 --out exists or is unusable, 4 server unreachable or silent "
+        "past --timeout, "
         "5 not convertible (unknown nodes, legacy group nodes, not a UI file)",
     )
     convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
     add_server_arguments(convert)
+    _add_timeout(convert)
     convert.add_argument(
         "--out", type=given_path, help="write the API JSON here (never overwritten; default stdout)"
     )
+
+
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds to wait for the server's answers, retries included (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def _server_client(args: argparse.Namespace) -> ComfyClient:
+    """A client for the command's server that gives up after ``--timeout``."""
+    options = run_options(args, timeout=args.timeout)
+    return options.make_client(deadline=time.monotonic() + args.timeout)
 
 
 def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
@@ -78,10 +109,10 @@ def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
-    options = run_options(args)
+    run_options(args)  # a bad --server, --token or --header is said before the file is read
     document = read_json_file(args.file)  # a missing or broken file is said before the server is asked
     check_workflow_document(document, args.file)
-    with options.make_client() as client:
+    with _server_client(args) as client:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
@@ -134,7 +165,7 @@ def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     check_workflow_document(document, path)  # a damaged file is said before the server is asked
     if not is_ui_workflow(document):
         return api_workflow(document, path)  # no server needed
-    with run_options(args).make_client() as client:
+    with _server_client(args) as client:
         return as_api_workflow(document, path, client.get_json("/object_info"))
 
 
@@ -147,8 +178,7 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
     if args.out is not None and not args.out.parent.is_dir():
         state = "is a file, not a folder" if args.out.parent.exists() else "does not exist"
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} {state}")
-    options = run_options(args)
-    with options.make_client() as client:
+    with _server_client(args) as client:
         api = as_api_workflow(ui, args.file, client.get_json("/object_info"))
     text = json.dumps(api, indent=2) + "\n"
     if args.out is None:
