@@ -8,7 +8,7 @@ import pytest
 
 from runner.cli.main import main
 from runner.errors import UsageError
-from runner.local.out_folder import check_out_folder
+from runner.local.out_folder import check_out_folder, remove_empty_folders
 
 
 def test_a_file_on_the_way_is_named_and_kept(tmp_path: Path) -> None:
@@ -63,3 +63,35 @@ def test_a_demo_port_without_a_next_one_and_a_file_in_the_models_folder_are_usag
     said = f"{models / 'checkpoints'} is a file, not a folder: move it away"
     assert said in " ".join(capsys.readouterr().err.split())
     assert (models / "checkpoints").read_text() == "mine"
+
+
+def test_a_demo_refused_at_start_leaves_no_empty_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert main(["demo", "--port", str(port), "--out", str(tmp_path / "new" / "demo")]) == 2
+    assert f"port {port}: address already in use" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()  # both folders it made are gone
+    kept = tmp_path / "mine"
+    (kept / "demo").mkdir(parents=True)
+    (kept / "notes.txt").write_text("kept")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        assert main(["demo", "--port", str(port), "--out", str(kept / "demo")]) == 2
+    assert (kept / "demo").is_dir() and (kept / "notes.txt").read_text() == "kept"  # not made: kept
+
+
+def test_only_the_empty_folders_made_are_removed(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "c"
+    made = check_out_folder(out)
+    assert made == [out, out.parent, out.parent.parent]
+    (out.parent / "file").write_text("x")
+    remove_empty_folders(made)
+    assert not out.exists() and (out.parent / "file").exists()
+    assert check_out_folder(out.parent) == []

@@ -18,7 +18,7 @@ from rich.table import Table
 from runner.cli.render import print_json
 from runner.cli.server_options import check_int8_kernel_variable, given_path, port_number
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
-from runner.local.out_folder import check_out_folder
+from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.local.workspace import find_workspace
 
 MAX_PORT = 65535
@@ -60,10 +60,14 @@ def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], con
     check_int8_kernel_variable(os.environ)
     workspace = find_workspace()
     out = args.out.resolve()
-    check_out_folder(out)
+    made = check_out_folder(out)
     if not args.json:
         console.print("running the tiny LTXV text-to-video demo: LeanVideo INT8, then stock ComfyUI…")
-    outcome = run_demo(out, workspace, port=args.port, extra_args=passthrough)
+    try:
+        outcome = run_demo(out, workspace, port=args.port, extra_args=passthrough)
+    except BaseException:  # refused or stopped before a file was written: no empty --out is left
+        remove_empty_folders(made)
+        raise
     if args.json:
         print_json(console, outcome.to_json())
         return 0
