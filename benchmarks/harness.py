@@ -53,7 +53,7 @@ from benchmarks.report import (
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, write_document
 from runner.errors import ServerError, WorkflowError
-from runner.graph.workflow import apply_overrides, load_workflow, parse_override
+from runner.graph.workflow import Override, apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
 from runner.transport.client import ComfyClient
 
@@ -267,8 +267,7 @@ def _run_on_server(
     measured.modes.update(
         modes.run_launch_checks(
             matrix,
-            baseline.variant,
-            baseline.workflow_path,
+            baseline,
             url,
             settings.out_dir,
             soak=settings.soak,
@@ -351,24 +350,24 @@ def _prepare_jobs(
             say(f"{variant.name}: skipped ({measured.skipped[variant.name]})")
             continue
         try:
-            path = _write_variant_workflow(variant, base, object_info, out)
+            path, applied = _write_variant_workflow(variant, base, object_info, out)
         except WorkflowError as error:
             measured.failed[variant.name] = f"WorkflowError before its runs: {one_line(error)}"
             continue
-        jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name)))
+        jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name), tuple(applied)))
     return jobs
 
 
 def _write_variant_workflow(
     variant: Variant, base: dict[str, Any], object_info: dict[str, Any], out: Path
-) -> Path:
+) -> tuple[Path, list[Override]]:
     """The workflow the variant runs, its nodes inserted and its overrides (``--set`` included) applied,
-    so ``leanvideo run`` or ``workflow diff`` of the file sees what ran (each run applies them again,
-    which changes nothing)."""
+    so ``leanvideo run`` or ``workflow diff`` of the file sees what ran; and those overrides with the
+    matrix workflow's values they replaced (each run records them; it does not apply them again)."""
     workflow = variant.build_workflow(base)
-    apply_overrides(workflow, list(variant.overrides), object_info)
+    applied = apply_overrides(workflow, list(variant.overrides), object_info)
     modes.add_lossless_capture(workflow, object_info)  # the quality checks compare frames, not H.264
     path = out / "workflows" / f"{variant_slug(variant.name)}.api.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
-    return path
+    return path, applied

@@ -29,16 +29,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.matrix import Matrix, Variant
-from benchmarks.protocol import LOSSLESS_ID, SERVER_LOST, RunMeasure, one_line, run_variant
+from benchmarks.matrix import Matrix
+from benchmarks.protocol import LOSSLESS_ID, SERVER_LOST, RunMeasure, VariantRun, one_line, run_variant
 from benchmarks.stats import drift_verdict, percentile, summarize
 from runner.errors import LeanVideoError, PromptCancelledError
-from runner.graph.workflow import find_seeds, load_workflow
+from runner.graph.workflow import Override, find_seeds, load_workflow
 from runner.jobs.frames import psnr_db
 from runner.jobs.run import RunOptions, run_workflow
 
@@ -217,7 +218,7 @@ def load_verdict(queue_wait_s: float, execution_s: float) -> str:
 
 def run_load(
     workflow_path: Path,
-    overrides: tuple[str, ...],
+    prior: tuple[Override, ...],
     servers: Sequence[str],
     out_dir: Path,
     *,
@@ -227,7 +228,8 @@ def run_load(
     deadline: float | None = None,
 ) -> dict[str, Any]:
     """Submit ``jobs`` runs from ``concurrency`` threads, each to the least busy of ``servers``; a job
-    not started by ``deadline`` (``time.monotonic()``, ``--budget-s``) is not run."""
+    not started by ``deadline`` (``time.monotonic()``, ``--budget-s``) is not run. ``prior``: the
+    overrides the file holds (each run's record lists them)."""
     if concurrency < 1 or jobs < 1:
         raise ValueError(f"concurrency and jobs must be ≥ 1, got {concurrency} and {jobs}")
 
@@ -249,7 +251,7 @@ def run_load(
         with dispatcher.server() as server:
             sent = time.perf_counter() - started
             options = RunOptions(
-                server=server, out_dir=out_dir, overrides=(*overrides, *reseed), timeout=timeout
+                server=server, out_dir=out_dir, overrides=reseed, prior_overrides=prior, timeout=timeout
             )
             try:
                 timing = run_workflow(workflow_path, options, cancel_when_stopped).record["timing"]
@@ -300,8 +302,7 @@ def run_load(
 
 def run_launch_checks(
     matrix: Matrix,
-    variant: Variant,
-    path: Path,
+    job: VariantRun,
     url: str,
     out: Path,
     *,
@@ -319,12 +320,13 @@ def run_launch_checks(
     finish says so in its verdict; a server that stops answering in the soak is told to
     ``on_server_lost`` and the load test is not started on it."""
     found: dict[str, Any] = {}
+    variant = job.variant
     if soak:
         say(f"soak: {soak} rounds of {variant.name}")
         failures: dict[str, str] = {}
         lost: list[str] = []
         rounds = run_variant(
-            matrix, variant, path, url, out / "soak", warmups=1, repeats=soak, deadline=deadline,
+            matrix, replace(job, out_dir=out / "soak"), url, warmups=1, repeats=soak, deadline=deadline,
             failures=failures, on_server_lost=lost.append,
         )  # fmt: skip
         found["soak"] = {"variant": variant.name, **soak_verdict(rounds, planned=soak)}
@@ -340,8 +342,8 @@ def run_launch_checks(
         found["load"] = {
             "variant": variant.name,
             **run_load(
-                path,
-                variant.overrides,
+                job.workflow_path,
+                job.applied,
                 servers,
                 out / "load",
                 concurrency=concurrency,

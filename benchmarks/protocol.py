@@ -24,7 +24,7 @@ Every run carries ``sequence``, its place in the whole matrix's run order, so th
 
 Example::
 
-    runs = run_variant(matrix, variant, workflow_path, server_url, out_dir)
+    runs = run_variant(matrix, VariantRun(variant, workflow_path, out_dir), server_url)
     print([r.total_s for r in runs if not r.warmup])
     print(plan_runs(["A", "B"], warmups=1, repeats=2, order="interleaved"))   # A0w B0w A1 B1 A2 B2
 """
@@ -48,6 +48,7 @@ from runner.errors import (
     ServerError,
     WorkflowError,
 )
+from runner.graph.workflow import Override
 from runner.jobs.run import RunOptions, run_workflow
 from runner.tracking.record import int8_kernels_measured
 from runner.transport.client import ComfyClient
@@ -145,11 +146,13 @@ class PlannedRun:
 
 @dataclass(frozen=True)
 class VariantRun:
-    """A variant ready to run: its workflow file (inserts applied) and its run-record folder."""
+    """A variant ready to run: its workflow file (inserts and overrides applied), its run-record folder
+    and the overrides written into that file, with the values they replaced (for each run's record)."""
 
     variant: Variant
     workflow_path: Path
     out_dir: Path
+    applied: tuple[Override, ...] = ()
 
 
 def plan_runs(variants: Sequence[str], warmups: int, repeats: int, order: str) -> list[PlannedRun]:
@@ -244,30 +247,29 @@ def flag_memory_not_returned(runs: list[RunMeasure], tolerance_mb: float) -> lis
 
 def run_once(
     matrix: Matrix,
-    variant: Variant,
-    workflow_path: Path,
+    job: VariantRun,
     server: str,
-    out_dir: Path,
     *,
     index: int,
     warmup: bool,
     sequence: int | None = None,
 ) -> RunMeasure:
-    """One run of ``variant``: defeat the cache (``matrix.mode``), run the workflow, measure the record.
+    """One run of ``job``'s variant: defeat the cache (``matrix.mode``), run its workflow file (which
+    holds the variant's overrides: they are recorded, not applied again), measure the record.
 
     Raises the runner's errors (:mod:`runner.errors`) when the run fails: a benchmark of a failing
     configuration has no meaning.
     """
     options = RunOptions(
-        server=server, out_dir=out_dir, overrides=variant.overrides, timeout=matrix.timeout_s
+        server=server, out_dir=job.out_dir, prior_overrides=job.applied, timeout=matrix.timeout_s
     )
     with options.make_client() as client:
         defeat_cache(client, matrix.mode)
-    outcome = run_workflow(workflow_path, options)
+    outcome = run_workflow(job.workflow_path, options)
     run = measure_from_record(
-        outcome.record, outcome.record_path, variant.name, index, warmup, sequence=sequence
+        outcome.record, outcome.record_path, job.variant.name, index, warmup, sequence=sequence
     )
-    logger.info("%s run %d%s: %.3f s", variant.name, index, " (warmup)" if warmup else "", run.total_s)
+    logger.info("%s run %d%s: %.3f s", job.variant.name, index, " (warmup)" if warmup else "", run.total_s)
     return run
 
 
@@ -296,10 +298,8 @@ def server_failure_line(error: ServerError) -> str:
 
 def run_variant(
     matrix: Matrix,
-    variant: Variant,
-    workflow_path: Path,
+    job: VariantRun,
     server: str,
-    out_dir: Path,
     *,
     warmups: int | None = None,
     repeats: int | None = None,
@@ -307,15 +307,14 @@ def run_variant(
     failures: dict[str, str] | None = None,
     on_server_lost: Callable[[str], None] | None = None,
 ) -> list[RunMeasure]:
-    """Run ``variant`` (its workflow already written to ``workflow_path``) on ``server``, its runs back
-    to back (soak rounds), none started after ``deadline``; ``failures`` and ``on_server_lost`` as in
-    :func:`run_variants` (without them a failing run raises, see :func:`run_once`)."""
-    job = VariantRun(variant, workflow_path, out_dir)
+    """Run ``job`` (its workflow already written) on ``server``, its runs back to back (soak rounds),
+    none started after ``deadline``; ``failures`` and ``on_server_lost`` as in :func:`run_variants`
+    (without them a failing run raises, see :func:`run_once`)."""
     runs = run_variants(
         matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats, deadline=deadline,
         failures=failures, on_server_lost=on_server_lost,
     )  # fmt: skip
-    return runs.get(variant.name, [])
+    return runs.get(job.variant.name, [])
 
 
 def run_variants(
@@ -369,10 +368,8 @@ def run_variants(
         try:
             run = run_once(
                 matrix,
-                job.variant,
-                job.workflow_path,
+                job,
                 server,
-                job.out_dir,
                 index=planned.index,
                 warmup=planned.warmup,
                 sequence=sequence,

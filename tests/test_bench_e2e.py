@@ -135,10 +135,16 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
         "video": written["8-step-distill"]["14"]["inputs"]["video"],
         "filename_prefix": "leanvideo/bench_e2e-lossless",
     }
+    base = json.loads((REPO_ROOT / "workflows" / "ltxv_tiny_t2v.api.json").read_text(encoding="utf-8"))
     for variant in variants.values():  # --set reached every variant's runs, after the variant's own
         for run in variant["runs"]:
             record = json.loads(Path(run["record_path"]).read_text(encoding="utf-8"))
             assert record["overrides"][-1]["spec"] == "14.filename_prefix=leanvideo/bench_e2e"
+            # what each replaced, from the matrix's workflow on (the file it ran already holds the values)
+            inputs = {node_id: dict(node["inputs"]) for node_id, node in base.items()}
+            for override in record["overrides"]:
+                assert override["previous"] == inputs[override["node_id"]][override["input_name"]]
+                inputs[override["node_id"]][override["input_name"]] = override["value"]
             [video] = [o for o in record["outputs"] if o["node_id"] == "14"]
             assert video["server_name"].startswith("bench_e2e_") and video["path"] == run["output_path"]
             [frames] = [o for o in record["outputs"] if o["node_id"] == "bench_lossless"]

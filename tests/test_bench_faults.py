@@ -12,7 +12,7 @@ import pytest
 from benchmarks import harness, modes
 from benchmarks.harness import BenchSettings
 from benchmarks.matrix import load_matrix
-from benchmarks.protocol import SERVER_LOST
+from benchmarks.protocol import SERVER_LOST, VariantRun
 from runner.errors import ServerCrashedError, WorkflowError
 from runner.local.workspace import REPO_ROOT
 
@@ -26,7 +26,7 @@ def test_a_variant_whose_own_set_is_refused_fails_alone(
     group = [matrix.variant("20-step baseline"), matrix.variant("8-step distill")]
     real = harness._write_variant_workflow
 
-    def write(variant: Any, base: Any, object_info: Any, out: Path) -> Path:
+    def write(variant: Any, base: Any, object_info: Any, out: Path) -> Any:
         if variant.name == "8-step distill":
             raise WorkflowError("node 11 (SamplerCustom) has no input 'cfgg'")
         return real(variant, base, object_info, out)
@@ -79,7 +79,8 @@ def test_a_server_lost_in_the_soak_says_so_and_no_load_test_starts(
     monkeypatch.setattr(modes, "run_variant", soak)
     monkeypatch.setattr(modes, "run_load", lambda *a, **k: pytest.fail("a load test on a dead server"))
     found = modes.run_launch_checks(
-        matrix, matrix.variant("20-step baseline"), tmp_path / "w.json", "http://127.0.0.1:1", tmp_path,
+        matrix, VariantRun(matrix.variant("20-step baseline"), tmp_path / "w.json", tmp_path / "runs"),
+        "http://127.0.0.1:1", tmp_path,
         soak=10, load=True, servers=["http://127.0.0.1:1"], concurrency=2, jobs=8, deadline=123.0,
         say=print, on_server_lost=told.append,
     )  # fmt: skip

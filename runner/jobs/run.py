@@ -57,6 +57,9 @@ class RunOptions:
     validate: bool = True
     reconnect_timeout: float = 60.0
     retries: int = DEFAULT_RETRIES  # per request the network cuts; all of it within ``timeout``
+    # overrides the file already carries, applied by whoever wrote it (a bench's variant workflow), with
+    # the values they replaced there: recorded ahead of ``overrides``, not applied again
+    prior_overrides: tuple[Override, ...] = ()
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.timeout) or self.timeout <= 0:
@@ -129,6 +132,7 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
     deadline = time.monotonic() + options.timeout  # --timeout bounds the whole run, retries included
     with options.make_client(deadline) as client:
         workflow, applied = prepare_workflow(path, client, options.overrides, validate=options.validate)
+        applied = [*options.prior_overrides, *applied]  # for the record
         environment = collect_environment(client)
         prompt_id = str(uuid.uuid4())
         # A folder per run, made before the prompt is submitted (a bad --out costs no GPU time):
