@@ -46,6 +46,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--timeout", "0"],
         ["--timeout", "nan"],
         ["--retries", "-1"],
+        ["--server", "http://127.0.0.1:8188", "--server", "http://127.0.0.1:8189"],
     )
     for bad in bad_args:
         with pytest.raises(SystemExit) as caught:
@@ -58,6 +59,8 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "'Content-Length: 5': Content-Length is set by the HTTP client for each request" in err
     assert "argument --timeout: nan: must be a positive number of seconds" in err
     assert "argument --retries: -1: must be 0 or more" in err
+    said = "--server: given twice (http://127.0.0.1:8188, then http://127.0.0.1:8189): this command talks"
+    assert said in err
     # each said as argparse says a bad argument: after the command's usage, naming it
     assert err.count("usage: leanvideo run") == len(bad_args)
     with pytest.raises(SystemExit) as caught:  # read from a file with its line end

@@ -117,6 +117,26 @@ class AppendServer(argparse.Action):
         setattr(namespace, self.dest, [*urls, values])
 
 
+class OneServer(argparse.Action):
+    """``--server`` of a command that talks to one server: given twice is a usage error (the last one
+    would win in silence, and a user listing two may think both are used)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given = f"_{self.dest}_given"
+        if (earlier := getattr(namespace, given, None)) is not None:
+            raise argparse.ArgumentError(
+                self, f"given twice ({earlier}, then {values}): this command talks to one server"
+            )
+        setattr(namespace, given, values)
+        setattr(namespace, self.dest, values)
+
+
 def given_path(text: str) -> Path:
     """A path from the command line (``--out``); an empty one (``--out "$UNSET"``) is argparse's usage
     error, not the current folder."""
@@ -199,6 +219,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
         type=server_url,
+        action=OneServer,
         default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
         help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
     )
