@@ -254,6 +254,14 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     assert files["te.safetensors"]["path"] == str(user / "models" / "text_encoders" / "te.safetensors")
     assert files["dit.safetensors"]["status"] == "present"
     assert files["l.safetensors"]["target"] == str(user / "models" / "loras")
+    # a tiny model is to be written into the workspace's folder, not the user's ComfyUI
+    workflow = json.loads(path.read_text(encoding="utf-8"))
+    workflow["6"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "ltxv-tiny.safetensors"}}
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    assert main(["models", "check", str(path), "--json"]) == 1
+    files = {f["name"]: f for f in json.loads(capsys.readouterr().out)["files"]}
+    said = f"write it with `leanvideo fixtures {workspace / 'models'}`"
+    assert files["ltxv-tiny.safetensors"]["hint"].endswith(said)
 
 
 def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Path) -> None:

@@ -41,12 +41,12 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
     also: tuple[Path, ...] = ()
     if args.models:
-        models_dir = args.models
+        models_dir = fixtures_dir = args.models
     else:  # with the user's own ComfyUI, its models folder first: the workspace's holds the tiny models
         workspace = find_workspace()
-        models_dir = workspace.user_models_dir or workspace.models_dir
+        models_dir, fixtures_dir = workspace.user_models_dir or workspace.models_dir, workspace.models_dir
         also = (workspace.models_dir,) if workspace.user_models_dir and workspace.models_dir.is_dir() else ()
-    report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256)
+    report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256, fixtures_dir=fixtures_dir)
     if args.json:
         print_json(console, report.to_json())
     else:

@@ -112,9 +112,12 @@ def check_models(
     also: Sequence[Path] = (),
     hashes: bool = False,
     templates: Mapping[str, ModelSource] | None = None,
+    fixtures_dir: Path | None = None,
 ) -> ModelsReport:
     """The report for ``workflow_path`` (API or editor format) against ``models_dir``, then the folders
-    ``also`` (a file found in none goes to ``models_dir``); see the module docstring.
+    ``also`` (a file found in none goes to ``models_dir``); see the module docstring. A missing tiny
+    model is to be written into ``fixtures_dir`` (default ``models_dir``): the workspace's models folder
+    beside a user's own ComfyUI.
 
     ``templates`` replaces the installed templates' sources (``None``: read them when a file lacks one).
     """
@@ -171,7 +174,7 @@ def check_models(
                 target=str(models_dir / folder) if folder else None,
                 hint=_dangling(models_dir, ref.folder, ref.name)
                 or _near(ref.name, ref.folder, index)
-                or _fixture_hint(models_dir, ref.folder, ref.name),
+                or _fixture_hint(fixtures_dir or models_dir, ref.folder, ref.name),
             )
         report.files.append(file)
     return report
