@@ -190,7 +190,8 @@ def _run_group(
                 measured.skipped.setdefault(variant.name, f"{what} before its runs")
     finally:  # the log is complete once the server has stopped
         if started and settings.servers:  # said, not left out: the report's reader must not take it as clean
-            measured.modes.setdefault("logs", {})[settings.servers[0]] = {"verdict": LOGS_NOT_CHECKED}
+            for url in settings.servers:  # each of them (a --load sends jobs to all)
+                measured.modes.setdefault("logs", {})[url] = {"verdict": LOGS_NOT_CHECKED}
         elif started and log.is_file():
             try:
                 measured.modes.setdefault("logs", {})[" ".join(server_args) or "default"] = (

@@ -204,6 +204,7 @@ def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
         "does not exist on the server; the server has: clip_l.safetensors, ltxv-tiny.safetensors"
     )
     assert "leanvideo serve --fixture-nodes" in problems[("4", None)]
+    assert "a bench's own servers: fixtures = true in its matrix's [bench]" in problems[("4", None)]
     workflow["1"]["inputs"]["ckpt_name"] = "LTXV-Tiny.SAFETENSORS"  # another case: the likeliest mistake
     problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
     assert problems[("1", "ckpt_name")].endswith("; close matches: ltxv-tiny.safetensors")

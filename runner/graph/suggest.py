@@ -21,7 +21,10 @@ def unknown_node_hint(class_type: str, known: Iterable[str] = ()) -> str | None:
     """What to do about an unknown node type that is one of the tiny models' helper nodes, or one of
     the node pack's while the server has none of them (``known``: its node types), else None."""
     if class_type.startswith(FIXTURE_PREFIX):
-        return ": it is the tiny models' helper node; start the server with leanvideo serve --fixture-nodes"
+        return (
+            ": it is the tiny models' helper node, which a server loads when started with leanvideo serve "
+            "--fixture-nodes (a bench's own servers: fixtures = true in its matrix's [bench])"
+        )
     pack_nodes = (
         str(k) for k in known if str(k).startswith(PACK_PREFIX) and not str(k).startswith(FIXTURE_PREFIX)
     )
