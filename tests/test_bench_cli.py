@@ -21,6 +21,27 @@ def test_bad_soak_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "at least 10 rounds" in capsys.readouterr().err
 
 
+def test_consistency_with_fewer_than_two_runs_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main([str(TINY), "--out", str(out), "--consistency", "--repeats", "1"]) == 2
+    said = "--consistency compares each variant's measured runs, and there would be 1"
+    assert said in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_bench_without_an_installed_comfyui_leaves_no_out_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("LEANVIDEO_COMFYUI", raising=False)
+    out = tmp_path / "out"
+    assert main([str(TINY), "--out", str(out)]) == 3
+    assert "install" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:  # argparse's usage error, before anything starts
         main([str(TINY), "--out", str(tmp_path), "--set", "9.steps=8", "--set", "width=64"])

@@ -168,6 +168,12 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     if not args.load and (args.concurrency is not None or args.jobs is not None):
         raise UsageError("--concurrency and --jobs set up --load: add --load, or leave them out")
     matrix = select_variants(load_matrix(args.matrix.resolve()), args.variants, args.baseline)
+    repeats = args.repeats if args.repeats is not None else matrix.repeats
+    if args.consistency and repeats < 2:  # said before the runs, not as the verdict after them
+        raise UsageError(
+            f"--consistency compares each variant's measured runs, and there would be {repeats}: give "
+            "--repeats 2 or more"
+        )
     out = (args.out or Path("bench-out") / args.matrix.stem).resolve()
     try:
         settings = BenchSettings(
@@ -209,7 +215,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     err = Console(stderr=True, soft_wrap=True, markup=False)
     try:
         outcome = run_matrix(matrix, settings, progress=lambda line: err.print(line, highlight=False))
-    except WorkflowError:  # refused before any run: what it made goes, so the same --out can be used again
+    except (WorkflowError, WorkspaceError):  # refused before any run (a bad matrix, LeanVideo not installed):
+        # what it made goes, so the same --out can be used again
         _remove_made(made, out)
         raise
     if args.json:
