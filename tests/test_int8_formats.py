@@ -13,10 +13,10 @@ from leanvideo.int8 import Int8WeightConfig, dequantize, sqnr_db
 from leanvideo.int8.convert import quantize_file, quantize_state_dict
 from leanvideo.int8.export import to_layout
 from leanvideo.int8.files import read_header
-from leanvideo.int8.formats import read_int8_file
+from leanvideo.int8.formats import check_int8_header, read_int8_file
 from leanvideo.int8.formats.common import config_from_tensor, config_to_tensor
 from leanvideo.int8.policy import plan_quantization
-from leanvideo.int8.spec import Int8FormatError
+from leanvideo.int8.spec import METADATA_KEY, Int8FormatError
 from safetensors.torch import save_file
 
 from runner.local.workspace import Workspace
@@ -127,28 +127,44 @@ def _write_bad(tmp_path: Path, tensors: dict[str, torch.Tensor], name: str = "ba
 
 
 def test_bad_inputs_name_the_file_and_the_tensor(tmp_path: Path) -> None:
+    """Each refusal is said alike by the reader and by the header-only check (`models check` runs that)."""
     weight = torch.zeros(8, 16, dtype=torch.int8)
     no_scale = _write_bad(tmp_path, {"blocks.0.q.weight": weight})
-    with pytest.raises(Int8FormatError, match=r"bad\.safetensors.*'blocks\.0\.q\.weight' has no scale"):
-        read_int8_file(no_scale)
     wrong = _write_bad(
         tmp_path, {"blocks.0.q.weight": weight, "blocks.0.q.weight_scale": torch.ones(3)}, "w.safetensors"
     )
-    with pytest.raises(Int8FormatError, match=r"w\.safetensors.*'blocks\.0\.q\.weight'.*shape \[3\]"):
-        read_int8_file(wrong)
     odd = _write_bad(tmp_path, {"x.weight": torch.zeros(4, 4, dtype=torch.int16)}, "i16.safetensors")
-    with pytest.raises(Int8FormatError, match=r"i16\.safetensors.*'x\.weight'.*I16"):
-        read_int8_file(odd)
-    fp8 = _write_bad(tmp_path, {"x.weight": torch.zeros(4, 4).to(torch.float8_e4m3fn)}, "fp8.safetensors")
-    assert read_int8_file(fp8).format == "fp8"  # read as it is; the loaders quantize it (test_int8_fp8)
+    packed = _write_bad(
+        tmp_path,
+        {"a.weight": torch.randn(4, 4), "k.weight": torch.zeros(2, 4, dtype=torch.uint8)},
+        "u8.safetensors",
+    )
     unknown = tmp_path / "n.safetensors"
     save_file(
         {"w.weight": weight, "w.weight_scale": torch.ones(8, 1)},
         str(unknown),
         {"_quantization_metadata": '{"layers": {"w": {"format": "float8_e4m3fn"}}}'},
     )
-    with pytest.raises(Int8FormatError, match="'float8_e4m3fn'"):
-        read_int8_file(unknown)
+    newer = tmp_path / "v9.safetensors"
+    save_file(
+        {"w.weight": weight, "w.weight_scale": torch.ones(8, 1)},
+        str(newer),
+        {METADATA_KEY: '{"format_version": 9}'},
+    )
+    refused = {
+        no_scale: r"bad\.safetensors.*'blocks\.0\.q\.weight' has no scale",
+        wrong: r"w\.safetensors.*'blocks\.0\.q\.weight'.*shape \[3\]",
+        odd: r"i16\.safetensors.*'x\.weight'.*I16",
+        packed: r"u8\.safetensors: uint8 tensor 'k\.weight' is named like a layer",
+        unknown: "'float8_e4m3fn'",
+        newer: r"v9\.safetensors: LeanVideo INT8 format version 9 is newer than this pack reads",
+    }
+    for path, said in refused.items():
+        for read in (read_int8_file, check_int8_header):
+            with pytest.raises(Int8FormatError, match=said):
+                read(path)
+    fp8 = _write_bad(tmp_path, {"x.weight": torch.zeros(4, 4).to(torch.float8_e4m3fn)}, "fp8.safetensors")
+    assert read_int8_file(fp8).format == "fp8" == check_int8_header(fp8)  # the loaders quantize it
 
 
 def test_corrupt_truncated_and_pickle_files_are_refused(tmp_path: Path) -> None:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import struct
 from pathlib import Path
 
 import pytest
+from leanvideo.int8.header import encode_header
+from leanvideo.int8.spec import FORMAT_VERSION, METADATA_KEY
 
 from runner.cli.main import main
 from runner.errors import WorkflowError
@@ -55,8 +59,17 @@ UI_TWIN = {
 }
 
 
-# The smallest whole safetensors file: an 8-byte header length, then the header (no tensors)
-WEIGHTS = (2).to_bytes(8, "little") + b"{}"
+def int8_file(scale_shape: tuple[int, ...] = (2, 1), version: int = FORMAT_VERSION) -> bytes:
+    """A whole LeanVideo INT8 safetensors file of one [2, 4] layer: what the INT8 loaders read."""
+    specs = [("a.weight", "I8", (2, 4)), ("a.weight_scale", "F32", scale_shape)]
+    header, ranges = encode_header(specs, {METADATA_KEY: json.dumps({"format_version": version})})
+    scales = struct.pack(f"<{math.prod(scale_shape)}f", *[0.5] * math.prod(scale_shape))
+    assert ranges["a.weight_scale"][1] == 8 + len(scales)
+    return header + bytes(range(8)) + scales
+
+
+# A small whole model file (every loader's stand-in; the INT8 loaders' headers are looked into)
+WEIGHTS = int8_file()
 
 
 def write(tmp_path: Path) -> tuple[Path, Path]:
@@ -454,3 +467,36 @@ def test_a_damaged_editor_file_is_named_by_models_check(
     path.write_text(json.dumps({"nodes": [{"id": 1, "type": "A"}, {"id": 1, "type": "B"}], "links": []}))
     assert main(["models", "check", str(path)]) == 5
     assert f"{path}: two nodes have the id 1 (A and B)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_an_int8_file_its_loader_would_refuse_is_invalid_naming_the_loader_and_tensor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A present file used to pass whatever its INT8 layout; the loader then refused it (exit 6)."""
+    path, models = write(tmp_path)
+    dit = models / "unet" / "dit.safetensors"
+    said = {
+        int8_file(
+            version=FORMAT_VERSION + 1
+        ): f"format version {FORMAT_VERSION + 1} is newer than this pack reads",
+        int8_file(scale_shape=(2, 3)): "'a.weight': weight_scale has shape [2, 3]; for weight shape [2, 4]",
+    }
+    for content, reason in said.items():
+        dit.write_bytes(content)
+        [file] = [f for f in check_models(path, models, templates={}).files if f.name == "dit.safetensors"]
+        assert file.status == "invalid" and file.path == str(dit)
+        assert file.hint is not None and file.hint.startswith(
+            "LeanVideoDiffusionModelLoaderINT8 would refuse it"
+        )
+        assert reason in file.hint
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    assert "weight_scale has shape [2, 3]" in " ".join(capsys.readouterr().out.split())
+    # the same bytes under a stock loader are not looked into
+    stock = {
+        "1": {
+            "class_type": "UNETLoader",
+            "inputs": {"unet_name": "dit.safetensors", "weight_dtype": "default"},
+        }
+    }
+    path.write_text(json.dumps(stock), encoding="utf-8")
+    assert [f.status for f in check_models(path, models, templates={}).files] == ["present"]

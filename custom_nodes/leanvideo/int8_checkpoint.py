@@ -20,15 +20,9 @@ from typing import Any
 import comfy.sd
 import comfy.utils
 
-from .int8.files import read_header, read_tensors
+from .int8.files import diffusion_model_keys, read_header, read_tensors
 from .int8.spec import Int8FormatError
-from .int8_loading import (
-    Int8LoadOptions,
-    build_diffusion_model,
-    detect_model_config,
-    diffusion_model_keys,
-    read_for_loading,
-)
+from .int8_loading import Int8LoadOptions, build_diffusion_model, detect_model_config, read_for_loading
 
 logger = logging.getLogger(__name__)
 

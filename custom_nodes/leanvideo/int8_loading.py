@@ -26,7 +26,7 @@ import torch
 from .int8 import Int8WeightConfig
 from .int8.convert import quantize_state_dict
 from .int8.dispatch import KernelDispatcher
-from .int8.files import FileHeader, read_header
+from .int8.files import diffusion_model_keys, read_header
 from .int8.formats import LoadedFile, read_int8_file
 from .int8.fp8 import is_fp8_companion
 from .int8.policy import describe_misplaced, plan_quantization
@@ -36,7 +36,6 @@ from .int8_ops import make_int8_ops
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_DIT_PREFIX = "model.diffusion_model."  # a full checkpoint's diffusion model part
 # Formats without int8 weights, quantized while loading: float (bf16/fp16/fp32) and fp8 (plain or
 # ComfyUI scaled, dequantized exactly first).
 QUANTIZED_ON_LOAD = ("float", "fp8")
@@ -77,14 +76,6 @@ class Int8LoadOptions:
             )
         if self.lora_mode not in LORA_MODES:
             raise ValueError(f"lora_mode must be one of {LORA_MODES}, not {self.lora_mode!r}")
-
-
-def diffusion_model_keys(header: FileHeader) -> list[str]:
-    """The keys of the diffusion model in ``header``'s file: in a full checkpoint (LTXV releases:
-    ``model.diffusion_model.*`` next to ``vae.*`` and text encoders) only the diffusion model's part,
-    otherwise every key."""
-    keys = [key for key in header.dtypes if key.startswith(CHECKPOINT_DIT_PREFIX)]
-    return keys or list(header.dtypes)
 
 
 def detect_model_config(

@@ -152,7 +152,8 @@ def check_models(
         source = sources.get(ref.name)
         if found is not None:
             digest = sha256_file(found) if hashes else None
-            damage = safetensors_damage(found)  # an interrupted download is there, yet cannot load
+            # an interrupted download is there, yet cannot load; so is an INT8 layout the loader refuses
+            damage = safetensors_damage(found) or int8_layout_problem(found, ref.class_type)
             file = ModelFile(
                 **known,
                 status="invalid" if damage else "present",
@@ -207,6 +208,32 @@ def safetensors_damage(path: Path) -> str | None:
         return (
             f"cut short ({size} bytes of the {8 + declared + end} its header says): an interrupted download"
         )
+    return None
+
+
+# The node pack's INT8 loaders, and whether each reads its file's diffusion model only (a full checkpoint)
+INT8_LOADERS: dict[str, bool] = {
+    "LeanVideoDiffusionModelLoaderINT8": True,
+    "LeanVideoCheckpointLoaderINT8": True,
+    "LeanVideoTextEncoderLoaderINT8": False,
+}
+
+
+def int8_layout_problem(path: Path, class_type: str) -> str | None:
+    """What the node pack's INT8 loader ``class_type`` would refuse in ``path``'s header (a format it
+    does not know or is newer than it, an int8 weight without its scale or with one of the wrong shape),
+    or None; files of other loaders are not looked into. Imports torch, for those files only."""
+    if class_type not in INT8_LOADERS or path.suffix.lower() != ".safetensors":
+        return None
+    from leanvideo.int8.files import diffusion_model_keys, read_header
+    from leanvideo.int8.formats import check_int8_header
+    from leanvideo.int8.spec import Int8FormatError
+
+    try:
+        keys = diffusion_model_keys(read_header(path)) if INT8_LOADERS[class_type] else None
+        check_int8_header(path, keys)
+    except Int8FormatError as error:
+        return f"{class_type} would refuse it: {str(error).removeprefix(f'{path}: ')}"
     return None
 
 

@@ -33,6 +33,17 @@ class FileHeader:
     shapes: dict[str, tuple[int, ...]]
 
 
+CHECKPOINT_DIT_PREFIX = "model.diffusion_model."  # a full checkpoint's diffusion model part
+
+
+def diffusion_model_keys(header: FileHeader) -> list[str]:
+    """The keys of the diffusion model in ``header``'s file: in a full checkpoint (LTXV releases:
+    ``model.diffusion_model.*`` next to ``vae.*`` and text encoders) only the diffusion model's part,
+    otherwise every key."""
+    keys = [key for key in header.dtypes if key.startswith(CHECKPOINT_DIT_PREFIX)]
+    return keys or list(header.dtypes)
+
+
 def _check_path(path: Path) -> None:
     if path.suffix.lower() in PICKLE_SUFFIXES:
         raise Int8FormatError(
