@@ -355,3 +355,38 @@ def test_one_part_of_a_full_checkpoint_is_detected_and_read_alone(tmp_path: Path
     loaded = read_int8_file(path, [key for key in read_header(path).dtypes if key.startswith("model.")])
     assert loaded.format == "comfy_native"
     assert set(loaded.tensors) == set(dit) and loaded.metadata == {"config": "{}"}
+
+
+def test_odd_layouts_are_format_errors_not_crashes(tmp_path: Path) -> None:
+    """Each of these used to escape as IndexError, TypeError or ZeroDivisionError (a traceback in the
+    loader node), or to pass the header check and be refused by the loader only."""
+    weight = torch.zeros(8, 16, dtype=torch.int8)
+    quant = '{"layers": {"w": {"format": "int8_rowwise", "convrot": true, "convrot_groupsize": null}}}'
+    files = {
+        "scalar.safetensors": (
+            {"w.weight": torch.zeros((), dtype=torch.int8), "w.weight_scale": torch.ones(1)},
+            {},
+        ),
+        "null-group.safetensors": (
+            {"w.weight": weight, "w.weight_scale": torch.ones(8, 1)},
+            {"_quantization_metadata": quant},
+        ),
+        "flat-config.safetensors": (
+            {"w.weight": weight, "w.weight_scale": torch.ones(8, 1), "w.comfy_quant": torch.ones(2, 3)},
+            {},
+        ),
+        "no-blocks.safetensors": ({"w.weight": weight, "w.weight_scale": torch.ones(8, 0)}, {}),
+        "fp8-scale.safetensors": (
+            {"w.weight": torch.zeros(8, 16).to(torch.float8_e4m3fn), "w.weight_scale": torch.ones(8, 1)},
+            {},
+        ),
+    }
+    for name, (tensors, metadata) in files.items():
+        path = tmp_path / name
+        save_file(tensors, str(path), metadata)
+        for read in (read_int8_file, check_int8_header):
+            if name == "flat-config.safetensors" and read is check_int8_header:
+                assert check_int8_header(path) == "comfy_native"  # a config's contents are read on load
+                continue
+            with pytest.raises(Int8FormatError, match=rf"{name}"):
+                read(path)

@@ -23,21 +23,15 @@ from ..files import FileHeader, read_header, read_tensors, restrict_header
 from ..spec import (
     COMFY_METADATA_KEY,
     CONFIG_SUFFIX,
-    SCALE_SUFFIX,
-    WEIGHT_SUFFIX,
     Int8FormatError,
     is_allowed_uint8,
 )
 from . import comfy_native, float, fp8, int8_fast, leanvideo, lightx2v
-from .common import DROPPED_SUFFIXES, canonicalize, infer_config
+from .common import READ_DTYPES, canonicalize, check_layout
 
 FORMATS: dict[str, ModuleType] = {
     module.NAME: module for module in (leanvideo, comfy_native, lightx2v, int8_fast, fp8, float)
 }
-
-
-# the safetensors dtypes some supported format stores (common.READ_DTYPES, as the header names them)
-HEADER_DTYPES = ("I8", "U8", "F8_E4M3", "F8_E5M2", "BF16", "F16", "F32")
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ def _describe_unknown(header: FileHeader) -> str:
                 return f"int8 weight {key!r} has no scale {layer + '.weight_scale'!r}"
         if dtype == "U8" and not is_allowed_uint8(key):
             return f"uint8 tensor {key!r} is named like a layer tensor; no supported INT8 format stores one"
-        if dtype not in HEADER_DTYPES:
+        if dtype not in READ_DTYPES:
             return f"tensor {key!r} has dtype {dtype}, which no supported INT8 format uses"
     return (
         "the tensors match no supported format (LeanVideo, ComfyUI-native, LightX2V, INT8-Fast, fp8, float)"
@@ -78,32 +72,22 @@ def _describe_unknown(header: FileHeader) -> str:
 
 
 def check_int8_header(path: Path, keys: Collection[str] | None = None) -> str:
-    """The format of ``path``, its layout checked from the header alone, no tensor read: what the loader
-    would refuse before reading the weights (no format it knows, a newer format version, a dtype no
-    format uses, an int8 weight without its scale or with a scale of the wrong shape) raises
-    :class:`Int8FormatError` naming the file and tensor. The scales' values and ``comfy_quant`` tensors
-    are checked when the file is read (:func:`read_int8_file`). ``keys`` as there.
+    """The format of ``path``, its layout checked from the header alone, no tensor read
+    (:func:`~.common.check_layout`): what :func:`read_int8_file` would refuse, short of the scales'
+    values and the contents of ``comfy_quant`` tensors (a layer with one is checked as unrotated),
+    raises :class:`Int8FormatError` alike. ``keys`` as there.
     """
     header = read_header(path)
     if keys is not None:
         header = restrict_header(header, keys)
     name = detect_format(header)
-    entries = FORMATS[name].layer_entries(header)
+    entries = {
+        layer: entry
+        for layer, entry in FORMATS[name].layer_entries(header).items()
+        if layer + CONFIG_SUFFIX not in header.dtypes  # the tensor's entry would win: not read here
+    }
     hadamard = leanvideo.hadamard_of(header) if name == leanvideo.NAME else "regular"
-    for key, dtype in header.dtypes.items():
-        if key.endswith((SCALE_SUFFIX, *DROPPED_SUFFIXES)):
-            continue  # read as float32 (a scale) or not at all, whatever their dtype
-        if dtype not in HEADER_DTYPES or (dtype == "U8" and not is_allowed_uint8(key)):
-            raise Int8FormatError(f"{path}: {_describe_unknown(restrict_header(header, [key]))}")
-        layer = key.removesuffix(WEIGHT_SUFFIX)
-        if dtype != "I8" or layer == key or layer + CONFIG_SUFFIX in header.dtypes:
-            continue  # detect_format said any other int8 tensor; a config tensor is read on load
-        scale = header.shapes.get(layer + SCALE_SUFFIX)
-        if scale is None:
-            raise Int8FormatError(f"{path}: int8 weight {key!r} has no scale {layer + SCALE_SUFFIX!r}")
-        infer_config(
-            header.shapes[key], scale, entries.get(layer, {}), where=f"{path}: {key!r}", hadamard=hadamard
-        )
+    check_layout(header.dtypes, header.shapes, entries, source=str(path), hadamard=hadamard)
     return name
 
 

@@ -22,7 +22,7 @@ def int8_layers(header: FileHeader) -> list[str]:
 def detect(header: FileHeader) -> bool:
     layers = int8_layers(header)
     return bool(layers) and all(
-        header.shapes.get(layer + SCALE_SUFFIX) == (header.shapes[layer + WEIGHT_SUFFIX][0], 1)
+        header.shapes.get(layer + SCALE_SUFFIX) == (*header.shapes[layer + WEIGHT_SUFFIX][:1], 1)
         for layer in layers
     )
 
