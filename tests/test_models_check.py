@@ -275,6 +275,7 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     files = {f["name"]: f for f in json.loads(capsys.readouterr().out)["files"]}
     said = f"write it with `leanvideo fixtures {workspace / 'models'}`"
     assert files["ltxv-tiny.safetensors"]["hint"].endswith(said)
+    assert files["ltxv-tiny.safetensors"]["target"] == str(workspace / "models" / "checkpoints")
 
 
 def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Path) -> None:
@@ -481,10 +482,13 @@ def test_an_int8_file_its_loader_would_refuse_is_invalid_naming_the_loader_and_t
         ): f"format version {FORMAT_VERSION + 1} is newer than this pack reads",
         int8_file(scale_shape=(2, 3)): "'a.weight': weight_scale has shape [2, 3]; for weight shape [2, 4]",
     }
+    source = {"dit.safetensors": ModelSource("dit.safetensors", "https://e.x/dit", "diffusion_models", "t")}
     for content, reason in said.items():
         dit.write_bytes(content)
-        [file] = [f for f in check_models(path, models, templates={}).files if f.name == "dit.safetensors"]
+        report = check_models(path, models, templates=source)
+        [file] = [f for f in report.files if f.name == "dit.safetensors"]
         assert file.status == "invalid" and file.path == str(dit)
+        assert file.url is None  # the same file again would not help: the loader is what refuses it
         assert file.hint is not None and file.hint.startswith(
             "LeanVideoDiffusionModelLoaderINT8 would refuse it"
         )

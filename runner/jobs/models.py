@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,8 @@ from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
 from runner.local.server import MODEL_FOLDERS
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ModelFile", "ModelsReport", "check_models", "template_documents", "template_sources"]
 
@@ -152,30 +155,38 @@ def check_models(
         source = sources.get(ref.name)
         if found is not None:
             digest = sha256_file(found) if hashes else None
-            # an interrupted download is there, yet cannot load; so is an INT8 layout the loader refuses
-            damage = safetensors_damage(found) or int8_layout_problem(found, ref.class_type)
+            damaged = safetensors_damage(found)  # an interrupted download is there, yet cannot load
+            refused = None if damaged else int8_layout_problem(found, ref.class_type)
+            again = source if damaged else None  # where to get it again
             file = ModelFile(
                 **known,
-                status="invalid" if damage else "present",
+                status="invalid" if damaged or refused else "present",
                 path=str(found),
                 bytes=found.stat().st_size,
                 sha256=digest,
-                hint=damage,
-                url=source.url if damage and source else None,  # where to get it again
-                cited_in=source.cited_in if damage and source else None,
+                hint=damaged or refused,
+                url=again.url if again else None,
+                cited_in=again.cited_in if again else None,
             )
         else:
             index = index if index is not None else _model_index((models_dir, *also))  # read once
             folder = ref.folder or (source.directory if source else None)
+            tiny = _fixture_path(fixtures_dir or models_dir, ref.folder, ref.name)
+            target = tiny.parent if tiny else models_dir / folder if folder else None
             file = ModelFile(
                 **known,
                 status="missing",
                 url=source.url if source else None,
                 cited_in=source.cited_in if source else None,
-                target=str(models_dir / folder) if folder else None,
+                target=str(target) if target else None,
                 hint=_dangling(models_dir, ref.folder, ref.name)
                 or _near(ref.name, ref.folder, index)
-                or _fixture_hint(fixtures_dir or models_dir, ref.folder, ref.name),
+                or (
+                    "a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures "
+                    f"{fixtures_dir or models_dir}`"
+                    if tiny
+                    else None
+                ),
             )
         report.files.append(file)
     return report
@@ -225,9 +236,13 @@ def int8_layout_problem(path: Path, class_type: str) -> str | None:
     or None; files of other loaders are not looked into. Imports torch, for those files only."""
     if class_type not in INT8_LOADERS or path.suffix.lower() != ".safetensors":
         return None
-    from leanvideo.int8.files import diffusion_model_keys, read_header
-    from leanvideo.int8.formats import check_int8_header
-    from leanvideo.int8.spec import Int8FormatError
+    try:
+        from leanvideo.int8.files import diffusion_model_keys, read_header
+        from leanvideo.int8.formats import check_int8_header
+        from leanvideo.int8.spec import Int8FormatError
+    except ImportError as exc:  # torch broken or missing: the presence check still stands
+        logger.warning("the INT8 layout of %s was not checked: %s", path, exc)
+        return None
 
     try:
         keys = diffusion_model_keys(read_header(path)) if INT8_LOADERS[class_type] else None
@@ -312,13 +327,12 @@ def _dangling(models_dir: Path, folder: str | None, name: str) -> str | None:
     return None
 
 
-def _fixture_hint(models_dir: Path, folder: str | None, name: str) -> str | None:
-    """A tiny model of this project that is not written yet: the command that writes it."""
-    for path in fixture_set(models_dir).paths():
+def _fixture_path(fixtures_dir: Path, folder: str | None, name: str) -> Path | None:
+    """Where ``leanvideo fixtures`` writes the tiny model ``name`` of ``folder`` in ``fixtures_dir``,
+    or None when it is none of them."""
+    for path in fixture_set(fixtures_dir).paths():
         if path.name == name and (folder is None or path.parent.name in MODEL_FOLDERS.get(folder, (folder,))):
-            return (
-                f"a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures {models_dir}`"
-            )
+            return path
     return None
 
 
