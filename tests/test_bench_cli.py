@@ -40,6 +40,9 @@ def test_a_bench_without_an_installed_comfyui_leaves_no_out_folder(
     assert main([str(TINY), "--out", str(out)]) == 3
     assert "install" in capsys.readouterr().err
     assert not out.exists()
+    monkeypatch.chdir(tmp_path)  # the default --out, bench-out/<matrix>: both folders go
+    assert main([str(TINY)]) == 3
+    assert not (tmp_path / "bench-out").exists()
 
 
 def test_malformed_set_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

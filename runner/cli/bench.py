@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
@@ -53,7 +52,7 @@ from runner.errors import (
     WorkflowError,
     WorkspaceError,
 )
-from runner.local.out_folder import check_out_folder
+from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.local.ports import port_is_free
 from runner.transport.client import ComfyClient
 
@@ -210,14 +209,14 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         )
     for url in args.server:  # one that never answers is unreachable, not a server lost mid-matrix
         _check_reachable(url)
-    made = [path for path in (out, out / "servers", out / "workflows") if not path.exists()]
-    check_out_folder(out)
+    inside = [path for path in (out / "servers", out / "workflows") if not path.exists()]
+    made = check_out_folder(out)  # out and the parents it made (the default bench-out/ too)
     err = Console(stderr=True, soft_wrap=True, markup=False)
     try:
         outcome = run_matrix(matrix, settings, progress=lambda line: err.print(line, highlight=False))
     except (WorkflowError, WorkspaceError):  # refused before any run (a bad matrix, LeanVideo not installed):
         # what it made goes, so the same --out can be used again
-        _remove_made(made, out)
+        _remove_made(inside, made, out)
         raise
     if args.json:
         print_json(console, outcome.document_path.read_text(encoding="utf-8"))
@@ -239,17 +238,15 @@ def _check_reachable(url: str) -> None:
             raise type(exc)(f"--server {url}: {exc}") from exc
 
 
-def _remove_made(made: list[Path], out: Path) -> None:
-    """Remove the folders in ``made`` (which did not exist before the bench) unless a run was recorded
-    in ``out``: a server's state folder of a refused matrix, and ``out`` itself when left empty."""
+def _remove_made(inside: list[Path], made: list[Path], out: Path) -> None:
+    """Remove the folders the bench made in ``out`` (``inside``: a refused matrix's server state
+    folder) unless a run was recorded there, then ``out`` and the parents ``check_out_folder`` made
+    (``made``) while they are empty: a file the user put there meanwhile stays."""
     if (out / "runs").exists() or (out / "bench.json").exists():
         return
-    for path in reversed(made):
-        if path == out:
-            with contextlib.suppress(OSError):  # only when empty: a file the user put there meanwhile stays
-                out.rmdir()
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+    for path in inside:
+        shutil.rmtree(path, ignore_errors=True)
+    remove_empty_folders(made)
 
 
 def bench_exit_code(outcome: Any, err: Console) -> int:
