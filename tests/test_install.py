@@ -404,6 +404,19 @@ def test_stamp_changes_with_any_input(inst: ModuleType, tmp_path: Path) -> None:
     assert stamp != python_env.input_stamp([req], "d1", python)
 
 
+def test_the_stamp_of_fixed_inputs_is_pinned() -> None:
+    """A rerun skips the pip steps only when the stamp equals the recorded one: a change to what it
+    hashes, or to the order of ``PIP_INPUTS``, would make every user's next run reinstall everything.
+    Change this value only with such a change meant (a new torch pin is one)."""
+    files = [
+        *(Path("/nowhere/repo") / f for f in python_env.PIP_INPUTS),
+        Path("/nowhere/ComfyUI/requirements.txt"),
+    ]
+    # the value install.py gave before its python environment moved to runner/install/python_env.py
+    stamp = python_env.input_stamp(files, "d1", Path("/venv/bin/python"))
+    assert stamp == "d51ed4860633df4adab29b468c992432d7e993c73f34adfee6404ffef8335c90"
+
+
 def test_unchanged_record_is_not_rewritten(inst: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "install.json"
     inst.write_record(path, {"python": "/p", "comfyui": "/c"})

@@ -106,3 +106,20 @@ def test_workflow_commands_give_up_on_a_silent_server_after_their_timeout(
     with pytest.raises(SystemExit) as caught:
         main(["workflow", "validate", str(api), "--timeout", "0"])
     assert caught.value.code == 2
+
+
+def test_workflow_diff_of_two_editor_files_waits_one_timeout_in_all(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each file's conversion asks the server: both share the command's deadline, not one each."""
+    from runner.cli import workflow as workflow_cli
+
+    deadlines: list[float] = []
+
+    def load(path: Path, args: object, deadline: float) -> dict[str, object]:
+        deadlines.append(deadline)
+        return {}
+
+    monkeypatch.setattr(workflow_cli, "_load_any_workflow", load)
+    assert main(["workflow", "diff", "a.ui.json", "b.ui.json", "--timeout", "5"]) == 0
+    assert len(deadlines) == 2 and deadlines[0] == deadlines[1]

@@ -94,10 +94,11 @@ def _add_timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _server_client(args: argparse.Namespace) -> ComfyClient:
-    """A client for the command's server that gives up after ``--timeout``."""
+def _server_client(args: argparse.Namespace, deadline: float | None = None) -> ComfyClient:
+    """A client for the command's server that gives up at ``deadline`` (``time.monotonic()``; default
+    ``--timeout`` from now)."""
     options = run_options(args, timeout=args.timeout)
-    return options.make_client(deadline=time.monotonic() + args.timeout)
+    return options.make_client(deadline=deadline or time.monotonic() + args.timeout)
 
 
 def run_workflow_command(args: argparse.Namespace, console: Console) -> int:
@@ -144,7 +145,8 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
-    a, b = (_load_any_workflow(path, args) for path in (args.a, args.b))
+    deadline = time.monotonic() + args.timeout  # one --timeout for the command, two files or one
+    a, b = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
     changes = diff_workflows(a, b)
     if args.json:
         found = [change.to_json() for change in changes]
@@ -159,13 +161,13 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     return 1 if changes else 0
 
 
-def _load_any_workflow(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _load_any_workflow(path: Path, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
     """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
     document = read_json_file(path)
     check_workflow_document(document, path)  # a damaged file is said before the server is asked
     if not is_ui_workflow(document):
         return api_workflow(document, path)  # no server needed
-    with _server_client(args) as client:
+    with _server_client(args, deadline) as client:
         return as_api_workflow(document, path, client.get_json("/object_info"))
 
 

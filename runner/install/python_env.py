@@ -4,7 +4,7 @@ interpreter has (one probe subprocess), pip, and the stamp that lets a rerun ski
 Example::
 
     python = ensure_python(Path(".venv"))                       # made when missing
-    stamp = setup_python(python, venv=Path(".venv"), force=False, comfy=comfy, repo=repo,
+    stamp = setup_python(python, venv_dir=Path(".venv"), force=False, comfy=comfy, repo=repo,
                          pin_digest=pin["tree_digest"], old_stamp=None)
 """
 
