@@ -214,6 +214,30 @@ def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:
     assert result.error is not None and result.error["message"] == "cancelled while node 2 was running"
 
 
+def test_a_handler_that_raises_cancels_the_prompt_and_leaves_no_empty_run_folder(tmp_path: Path) -> None:
+    """An embedding application's event handler that fails (or its SIGTERM handler's SystemExit) used
+    to leave the prompt running on the server and an empty run folder behind."""
+
+    class AppError(RuntimeError):
+        pass
+
+    def fail_on_first_step(event: ClientEvent) -> None:
+        if event.kind == "step":
+            raise AppError("the app's progress bar broke")
+
+    with FakeComfy(start_and_enter_node_2) as fake, client(fake) as comfy:
+        with pytest.raises(AppError):
+            run_prompt(comfy, WORKFLOW, timeout=20, on_event=fail_on_first_step)
+        [(_, body)] = [call for call in fake.calls if call[0] == "POST /interrupt"]
+        assert ("POST /queue", {"delete": [body["prompt_id"]]}) in fake.calls
+        workflow = tmp_path / "wf.json"
+        workflow.write_text(json.dumps(WORKFLOW), encoding="utf-8")
+        options = RunOptions(server=fake.url, out_dir=tmp_path / "out" / "runs", validate=False)
+        with pytest.raises(AppError):
+            run_workflow(workflow, options, fail_on_first_step)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_prompt_that_sends_nothing_can_still_be_stopped_by_its_handler() -> None:
     """Queued behind another client's prompts, or in a node that reports no progress, a prompt sends no
     event of its own: ``waiting`` events (one per quiet second) give a stopping handler (bench load

@@ -164,12 +164,20 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
                 except OutputWriteError as unwritten:  # the disk is full: the prompt's own failure says more
                     logger.warning("no partial run record: %s", unwritten)
             else:  # never queued (the server rejected it, or was not reached): no run, no folders
-                for folder in made:
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
+                _remove_empty(made)
+            raise
+        except BaseException:  # the caller's event handler raised: its prompt was cancelled, no record
+            _remove_empty(made)
             raise
         record_path, record, files = _write(client, result, workflow, path, environment, applied, run_dir)
     return RunOutcome(record=record, record_path=record_path, result=result, files=files)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (a run folder and the parents made for it), each only while empty."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def make_run_dir(run_dir: Path) -> None:

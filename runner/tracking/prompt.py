@@ -34,6 +34,7 @@ import uuid
 from typing import Any
 
 from runner.errors import (
+    LeanVideoError,
     PromptCancelledError,
     PromptFailedError,
     PromptLostError,
@@ -110,6 +111,11 @@ def run_prompt(
             f"{_on_server(stopped, tracker.started_at is not None)}",
             result,
         ) from None
+    except LeanVideoError:
+        raise  # the server refused or lost it: nothing of it runs there
+    except BaseException:  # the caller's event handler raised (or SystemExit): it must not run on unseen
+        _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
+        raise
     result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects[0])
     if result.status != "success":
         raise PromptFailedError(describe_failure(result), result)
