@@ -51,7 +51,7 @@ from benchmarks.report import (
     write_plots,
 )
 from benchmarks.results import VariantResult, fold_results
-from benchmarks.store import build_document, write_document
+from benchmarks.store import build_document, check_out_unused, write_document
 from runner.errors import ServerError, WorkflowError
 from runner.graph.workflow import Override, apply_overrides, load_workflow, parse_override
 from runner.jobs.run import collect_environment
@@ -134,6 +134,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     """Run every variant of ``matrix`` and write the reports; see the module docstring."""
     say = progress or (lambda message: logger.info("%s", message))
     started = time.perf_counter()
+    check_out_unused(settings.out_dir)  # before any server starts
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
     base = load_workflow(matrix.workflow)  # an unreadable workflow fails before any server starts
@@ -201,8 +202,6 @@ def _run_group(
                 logger.warning("could not read %s: %s", log, exc)
 
 
-# What a bench writes beside bench.json; one that is there already is the user's, never written over
-REPORT_FILES = ("report.md", "report.csv", "total_time.png", "phases.png")
 SERVER_NOT_STARTED = "the server did not start"  # how a server lost before it answered is told
 LOGS_NOT_CHECKED = "not checked: a server given with --server writes its log where the bench cannot see it"
 

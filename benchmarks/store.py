@@ -13,6 +13,7 @@ Versions: 2 added ``modes.logs``, ``server_lost``, a soak's ``planned_rounds`` a
 
 Example::
 
+    check_out_unused(out_dir)          # before any run: a folder holding a result is refused
     path = write_document(build_document(matrix, results, environment), out_dir / "bench.json")
 """
 
@@ -25,7 +26,29 @@ from typing import Any
 
 from benchmarks.matrix import Matrix
 from benchmarks.results import VariantResult
+from runner.errors import UsageError
 from runner.tracking.record import write_run_record
+
+# What a bench writes beside bench.json; one that is there already is the user's, never written over
+REPORT_FILES = ("report.md", "report.csv", "total_time.png", "phases.png")
+
+
+def check_out_unused(out: Path) -> None:
+    """Raise :class:`UsageError` (naming ``--out``) when ``out`` holds a result, the run folders of a
+    bench that did not finish, or a file the reports would write over: results are immutable."""
+    if (out / "bench.json").exists():
+        raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
+    if leftovers := [name for name in ("runs", "workflows", "servers") if (out / name).exists()]:
+        raise UsageError(
+            f"--out {out} holds {', '.join(f'{name}/' for name in leftovers)} of a bench that did not finish "
+            "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
+            "remove those folders"
+        )
+    if theirs := [name for name in REPORT_FILES if (out / name).exists()]:  # never written over
+        raise UsageError(
+            f"--out {out} holds {', '.join(theirs)}, which the bench would write over: choose another --out, "
+            "or move the file away"
+        )
 
 BENCH_SCHEMA = "leanvideo.bench"
 BENCH_VERSION = 2

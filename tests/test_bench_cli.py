@@ -143,6 +143,20 @@ def test_an_out_holding_a_report_of_the_users_is_refused_before_any_run(
     assert (out / "report.md").read_text(encoding="utf-8") == "mine"
 
 
+def test_run_matrix_called_as_a_library_refuses_a_used_out_before_any_server_starts(tmp_path: Path) -> None:
+    """Only the CLI checked: run_matrix ran the whole matrix into a folder holding a result, then
+    failed writing bench.json (a raw FileExistsError)."""
+    from benchmarks.harness import run_matrix
+    from runner.errors import UsageError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "bench.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(UsageError, match="already holds a result"):
+        run_matrix(load_matrix(TINY), BenchSettings(out_dir=out, servers=("http://127.0.0.1:9",)))
+    assert [p.name for p in out.iterdir()] == ["bench.json"]
+
+
 def test_bad_matrix_exits_with_the_workflow_error_code(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -153,8 +153,9 @@ def add_bench_parser(subparsers: Any) -> None:
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo bench``; returns the exit code (errors propagate as :mod:`runner.errors`)."""
     try:
-        from benchmarks.harness import REPORT_FILES, BenchSettings, run_matrix
+        from benchmarks.harness import BenchSettings, run_matrix
         from benchmarks.matrix import load_matrix, select_variants
+        from benchmarks.store import check_out_unused
     except ImportError as exc:
         raise WorkspaceError(f"`leanvideo bench` needs LeanVideo's benchmarks package: {exc}") from exc
 
@@ -194,19 +195,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         )
     except (ValueError, WorkflowError) as exc:
         raise UsageError(str(exc)) from exc
-    if (out / "bench.json").exists():
-        raise UsageError(f"--out {out} already holds a result (results are immutable): choose another")
-    if leftovers := [name for name in ("runs", "workflows", "servers") if (out / name).exists()]:
-        raise UsageError(
-            f"--out {out} holds {', '.join(f'{name}/' for name in leftovers)} of a bench that did not finish "
-            "(no bench.json: interrupted?); their runs would mix with the new ones: choose another --out, or "
-            "remove those folders"
-        )
-    if theirs := [name for name in REPORT_FILES if (out / name).exists()]:  # never written over
-        raise UsageError(
-            f"--out {out} holds {', '.join(theirs)}, which the bench would write over: choose another --out, "
-            "or move the file away"
-        )
+    check_out_unused(out)  # said before the servers are asked; run_matrix checks it again
     for url in args.server:  # one that never answers is unreachable, not a server lost mid-matrix
         _check_reachable(url)
     inside = [path for path in (out / "servers", out / "workflows") if not path.exists()]
