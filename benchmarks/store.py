@@ -50,6 +50,7 @@ def check_out_unused(out: Path) -> None:
             "or move the file away"
         )
 
+
 BENCH_SCHEMA = "leanvideo.bench"
 BENCH_VERSION = 2
 
