@@ -5,7 +5,7 @@ branch of the tree to its own exit code so scripts can tell failures apart::
 
     LeanVideoError                  exit 1
     ├── OutputWriteError            exit 1   a file could not be written (disk full, read-only): named
-    ├── UsageError                  exit 2   an argument cannot be used (an output folder that is a file)
+    ├── UsageError                  exit 2   an argument or setting cannot be used (also a ValueError)
     ├── WorkspaceError              exit 3   ComfyUI or the venv is missing: run install.py
     ├── ServerError                 exit 4
     │   ├── PortInUseError          exit 2   the port asked for is already bound (a UsageError too)
@@ -44,9 +44,10 @@ class OutputWriteError(LeanVideoError):
     the message names the file, and nothing half-written is left under its name."""
 
 
-class UsageError(LeanVideoError):
+class UsageError(LeanVideoError, ValueError):
     """An argument names something that cannot be used: an output folder that is a file or not writable,
-    a port out of range. Raised before any work starts."""
+    a port out of range, a settings value out of its range (``RunOptions(timeout=0)``). Raised before any
+    work starts; a :class:`ValueError` too, as settings checks are."""
 
     exit_code = 2
 

@@ -20,6 +20,7 @@ from runner.errors import (
     PromptTimeoutError,
     ServerError,
     ServerUnreachableError,
+    UsageError,
     WorkflowError,
 )
 from runner.jobs.run import RunOptions, run_workflow
@@ -442,3 +443,21 @@ def test_a_server_that_takes_connections_and_never_answers_is_bounded_by_the_dea
         with pytest.raises(ServerError, match=r"/object_info: timed out"):
             run_workflow(workflow, options)
         assert time.monotonic() - began < 15  # not the 30 s of one request
+
+
+def test_settings_a_library_user_gets_wrong_are_usage_errors_said_at_once() -> None:
+    """`ComfyClient("localhost:8188")` retried six times before saying the URL had no scheme, a
+    non-ASCII token failed at the first request, and settings raised a plain ValueError outside the
+    runner's error tree."""
+    began = time.monotonic()
+    with pytest.raises(UsageError, match="server must be an http:// or https:// URL, got 'localhost:8188'"):
+        ComfyClient("localhost:8188")
+    assert time.monotonic() - began < 1
+    with pytest.raises(UsageError, match="the token: HTTP headers carry ASCII only"):
+        ComfyClient("http://127.0.0.1:9", token="café")
+    with pytest.raises(UsageError, match="header 'X-Name': HTTP headers carry ASCII only"):
+        ComfyClient("http://127.0.0.1:9", headers={"X-Name": "é"})
+    for bad in ({"timeout": 0}, {"retries": -1}, {"server": "ftp://x"}):
+        with pytest.raises(UsageError) as caught:
+            RunOptions(**bad)  # type: ignore[arg-type]
+        assert isinstance(caught.value, ValueError) and caught.value.exit_code == 2

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.errors import ServerError
+from runner.errors import ServerError, UsageError
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 
@@ -82,11 +82,11 @@ class ServerPool:
         max_backoff: float = MAX_BACKOFF_S,
     ) -> None:
         if not urls:
-            raise ValueError("a server pool needs at least one server")
+            raise UsageError("a server pool needs at least one server")
         if len(set(urls)) != len(urls):
-            raise ValueError(f"a server is listed twice: {urls}")
+            raise UsageError(f"a server is listed twice: {urls}")
         if per_server < 1:
-            raise ValueError(f"per_server must be ≥ 1, got {per_server}")
+            raise UsageError(f"per_server must be ≥ 1, got {per_server}")
         self.per_server = per_server
         self._probe = probe
         self._max_backoff = max_backoff

@@ -74,9 +74,9 @@ class BatchSettings:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be ≥ 1, got {self.max_attempts}")
+            raise UsageError(f"max_attempts must be ≥ 1, got {self.max_attempts}")
         if self.timeout <= 0 or self.health_timeout <= 0:
-            raise ValueError("timeout and health_timeout must be positive")
+            raise UsageError("timeout and health_timeout must be positive")
 
 
 @dataclass(frozen=True)

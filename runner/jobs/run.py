@@ -63,9 +63,9 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.timeout) or self.timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+            raise UsageError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.retries < 0:
-            raise ValueError(f"retries must be ≥ 0, got {self.retries}")
+            raise UsageError(f"retries must be ≥ 0, got {self.retries}")
         check_server_url(self.server)
 
     def make_client(self, deadline: float | None = None) -> ComfyClient:

@@ -26,7 +26,7 @@ from types import TracebackType
 import httpx
 import yaml
 
-from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError
+from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError, UsageError
 from runner.local.ports import bind_error, pick_free_port
 from runner.local.process_group import die_with_parent, terminate_process_group
 from runner.local.server_args import refuse_owned_flags
@@ -90,11 +90,11 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
-            raise ValueError(f"port must be between 1 and 65535, got {self.port}")
+            raise UsageError(f"port must be between 1 and 65535, got {self.port}")
         if self.ready_timeout <= 0:
-            raise ValueError(f"ready_timeout must be positive, got {self.ready_timeout}")
+            raise UsageError(f"ready_timeout must be positive, got {self.ready_timeout}")
         if not (self.comfyui_dir / "main.py").is_file():
-            raise ValueError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
+            raise UsageError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
         refuse_owned_flags(self.extra_args)
 
     @classmethod

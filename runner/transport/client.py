@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 import websocket
 
-from runner.errors import LeanVideoError, ServerError, WorkflowError
+from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
 from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -65,11 +65,15 @@ class ComfyClient:
         retry: RetryPolicy | None = None,
         deadline: float | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = check_server_url(base_url).rstrip("/")  # a typo is said now, not after the retries
         self.client_id = client_id or uuid.uuid4().hex
         self.headers = dict(headers or {})
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
+        for name, value in self.headers.items():  # httpx would fail at the first request, untold which
+            if not (name.isascii() and value.isascii()):
+                shown = "the token" if name == "Authorization" and token else f"header {name!r}"
+                raise UsageError(f"{shown}: HTTP headers carry ASCII only")
         self.reconnect_timeout = reconnect_timeout
         self.idle_check = idle_check
         self.retry = retry or RetryPolicy()
@@ -287,21 +291,21 @@ class ComfyClient:
 
 
 def check_server_url(url: str) -> str:
-    """``url`` when it can address a ComfyUI server (``http(s)://HOST[:PORT]``), else :class:`ValueError`
+    """``url`` when it can address a ComfyUI server (``http(s)://HOST[:PORT]``), else :class:`UsageError`
     saying what is wrong with it (a typo must not cost the retries of an unreachable server)."""
     try:
         parts = urlsplit(url)
         port = parts.port  # raises for a port out of range or not a number
     except ValueError as exc:
-        raise ValueError(f"server URL {url!r}: {exc}") from None
+        raise UsageError(f"server URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"server must be an http:// or https:// URL, got {url!r}")
+        raise UsageError(f"server must be an http:// or https:// URL, got {url!r}")
     if not parts.hostname:
-        raise ValueError(f"server URL {url!r} names no host")
+        raise UsageError(f"server URL {url!r} names no host")
     if port == 0:
-        raise ValueError(f"server URL {url!r}: port 0 is no port")
+        raise UsageError(f"server URL {url!r}: port 0 is no port")
     if parts.query or parts.fragment or url.endswith(("?", "#")):  # every path would be put after it
-        raise ValueError(f"server URL {url!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
+        raise UsageError(f"server URL {url!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
     return url
 
 

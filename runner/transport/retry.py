@@ -21,6 +21,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from runner.errors import UsageError
+
 __all__ = ["DEFAULT_RETRIES", "RetryPolicy"]
 
 DEFAULT_RETRIES = 5
@@ -36,9 +38,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.retries < 0:
-            raise ValueError(f"retries must be ≥ 0, got {self.retries}")
+            raise UsageError(f"retries must be ≥ 0, got {self.retries}")
         if self.base_delay_s <= 0 or self.max_delay_s < self.base_delay_s:
-            raise ValueError(
+            raise UsageError(
                 f"need 0 < base_delay_s ≤ max_delay_s, got {self.base_delay_s:g} and {self.max_delay_s:g}"
             )
 
