@@ -26,7 +26,8 @@ Example::
 
     runs = run_variant(matrix, VariantRun(variant, workflow_path, out_dir), server_url)
     print([r.total_s for r in runs if not r.warmup])
-    print(plan_runs(["A", "B"], warmups=1, repeats=2, order="interleaved"))   # A0w B0w A1 B1 A2 B2
+    plan = plan_runs(["A", "B"], warmups=1, repeats=2, order="interleaved")
+    print([f"{r.variant}{r.index}{'w' if r.warmup else ''}" for r in plan])   # A0w B0w A1 B1 A2 B2
 """
 
 from __future__ import annotations

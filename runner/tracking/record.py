@@ -142,6 +142,7 @@ def write_run_record(record: dict[str, Any], path: Path) -> Path:
 
     Raises:
         OutputWriteError: the record could not be written (the disk is full, the folder read-only).
+        FileExistsError: ``path`` exists (it is never replaced).
     """
     text = json.dumps(record, indent=2) + "\n"
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
