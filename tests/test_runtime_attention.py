@@ -16,6 +16,7 @@ from leanvideo.attention_ops import (
     AttentionOverride,
     available_modes,
     import_sage,
+    patch_attention,
     resolve_backend,
     sdpa_kernel,
 )
@@ -182,6 +183,19 @@ def test_model_copies_share_one_override() -> None:
     override = AttentionOverride(SDPA_BACKEND)
     options = {"transformer_options": {"optimized_attention_override": override}}
     assert copy.deepcopy(options)["transformer_options"]["optimized_attention_override"] is override
+
+
+def test_something_else_than_a_model_is_named() -> None:
+    """Free VRAM's output takes any type, so the editor lets a VAE reach Patch Attention's model: it
+    failed with "'VAE' object has no attribute 'model_options'"."""
+
+    class VAE:
+        pass
+
+    for wrong in (VAE(), {"samples": torch.zeros(1)}, None):
+        said = f"Patch Attention: model got a {type(wrong).__name__}, not a MODEL"
+        with pytest.raises(TypeError, match=said):
+            patch_attention(wrong, "sdpa")
 
 
 def test_mode_resolution() -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from runner.errors import PromptFailedError
 from runner.fixtures import FixtureSet
 from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, REPO_ROOT
@@ -114,6 +115,22 @@ def test_free_vram_alone_runs_first_and_fed_the_last_result_frees_at_the_end(cli
     assert ran[0] == "31" and ran.index("32") > ran.index(DECODE), ran
     end = _free_vram_report(result.outputs, "32")
     assert end["before"]["loaded_bytes"] > 0 and end["after"]["loaded_bytes"] == 0
+
+
+def test_free_vram_with_nothing_on_value_but_its_output_used_is_named_before_anything_runs(
+    client: ComfyClient,
+) -> None:
+    """Disconnected by mistake, it ran first and passed nothing on: VAE Decode then failed with
+    "'NoneType' object is not subscriptable", naming itself."""
+    workflow = _fresh(json.loads(FREEVRAM_WORKFLOW.read_text()))
+    del workflow[FREE]["inputs"]["value"]
+    with pytest.raises(PromptFailedError) as caught:
+        run_prompt(client, workflow, timeout=300)
+    error = caught.value.result.error
+    assert error["node_id"] == FREE and error["class_type"] == "LeanVideoFreeVRAM"
+    said = f"Free VRAM: nothing is connected to its 'value' input, yet its output goes to node {DECODE} ("
+    assert said in error["message"]
+    assert [t.node_id for t in caught.value.result.nodes if not t.cached] == [FREE]  # nothing else ran
 
 
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:

@@ -301,6 +301,11 @@ def patch_attention(
     """Clone ``model`` (a ComfyUI ModelPatcher) and set the attention override on the clone; ``on_call``
     hears of every attention call: the backend's name and ``False``, or the reason it fell back and
     ``True``."""
+    if not isinstance(getattr(model, "model_options", None), dict) or not hasattr(model, "clone"):
+        # a link from an output of any type (Free VRAM's) lets the editor connect a VAE or a latent here
+        raise TypeError(
+            f"Patch Attention: model got a {type(model).__name__}, not a MODEL: connect a diffusion model"
+        )
     options = model.model_options.get("transformer_options", {})
     override, plan = build_override(mode, options.get("optimized_attention_override"), on_call)
     patched = model.clone()

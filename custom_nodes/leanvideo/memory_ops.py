@@ -155,7 +155,7 @@ def take_snapshot(*, with_models: bool = True) -> MemorySnapshot:
     if torch.cuda.is_available():
         allocated, reserved, reason = torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), None
     else:
-        allocated, reserved, reason = None, None, "no CUDA device (torch.cuda.is_available() is False)"
+        allocated, reserved, reason = None, None, "no CUDA device: torch.cuda.is_available() is False"
     models = describe_loaded_models() if with_models else ()
     return MemorySnapshot(rss, allocated, reserved, reason, models)
 

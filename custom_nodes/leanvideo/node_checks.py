@@ -27,7 +27,13 @@ from typing import Any
 import folder_paths
 from comfy_api.latest import io
 
-__all__ = ["choice_problem", "file_listed", "require_choices", "require_prompt_choices"]
+__all__ = [
+    "choice_problem",
+    "file_listed",
+    "require_choices",
+    "require_linked_input",
+    "require_prompt_choices",
+]
 
 
 def file_listed(folder: str, name: str | None) -> bool | str:
@@ -96,6 +102,29 @@ def require_prompt_choices(
             problem = choice_problem(node, **{k: v for k, v in literal.items() if k in combos})
         if problem is not True:
             raise ValueError(f"node {node_id} ({schema.display_name}): {problem}; nothing was loaded")
+
+
+def require_linked_input(prompt: Mapping[str, Any] | None, node_id: str | None, name: str, what: str) -> None:
+    """Raise ``ValueError`` when node ``node_id`` of ``prompt`` has nothing on its optional input
+    ``name`` while another node takes its output: that node would get ``None`` and fail in its own
+    words (``'NoneType' object is not subscriptable``), naming itself instead of this one (``what``)."""
+    if not isinstance(prompt, Mapping) or node_id is None or not isinstance(prompt.get(node_id), dict):
+        return
+    if (prompt[node_id].get("inputs") or {}).get(name) is not None:
+        return
+    takers = [
+        f"node {other} ({entry.get('class_type')}.{input_name})"
+        for other, entry in prompt.items()
+        if isinstance(entry, dict)
+        for input_name, value in (entry.get("inputs") or {}).items()
+        if isinstance(value, list) and len(value) == 2 and str(value[0]) == str(node_id)
+    ]
+    if takers:
+        raise ValueError(
+            f"{what}: nothing is connected to its {name!r} input, yet its output goes to "
+            f"{', '.join(takers)}, which would get nothing: connect what it should pass on to {name!r}, or "
+            "remove that link"
+        )
 
 
 def _not_a_name(value: Any, folder: str) -> str:

@@ -158,7 +158,8 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                     options=TEXT_ENCODER_TYPES,
                     default="stable_diffusion",
                     tooltip="Which model the text encoder feeds (stable_diffusion: CLIP-L, ltxv: T5-XXL, "
-                    "wan: UMT5-XXL); the names are Load CLIP's, for the encoders this loader quantizes.",
+                    "wan: UMT5-XXL); the names are ComfyUI's text encoder types (Load CLIP's, and flux and "
+                    "hunyuan_video from DualCLIPLoader's), for the encoders this loader quantizes.",
                 ),
                 *_shared_inputs(),
                 io.Combo.Input(

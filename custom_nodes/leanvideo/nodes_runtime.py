@@ -11,7 +11,7 @@ from comfy_api.latest import io
 
 from .attention_ops import AUTO, SAGE, SAGE_VARIANTS, SDPA, available_modes, patch_attention
 from .memory_ops import FreeMode, release_models
-from .node_checks import choice_problem
+from .node_checks import choice_problem, require_linked_input
 
 
 def _server() -> Any:
@@ -62,6 +62,7 @@ class LeanVideoFreeVRAM(io.ComfyNode):
                 ),
             ],
             outputs=[io.AnyType.Output(display_name="value", tooltip="The input, unchanged.")],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],  # to tell an unlinked value that is passed on
             is_output_node=True,
         )
 
@@ -78,6 +79,10 @@ class LeanVideoFreeVRAM(io.ComfyNode):
 
     @classmethod
     def execute(cls, mode: str, free_ram: bool, value: Any = None) -> io.NodeOutput:
+        hidden = cls.hidden
+        require_linked_input(
+            getattr(hidden, "prompt", None), getattr(hidden, "unique_id", None), "value", "Free VRAM"
+        )  # before anything is freed
         server = _server()
         report = release_models(
             FreeMode(mode),
@@ -116,7 +121,8 @@ class LeanVideoPatchAttention(io.ComfyNode):
                     default=AUTO,
                     tooltip=(
                         "auto: SageAttention on CUDA when installed, else PyTorch SDPA. sdpa: PyTorch. "
-                        "sage and its variants: the sageattention package (CUDA + Triton)."
+                        "sage (and its variants, listed when installed): the sageattention package "
+                        "(CUDA + Triton)."
                     ),
                 ),
             ],

@@ -79,7 +79,7 @@ def reset_peak_rss() -> bool:
 
 def cuda_reason() -> str | None:
     """None when CUDA figures are available, else why not."""
-    return None if torch.cuda.is_available() else "no CUDA device (torch.cuda.is_available() is False)"
+    return None if torch.cuda.is_available() else "no CUDA device: torch.cuda.is_available() is False"
 
 
 class Nvml:
