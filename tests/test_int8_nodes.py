@@ -104,12 +104,12 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     workflow["2"] = {"class_type": "LeanVideoTextEncoderLoaderINT8", "inputs": loader}
     second = dict(workflow, **{"2": {"class_type": workflow["2"]["class_type"], "inputs": dict(loader)}})
     second["2"]["inputs"]["compute_dtype"] = "fp32"  # what "default" is on a CPU: same shape classes
+    first_id, later_reports = _run_hearing_reports(comfy_server.url, workflow)
     with ComfyClient(comfy_server.url) as client:
-        first_run = run_prompt(client, workflow, timeout=300)
         second_run = run_prompt(client, second, timeout=300)
     records = httpx.get(f"{comfy_server.url}/leanvideo/telemetry/prompts", timeout=30).json()["prompts"]
     events = {r["prompt_id"]: r["events"] for r in records}
-    measured = [e for e in events[first_run.prompt_id] if e["kind"] == "int8_kernel"]
+    measured = [e for e in events[first_id] if e["kind"] == "int8_kernel"]
     print("\n".join(f"{e['shape']} -> {e['kernel']} {e['seconds']}" for e in measured))
     assert {e["shape"].split("|")[2] for e in measured} >= {"768x768", "3072x768", "768x3072"}
     assert all(e["source"] == "measured" and "w8a16" in e["seconds"] for e in measured)
@@ -119,8 +119,14 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert not errors, errors
     [report] = second_run.outputs["2"]["text"]
     print(report)
-    assert report.startswith("INT8 kernels: auto (measured at first use per layer shape); table ")
-    assert report.split("table ", 1)[1].splitlines()[0].endswith("leanvideo/int8_kernels.json")
+    assert report.startswith("INT8 kernels: auto (measured at first use per layer shape)\n")
+    assert report.splitlines()[-1].startswith("  table: ")
+    assert report.splitlines()[-1].endswith("leanvideo/int8_kernels.json")
+    # the first run's loader reported its shapes as not run yet; each choice made by the sampler sent
+    # the report again, the last one with every shape chosen (what the editor then shows on the loader)
+    assert later_reports and {node for node, _ in later_reports} == {"2"}
+    assert "not run yet" in later_reports[0][1] and "not run yet" not in later_reports[-1][1]
+    assert later_reports[-1][1].splitlines()[1:-1] == report.splitlines()[1:-1]
     for shape in ("768x768", "3072x768", "768x3072"):
         assert re.search(
             rf"{shape} rows<=\d+ float32 row\+convrot256 → "
@@ -130,6 +136,39 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert "not run yet" not in report
     [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]
     assert noted["report"] == report
+
+
+def _run_hearing_reports(url: str, workflow: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """Run ``workflow`` through the plain API, as the editor does; its prompt id and the
+    ``leanvideo.report`` messages (node id, text) that came while it ran."""
+    import uuid
+
+    import websocket
+
+    client_id = uuid.uuid4().hex
+    ws = websocket.create_connection(f"{url.replace('http', 'ws', 1)}/ws?clientId={client_id}", timeout=300)
+    try:
+        body = {"prompt": workflow, "client_id": client_id}
+        prompt_id = httpx.post(f"{url}/prompt", json=body, timeout=30).json()["prompt_id"]
+        reports: list[tuple[str, str]] = []
+        while True:
+            raw = ws.recv()
+            if not isinstance(raw, str):
+                continue  # a preview image
+            message = json.loads(raw)
+            data = message.get("data") or {}
+            if message["type"] == "leanvideo.report":
+                reports.append((data["node"], "\n".join(data["text"])))
+            if message["type"] == "execution_error" and data.get("prompt_id") == prompt_id:
+                pytest.fail(f"the prompt failed: {data.get('exception_message')}")
+            if (
+                message["type"] == "executing"
+                and data.get("node") is None
+                and data.get("prompt_id") == prompt_id
+            ):
+                return prompt_id, reports
+    finally:
+        ws.close()
 
 
 @pytest.mark.parametrize(

@@ -9,17 +9,19 @@ Each loader run makes one :class:`~leanvideo.int8.dispatch.KernelDispatcher` for
   a new torch or comfy-kitchen measures again);
 - each new choice is logged and added to the running prompt's telemetry record as an ``int8_kernel``
   event; the loader's report (the node's UI text, and an ``int8_kernels`` telemetry event) lists the
-  mode and the choices known for the model's weight shapes.
+  mode and the choices known for the model's weight shapes. Shapes first run after the loader ran (by
+  the sampler) are chosen then: each such choice sends the report again to the editor as a
+  ``leanvideo.report`` message (``web/reports.js`` shows it on the loader).
 
 Example::
 
     dispatcher = make_dispatcher("auto", os.environ)
-    text = report_kernels(dispatcher, patcher.model)
+    text = report_kernels(dispatcher, patcher.model, node_id="4")
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +67,46 @@ def make_dispatcher(path: str, environ: Mapping[str, str], *, table: Path | None
     )
 
 
-def report_kernels(dispatcher: KernelDispatcher, model: Any) -> str:
-    """The loader's report on its kernels (also noted in telemetry): the mode and known choices."""
+def report_kernels(
+    dispatcher: KernelDispatcher, model: Any, *, node_id: str | None = None, note: str | None = None
+) -> str:
+    """The loader's report on its kernels (also noted in telemetry): the mode and known choices, then
+    ``note``. With ``node_id`` (the loader's), a choice made later is sent to the editor again."""
     shapes = int8_weight_shapes(model)
-    text = dispatcher.summary(shapes)
+
+    def report() -> str:
+        return dispatcher.summary(shapes) + (f"\n{note}" if note else "")
+
+    text = report()
     telemetry = _telemetry()
     if telemetry is not None:
         choices = {key: choice.as_dict() for key, choice in dispatcher.choices().items()}
         telemetry.note_event("int8_kernels", {"mode": dispatcher.mode(), "report": text, "choices": choices})
+    if node_id is not None:
+        _resend_on_choice(dispatcher, node_id, report)
     return text
+
+
+REPORT_EVENT = "leanvideo.report"  # {"node": id, "text": [report]}: a node's report, changed after it ran
+
+
+def _resend_on_choice(dispatcher: KernelDispatcher, node_id: str, report: Callable[[], str]) -> None:
+    """Have each later choice of ``dispatcher`` send ``report()`` to the client of the running prompt."""
+    try:
+        from server import PromptServer
+    except ImportError:
+        return
+    server = getattr(PromptServer, "instance", None)
+    if server is None:
+        return
+    told = dispatcher.on_choice
+
+    def on_choice(key: str, choice: Choice) -> None:
+        if told is not None:
+            told(key, choice)
+        server.send_sync(REPORT_EVENT, {"node": node_id, "text": [report()]}, server.client_id)
+
+    dispatcher.on_choice = on_choice
 
 
 def compute_dtype_note(requested: torch.dtype | None, model: Any) -> str | None:

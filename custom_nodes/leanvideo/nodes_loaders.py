@@ -72,10 +72,15 @@ def _shared_inputs() -> list[Any]:
     ]
 
 
-def _report(options: Int8LoadOptions, model: Any) -> str:
-    """The diffusion model loaders' UI text: the kernels, and a compute dtype ComfyUI did not honour."""
+def _report(options: Int8LoadOptions, model: Any, node: type[io.ComfyNode]) -> str:
+    """The diffusion model loaders' UI text: the kernels, and a compute dtype ComfyUI did not honour;
+    sent to the editor again as the kernels are chosen (at first use, after the loader ran)."""
     note = compute_dtype_note(COMPUTE_DTYPES[options.compute_dtype], model)
-    return report_kernels(options.dispatcher, model) + (f"\n{note}" if note else "")
+    return report_kernels(options.dispatcher, model, node_id=_node_id(node), note=note)
+
+
+def _node_id(node: type[io.ComfyNode]) -> str | None:
+    return getattr(node.hidden, "unique_id", None)
 
 
 def _lora_mode_input() -> Any:
@@ -111,7 +116,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
                 _lora_mode_input(),
             ],
             outputs=[io.Model.Output(tooltip="The diffusion model, its linear layers in INT8.")],
-            hidden=[io.Hidden.prompt],  # not in the cache key: the other INT8 loaders are checked first
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],  # prompt: the other loaders checked first
         )
 
     @classmethod
@@ -134,7 +139,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
-        return io.NodeOutput(model, ui={"text": [_report(options, model.model)]})
+        return io.NodeOutput(model, ui={"text": [_report(options, model.model, cls)]})
 
 
 class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
@@ -172,7 +177,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                 ),
             ],
             outputs=[io.Clip.Output(tooltip="The text encoder, its linear layers in INT8.")],
-            hidden=[io.Hidden.prompt],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
 
     @classmethod
@@ -201,7 +206,8 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             on_cpu=device == "cpu",
         )
-        return io.NodeOutput(clip, ui={"text": [report_kernels(options.dispatcher, clip.cond_stage_model)]})
+        report = report_kernels(options.dispatcher, clip.cond_stage_model, node_id=_node_id(cls))
+        return io.NodeOutput(clip, ui={"text": [report]})
 
 
 class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
@@ -230,7 +236,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
                 io.Model.Output(tooltip="The checkpoint's diffusion model, its linear layers in INT8."),
                 io.Vae.Output(tooltip="The checkpoint's VAE, in its own precision."),
             ],
-            hidden=[io.Hidden.prompt],
+            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
         )
 
     @classmethod
@@ -252,7 +258,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model, vae = load_checkpoint_int8(file, options)
-        return io.NodeOutput(model, vae, ui={"text": [_report(options, model.model)]})
+        return io.NodeOutput(model, vae, ui={"text": [_report(options, model.model, cls)]})
 
 
 NODES: list[type[io.ComfyNode]] = [

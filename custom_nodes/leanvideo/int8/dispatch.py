@@ -329,21 +329,30 @@ class KernelDispatcher:
         return f"forced {self.forced}" + (f" ({self.forced_by})" if self.forced_by else "")
 
     def summary(self, weight_shapes: set[tuple[int, int]] | None = None) -> str:
-        """The report: the mode, the cache file, and the known choices (for ``weight_shapes`` only,
-        ``(out, in)`` pairs, when given); shapes of ``weight_shapes`` with no choice yet are counted."""
+        """The report: the mode, the known choices (for ``weight_shapes`` only, ``(out, in)`` pairs, when
+        given), a reason every shape shares said once, shapes of ``weight_shapes`` with no choice yet
+        counted, and the cache file."""
         lines = [f"INT8 kernels: {self.mode()}"]
-        if self.cache_path is not None and self.forced is None:
-            lines[0] += f"; table {self.cache_path}"
+        listed: list[tuple[str, Choice]] = []
         known: set[tuple[int, int]] = set()
         for key, choice in sorted(self.choices().items()):
             shape_class = ShapeClass.from_key(key)
             shape = (shape_class.out_features, shape_class.in_features)
             if weight_shapes is None or shape in weight_shapes:
                 known.add(shape)
-                lines.append("  " + describe_choice(key, choice))
+                listed.append((key, choice))
+        # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
+        shared: list[tuple[str, str]] = []
+        if len(listed) > 1:
+            first = listed[0][1].grouped_reasons()
+            shared = [reason for reason in first if all(reason in c.grouped_reasons() for _, c in listed[1:])]
+        lines += ["  " + describe_choice(key, choice, said_apart=shared) for key, choice in listed]
+        lines += [f"  on every shape, {names}: {why}" for names, why in shared]
         if weight_shapes is not None and (pending := weight_shapes - known):
             when = f"{self.forced} where it can run them" if self.forced else "chosen at first use"
             lines.append(f"  {len(pending)} weight shape(s) not run yet: {when}")
+        if self.cache_path is not None and self.forced is None:
+            lines.append(f"  table: {self.cache_path}")
         return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -131,13 +132,15 @@ class ShapeClass:
         return cls(device, dtype, out_features, in_features, int(rows.removeprefix("rows<=")), layout)
 
 
-def describe_choice(key: str, choice: Choice) -> str:
-    """One line: the shape class, the kernel, and each timed kernel relative to ``w8a16``."""
+def describe_choice(key: str, choice: Choice, said_apart: Collection[tuple[str, str]] = ()) -> str:
+    """One line: the shape class, the kernel, each timed kernel relative to ``w8a16``, and why the
+    others were ruled out (but the ``(kernels, why)`` of ``said_apart``, which the caller says once)."""
     shape = ShapeClass.from_key(key)
     dtype, rows, layout = shape.dtype, f"rows<={shape.rows}", shape.layout
     ratios = ", ".join(f"{k} {r:.2f}×" for k, r in choice.ratios().items())
     times = f" [{ratios} of w8a16]" if ratios else ""
-    rejected = "; ".join(f"{names}: {why}" for names, why in choice.grouped_reasons())
+    reasons = [reason for reason in choice.grouped_reasons() if reason not in said_apart]
+    rejected = "; ".join(f"{names}: {why}" for names, why in reasons)
     return f"{shape.weight_shape} {rows} {dtype} {layout} → {choice.kernel} ({choice.source}){times}" + (
         f" — {rejected}" if rejected else ""
     )

@@ -3,6 +3,7 @@
 // "i" in its title bar says there is one, and selecting the node (or pointing at it) shows it in a box
 // under the node, over whatever is there, wrapped to a readable width. The node itself never changes: not its size
 // (it would cover its neighbours), not its widgets; nothing is added to what is saved or submitted.
+import { api } from "../../scripts/api.js";
 import { app } from "../../scripts/app.js";
 
 const NODES = new Set([
@@ -83,8 +84,21 @@ function drawReport(node, ctx) {
   ctx.restore();
 }
 
+// A report that changed after its node ran (an INT8 loader's kernels, chosen when the sampler first
+// runs each layer shape) comes as a `leanvideo.report` message: {node, text}.
+function showLaterReport({ detail }) {
+  const node = app.graph?.getNodeById?.(detail?.node);
+  const lines = reportLines(detail);
+  if (!node || !lines) return;
+  node.leanvideoReport = lines;
+  node.setDirtyCanvas?.(true, true);
+}
+
 const EXTENSION = {
   name: "leanvideo.reports",
+  async setup() {
+    api.addEventListener("leanvideo.report", showLaterReport);
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (!NODES.has(nodeData.name)) return;
     const onExecuted = nodeType.prototype.onExecuted;
