@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from runner.errors import (
+    OutputWriteError,
     PromptCancelledError,
     PromptFailedError,
     PromptLostError,
@@ -236,6 +237,19 @@ def test_a_handler_that_raises_cancels_the_prompt_and_leaves_no_empty_run_folder
         options = RunOptions(server=fake.url, out_dir=tmp_path / "out" / "runs", validate=False)
         with pytest.raises(AppError):
             run_workflow(workflow, options, fail_on_first_step)
+
+        def stop_with_our_own_error(event: ClientEvent) -> None:  # a runner error, raised by the handler
+            if event.kind == "step":
+                raise OutputWriteError("the app's log is full")
+
+        interrupts = sum(call[0] == "POST /interrupt" for call in fake.calls)
+        with pytest.raises(OutputWriteError):
+            run_prompt(comfy, WORKFLOW, timeout=20, on_event=stop_with_our_own_error)
+        assert sum(call[0] == "POST /interrupt" for call in fake.calls) == interrupts + 1
+        unsendable = {**WORKFLOW, "9": {"class_type": "X", "inputs": {"seed": float("inf")}}}
+        with pytest.raises(ValueError):  # refused by the HTTP client before anything is sent
+            run_prompt(comfy, unsendable, timeout=20)
+        assert sum(call[0] == "POST /interrupt" for call in fake.calls) == interrupts + 1  # none for it
     assert not (tmp_path / "out").exists()
 
 

@@ -42,7 +42,7 @@ from runner.errors import (
     ServerError,
     ServerUnreachableError,
 )
-from runner.tracking.events import PromptTracker
+from runner.tracking.events import ClientEvent, PromptTracker
 from runner.tracking.follow import EventHandler, FollowTimeout, close_socket, follow_prompt
 from runner.tracking.result import PromptResult, describe_failure, result_from_tracker
 from runner.transport.client import ComfyClient, Workflow
@@ -72,7 +72,17 @@ def run_prompt(
     """
     prompt_id = prompt_id or str(uuid.uuid4())
     tracker = PromptTracker(prompt_id, workflow)
-    emit = on_event or (lambda event: None)
+    handle = on_event or (lambda event: None)
+    handler_failed = queued = False
+
+    def emit(event: ClientEvent) -> None:
+        nonlocal handler_failed
+        try:
+            handle(event)
+        except BaseException:
+            handler_failed = True
+            raise
+
     sock = client.connect_websocket()
     submitted, wall_start = time.monotonic(), time.time()
     # ``deadline`` (time.monotonic()) is a whole job's, which began before this prompt was submitted.
@@ -84,6 +94,7 @@ def run_prompt(
         except BaseException:
             close_socket(sock)
             raise
+        queued = True
         entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
     except (KeyboardInterrupt, BrokenPipeError) as stop:  # Ctrl-C, or the reader of stdout went away
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
@@ -111,10 +122,13 @@ def run_prompt(
             f"{_on_server(stopped, tracker.started_at is not None)}",
             result,
         ) from None
-    except LeanVideoError:
-        raise  # the server refused or lost it: nothing of it runs there
-    except BaseException:  # the caller's event handler raised (or SystemExit): it must not run on unseen
-        _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
+    except BaseException as error:
+        # The caller's event handler raised (whatever it raised), or SystemExit came: the prompt must not
+        # run on unseen. An error of the runner's own (the server refused or lost it) leaves nothing
+        # running there, and a prompt that was never sent has nothing to cancel.
+        if queued and (handler_failed or not isinstance(error, LeanVideoError)):
+            with contextlib.suppress(Exception):  # the caller's error is the one to see
+                _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
         raise
     result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects[0])
     if result.status != "success":
