@@ -122,10 +122,13 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert report.startswith("INT8 kernels: auto (measured at first use per layer shape)\n")
     assert report.splitlines()[-1].startswith("  table: ")
     assert report.splitlines()[-1].endswith("leanvideo/int8_kernels.json")
-    # the first run's loader reported its shapes as not run yet; each choice made by the sampler sent
-    # the report again, the last one with every shape chosen (what the editor then shows on the loader)
-    assert later_reports and {node for node, _ in later_reports} == {"2"}
-    assert "not run yet" in later_reports[0][1] and "not run yet" not in later_reports[-1][1]
+    # the first run's loader reported no convrot shape class yet; each choice the sampler made sent the
+    # report again, the last one with every shape chosen (what the editor then shows on the loader)
+    history = httpx.get(f"{comfy_server.url}/history/{first_id}", timeout=30).json()[first_id]
+    [token] = history["outputs"]["2"]["leanvideo_report"]  # the loader run's, in its UI output
+    assert later_reports and {sent for sent, _ in later_reports} == {token}
+    [loaded] = history["outputs"]["2"]["text"]  # as the loader said it, before the sampler ran
+    assert "convrot256 →" not in loaded and "not run yet" not in later_reports[-1][1]
     assert later_reports[-1][1].splitlines()[1:-1] == report.splitlines()[1:-1]
     for shape in ("768x768", "3072x768", "768x3072"):
         assert re.search(
@@ -140,7 +143,7 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
 
 def _run_hearing_reports(url: str, workflow: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
     """Run ``workflow`` through the plain API, as the editor does; its prompt id and the
-    ``leanvideo.report`` messages (node id, text) that came while it ran."""
+    ``leanvideo.report`` messages (token, text) that came while it ran."""
     import uuid
 
     import websocket
@@ -158,7 +161,7 @@ def _run_hearing_reports(url: str, workflow: dict[str, Any]) -> tuple[str, list[
             message = json.loads(raw)
             data = message.get("data") or {}
             if message["type"] == "leanvideo.report":
-                reports.append((data["node"], "\n".join(data["text"])))
+                reports.append((data["token"], "\n".join(data["text"])))
             if message["type"] == "execution_error" and data.get("prompt_id") == prompt_id:
                 pytest.fail(f"the prompt failed: {data.get('exception_message')}")
             if (

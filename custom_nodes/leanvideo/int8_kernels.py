@@ -10,13 +10,14 @@ Each loader run makes one :class:`~leanvideo.int8.dispatch.KernelDispatcher` for
 - each new choice is logged and added to the running prompt's telemetry record as an ``int8_kernel``
   event; the loader's report (the node's UI text, and an ``int8_kernels`` telemetry event) lists the
   mode and the choices known for the model's weight shapes. Shapes first run after the loader ran (by
-  the sampler) are chosen then: each such choice sends the report again to the editor as a
-  ``leanvideo.report`` message (``web/reports.js`` shows it on the loader).
+  the sampler) are chosen then: each such choice sends the report again to the prompt's client as a
+  ``leanvideo.report`` message carrying the ``token`` the loader's UI output carries too, so the editor
+  shows it on whichever node showed that loader run's report (``web/reports.js``), cached runs included.
 
 Example::
 
     dispatcher = make_dispatcher("auto", os.environ)
-    text = report_kernels(dispatcher, patcher.model, node_id="4")
+    ui = {"text": [report_kernels(dispatcher, patcher.model, token=token)], REPORT_TOKEN: [token]}
 """
 
 from __future__ import annotations
@@ -68,10 +69,11 @@ def make_dispatcher(path: str, environ: Mapping[str, str], *, table: Path | None
 
 
 def report_kernels(
-    dispatcher: KernelDispatcher, model: Any, *, node_id: str | None = None, note: str | None = None
+    dispatcher: KernelDispatcher, model: Any, *, note: str | None = None, token: str | None = None
 ) -> str:
     """The loader's report on its kernels (also noted in telemetry): the mode and known choices, then
-    ``note``. With ``node_id`` (the loader's), a choice made later is sent to the editor again."""
+    ``note``. With ``token`` (in the loader's UI output as ``REPORT_TOKEN``), a choice made later sends
+    the report again."""
     shapes = int8_weight_shapes(model)
 
     def report() -> str:
@@ -82,16 +84,18 @@ def report_kernels(
     if telemetry is not None:
         choices = {key: choice.as_dict() for key, choice in dispatcher.choices().items()}
         telemetry.note_event("int8_kernels", {"mode": dispatcher.mode(), "report": text, "choices": choices})
-    if node_id is not None:
-        _resend_on_choice(dispatcher, node_id, report)
+    if token is not None:
+        _resend_on_choice(dispatcher, token, report)
     return text
 
 
-REPORT_EVENT = "leanvideo.report"  # {"node": id, "text": [report]}: a node's report, changed after it ran
+REPORT_EVENT = "leanvideo.report"  # {"token": token, "text": [report]}: a report changed after its node ran
+REPORT_TOKEN = "leanvideo_report"  # the UI output key holding the token of a report sent again later
 
 
-def _resend_on_choice(dispatcher: KernelDispatcher, node_id: str, report: Callable[[], str]) -> None:
-    """Have each later choice of ``dispatcher`` send ``report()`` to the client of the running prompt."""
+def _resend_on_choice(dispatcher: KernelDispatcher, token: str, report: Callable[[], str]) -> None:
+    """Have each later choice of ``dispatcher`` send ``report()`` to the client of the running prompt
+    (none for a prompt sent without a client id: ComfyUI would send it to every client)."""
     try:
         from server import PromptServer
     except ImportError:
@@ -104,7 +108,8 @@ def _resend_on_choice(dispatcher: KernelDispatcher, node_id: str, report: Callab
     def on_choice(key: str, choice: Choice) -> None:
         if told is not None:
             told(key, choice)
-        server.send_sync(REPORT_EVENT, {"node": node_id, "text": [report()]}, server.client_id)
+        if server.client_id is not None:
+            server.send_sync(REPORT_EVENT, {"token": token, "text": [report()]}, server.client_id)
 
     dispatcher.on_choice = on_choice
 

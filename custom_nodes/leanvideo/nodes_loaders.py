@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from comfy_api.latest import io
 from .int8.linear import MATMUL_ROUTES
 from .int8.spec import Int8WeightConfig
 from .int8_checkpoint import load_checkpoint_int8
-from .int8_kernels import compute_dtype_note, make_dispatcher, report_kernels
+from .int8_kernels import REPORT_TOKEN, compute_dtype_note, make_dispatcher, report_kernels
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
 from .node_checks import file_listed, require_choices, require_prompt_choices
@@ -72,15 +73,19 @@ def _shared_inputs() -> list[Any]:
     ]
 
 
-def _report(options: Int8LoadOptions, model: Any, node: type[io.ComfyNode]) -> str:
-    """The diffusion model loaders' UI text: the kernels, and a compute dtype ComfyUI did not honour;
-    sent to the editor again as the kernels are chosen (at first use, after the loader ran)."""
-    note = compute_dtype_note(COMPUTE_DTYPES[options.compute_dtype], model)
-    return report_kernels(options.dispatcher, model, node_id=_node_id(node), note=note)
+def _report(options: Int8LoadOptions, model: Any, note: str | None = None) -> dict[str, list[str]]:
+    """A loader's UI output: the kernels (sent to the editor again as the sampler chooses them, after
+    the loader ran), then ``note``."""
+    token = uuid.uuid4().hex
+    return {
+        "text": [report_kernels(options.dispatcher, model, note=note, token=token)],
+        REPORT_TOKEN: [token],
+    }
 
 
-def _node_id(node: type[io.ComfyNode]) -> str | None:
-    return getattr(node.hidden, "unique_id", None)
+def _diffusion_report(options: Int8LoadOptions, model: Any) -> dict[str, list[str]]:
+    """The diffusion model loaders' UI output: the kernels, and a compute dtype ComfyUI did not honour."""
+    return _report(options, model, compute_dtype_note(COMPUTE_DTYPES[options.compute_dtype], model))
 
 
 def _lora_mode_input() -> Any:
@@ -116,7 +121,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
                 _lora_mode_input(),
             ],
             outputs=[io.Model.Output(tooltip="The diffusion model, its linear layers in INT8.")],
-            hidden=[io.Hidden.prompt, io.Hidden.unique_id],  # prompt: the other loaders checked first
+            hidden=[io.Hidden.prompt],  # not in the cache key: the other INT8 loaders are checked first
         )
 
     @classmethod
@@ -139,7 +144,7 @@ class LeanVideoDiffusionModelLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model = load_diffusion_model_int8(file, options)
-        return io.NodeOutput(model, ui={"text": [_report(options, model.model, cls)]})
+        return io.NodeOutput(model, ui=_diffusion_report(options, model.model))
 
 
 class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
@@ -177,7 +182,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                 ),
             ],
             outputs=[io.Clip.Output(tooltip="The text encoder, its linear layers in INT8.")],
-            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
+            hidden=[io.Hidden.prompt],
         )
 
     @classmethod
@@ -206,8 +211,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             on_cpu=device == "cpu",
         )
-        report = report_kernels(options.dispatcher, clip.cond_stage_model, node_id=_node_id(cls))
-        return io.NodeOutput(clip, ui={"text": [report]})
+        return io.NodeOutput(clip, ui=_report(options, clip.cond_stage_model))
 
 
 class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
@@ -236,7 +240,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
                 io.Model.Output(tooltip="The checkpoint's diffusion model, its linear layers in INT8."),
                 io.Vae.Output(tooltip="The checkpoint's VAE, in its own precision."),
             ],
-            hidden=[io.Hidden.prompt, io.Hidden.unique_id],
+            hidden=[io.Hidden.prompt],
         )
 
     @classmethod
@@ -258,7 +262,7 @@ class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
         file = Path(folder_paths.get_full_path_or_raise("checkpoints", ckpt_name))
         options = _options(compute_dtype, path, quantize_on_load, convrot, lora_mode)
         model, vae = load_checkpoint_int8(file, options)
-        return io.NodeOutput(model, vae, ui={"text": [_report(options, model.model, cls)]})
+        return io.NodeOutput(model, vae, ui=_diffusion_report(options, model.model))
 
 
 NODES: list[type[io.ComfyNode]] = [

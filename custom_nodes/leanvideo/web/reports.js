@@ -85,13 +85,37 @@ function drawReport(node, ctx) {
 }
 
 // A report that changed after its node ran (an INT8 loader's kernels, chosen when the sampler first
-// runs each layer shape) comes as a `leanvideo.report` message: {node, text}.
+// runs each layer shape) comes as a `leanvideo.report` message, {token, text}: the token is the one in
+// that run's UI output (`leanvideo_report`). It replaces the report of every node showing that run's
+// (in a subgraph too, or under another id: a cached loader is shared by equal nodes), and is kept for
+// a node whose cached run is shown again, with the report as it was when the loader ran.
+const LATER_REPORTS = new Map();
+const KEPT_REPORTS = 64;
+
+function reportToken(message) {
+  const token = message?.leanvideo_report;
+  return Array.isArray(token) && typeof token[0] === "string" ? token[0] : null;
+}
+
+function eachNode(graph, visit, depth = 0) {
+  for (const node of graph?._nodes ?? graph?.nodes ?? []) {
+    visit(node);
+    if (node.subgraph && depth < 8) eachNode(node.subgraph, visit, depth + 1);
+  }
+}
+
 function showLaterReport({ detail }) {
-  const node = app.graph?.getNodeById?.(detail?.node);
+  const token = typeof detail?.token === "string" ? detail.token : null;
   const lines = reportLines(detail);
-  if (!node || !lines) return;
-  node.leanvideoReport = lines;
-  node.setDirtyCanvas?.(true, true);
+  if (!token || !lines) return;
+  LATER_REPORTS.delete(token);
+  LATER_REPORTS.set(token, lines);
+  if (LATER_REPORTS.size > KEPT_REPORTS) LATER_REPORTS.delete(LATER_REPORTS.keys().next().value);
+  eachNode(app.graph, (node) => {
+    if (node.leanvideoReportToken !== token) return;
+    node.leanvideoReport = lines;
+    node.setDirtyCanvas?.(true, true);
+  });
 }
 
 const EXTENSION = {
@@ -106,7 +130,8 @@ const EXTENSION = {
       onExecuted?.apply(this, arguments);
       const lines = reportLines(message);
       if (!lines) return;
-      this.leanvideoReport = lines;
+      this.leanvideoReportToken = reportToken(message);
+      this.leanvideoReport = LATER_REPORTS.get(this.leanvideoReportToken) ?? lines;
       this.setDirtyCanvas(true, true);
     };
     const onDrawForeground = nodeType.prototype.onDrawForeground;
