@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.errors import ServerError, UsageError
-from runner.transport.client import ComfyClient
+from runner.transport.client import ComfyClient, check_server_url
 from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class ServerPool:
             raise UsageError(f"a server is listed twice: {urls}")
         if per_server < 1:
             raise UsageError(f"per_server must be ≥ 1, got {per_server}")
+        for url in urls:  # a typo is said now, not counted as a server that is down
+            check_server_url(url)
         self.per_server = per_server
         self._probe = probe
         self._max_backoff = max_backoff

@@ -26,7 +26,14 @@ from types import TracebackType
 import httpx
 import yaml
 
-from runner.errors import PortInUseError, ServerCrashedError, ServerError, ServerTimeoutError, UsageError
+from runner.errors import (
+    PortInUseError,
+    ServerCrashedError,
+    ServerError,
+    ServerTimeoutError,
+    UsageError,
+    WorkspaceError,
+)
 from runner.local.ports import bind_error, pick_free_port
 from runner.local.process_group import die_with_parent, terminate_process_group
 from runner.local.server_args import refuse_owned_flags
@@ -94,7 +101,7 @@ class ServerConfig:
         if self.ready_timeout <= 0:
             raise UsageError(f"ready_timeout must be positive, got {self.ready_timeout}")
         if not (self.comfyui_dir / "main.py").is_file():
-            raise UsageError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py)")
+            raise WorkspaceError(f"{self.comfyui_dir} is not a ComfyUI folder (no main.py): run install.py")
         refuse_owned_flags(self.extra_args)
 
     @classmethod
