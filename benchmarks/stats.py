@@ -162,7 +162,9 @@ def drift_verdict(
     """``("stable" | "drifting", relative change)`` of a per-round series (soak mode).
 
     Two views, the larger change wins, over the median of the first half's rounds after the first
-    (the first round often settles what later rounds keep, so it is no reference):
+    (the first round often settles what later rounds keep, so it is no reference); with ``grows_only``
+    over their highest instead (memory that moves between two levels, as the allocator keeps or gives
+    back, has not grown until it passes the highest level it already reached):
 
     - a climb: the Theil–Sen slope (the median of the slopes between every two rounds) times the
       ``n − 1`` steps of the soak; it follows a steady leak, and ignores one odd round;
@@ -178,7 +180,8 @@ def drift_verdict(
     n = len(values)
     slope = statistics.median((values[j] - values[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
     settled = values[1:] if n > 2 else values
-    reference = statistics.median(settled[: max(1, len(settled) // 2)]) or 1.0
+    first = settled[: max(1, len(settled) // 2)]
+    reference = (max(first) if grows_only else statistics.median(first)) or 1.0
     climb = slope * (n - 1) / reference
     shift = (statistics.median(values[-max(1, n // 3) :]) - reference) / reference
     change = max(climb, shift, key=abs)
