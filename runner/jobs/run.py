@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -30,7 +29,7 @@ from runner.graph.convert import as_api_workflow, check_workflow_document
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, is_ui_workflow, read_json_file
-from runner.local.out_folder import check_out_folder
+from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
@@ -164,20 +163,13 @@ def run_workflow(path: Path, options: RunOptions, on_event: EventHandler | None 
                 except OutputWriteError as unwritten:  # the disk is full: the prompt's own failure says more
                     logger.warning("no partial run record: %s", unwritten)
             else:  # never queued (the server rejected it, or was not reached): no run, no folders
-                _remove_empty(made)
+                remove_empty_folders(made)
             raise
         except BaseException:  # the caller's event handler raised: its prompt was cancelled, no record
-            _remove_empty(made)
+            remove_empty_folders(made)
             raise
         record_path, record, files = _write(client, result, workflow, path, environment, applied, run_dir)
     return RunOutcome(record=record, record_path=record_path, result=result, files=files)
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove ``folders`` (a run folder and the parents made for it), each only while empty."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
 
 
 def make_run_dir(run_dir: Path) -> None:
