@@ -32,7 +32,7 @@ from runner.graph.models import ModelSource, model_sources, required_models, req
 from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
-from runner.local.server import MODEL_FOLDERS
+from runner.local.server_config import MODEL_FOLDERS
 
 logger = logging.getLogger(__name__)
 
