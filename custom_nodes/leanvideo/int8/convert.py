@@ -83,10 +83,11 @@ def quantize_state_dict(
     if consume and not isinstance(tensors, MutableMapping):
         raise TypeError("consume=True needs a mutable mapping of tensors")
     result: dict[str, torch.Tensor] = {}
+    source = tensors if isinstance(tensors, MutableMapping) else None  # emptied as it is read
     for key in list(tensors):
         if is_fp8_companion(key):
             continue  # read with its weight; dropped at the end
-        tensor = tensors.pop(key) if consume else tensors[key]  # type: ignore[attr-defined]
+        tensor = source.pop(key) if consume and source is not None else tensors[key]
         scale_key = scale_weight_key(key) if tensor.dtype in FP8_TORCH_DTYPES else None
         fp8_scale = tensors.get(scale_key) if scale_key else None
         layer = key[: -len(WEIGHT_SUFFIX)] if key.endswith(WEIGHT_SUFFIX) else None
@@ -108,8 +109,8 @@ def quantize_state_dict(
         result[layer + SCALE_SUFFIX] = packed.scale.to(tensor.device)
         result[layer + CONFIG_SUFFIX] = config_to_tensor(packed.config)
         del tensor, packed
-    if consume:
-        tensors.clear()  # type: ignore[attr-defined]
+    if consume and source is not None:
+        source.clear()
     return result
 
 

@@ -73,9 +73,9 @@ def infer_config(
         if "convrot_groupsize" in entry:
             rotation["convrot_group"] = int(entry["convrot_groupsize"])
         if numel == 1:
-            config = Int8WeightConfig(granularity="tensor", **rotation)  # type: ignore[arg-type]
+            config = Int8WeightConfig(granularity="tensor", **rotation)
         elif tuple(scale_shape) in ((out_features,), (out_features, 1)):
-            config = Int8WeightConfig(granularity="row", **rotation)  # type: ignore[arg-type]
+            config = Int8WeightConfig(granularity="row", **rotation)
         elif (
             len(scale_shape) == 2
             and scale_shape[0] == out_features
@@ -83,7 +83,7 @@ def infer_config(
             and in_features % scale_shape[1] == 0
         ):
             block = in_features // scale_shape[1]
-            config = Int8WeightConfig(granularity="block", block_size=block, **rotation)  # type: ignore[arg-type]
+            config = Int8WeightConfig(granularity="block", block_size=block, **rotation)
         else:
             raise Int8FormatError(
                 f"{where}: weight_scale has shape {list(scale_shape)}; for weight shape {list(weight_shape)} "
