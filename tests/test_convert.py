@@ -164,6 +164,43 @@ def test_conversion_follows_reroutes_primitives_bypass_and_mute() -> None:
     assert problem.node_id == "" and problem.message.startswith("no output node")
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"mode": 2}, "node 3 (LoraLoaderModelOnly), which is muted"),
+        ({"inputs": [{"name": "model", "type": "MODEL", "link": None}]}, "node 3 (LoraLoaderModelOnly), "
+         "which is bypassed and has no linked MODEL input to pass on"),
+    ],
+)  # fmt: skip
+def test_an_input_cut_by_a_muted_or_bypassed_node_says_where_its_link_came_from(
+    change: dict[str, Any], said: str
+) -> None:
+    """The editor leaves such an input out of what it submits, and the server then says only "required
+    input is missing" about an input the user sees linked: validation names the node that cut it."""
+    ui = copy.deepcopy(UI)
+    ui["nodes"][2].update(change)  # node 3, the bypassed LoRA between the reroute and the sampler
+    cut: dict[tuple[str, str], str] = {}
+    api = convert_ui_workflow(ui, OBJECT_INFO, cut)
+    assert "model" not in api["4"]["inputs"]
+    assert cut == {("4", "model"): said, ("4", "extra"): "node 8 (EmptyLatentImage), which is muted"}
+    problems = {str(p) for p in validate_workflow(api, OBJECT_INFO, cut)}
+    assert (
+        f"node 4 (KSampler) input 'model': required input is missing: its link comes from {said}" in problems
+    )
+    assert not any("extra" in p for p in problems)  # optional: left out, as the editor does
+    assert "node 4 (KSampler) input 'model': required input is missing" in {
+        str(p) for p in validate_workflow(api, OBJECT_INFO)
+    }
+
+
+def test_a_reroute_with_nothing_linked_into_it_is_named() -> None:
+    ui = copy.deepcopy(UI)
+    ui["nodes"][1]["inputs"][0]["link"] = None  # the reroute feeding the bypassed LoRA
+    cut: dict[tuple[str, str], str] = {}
+    convert_ui_workflow(ui, OBJECT_INFO, cut)
+    assert cut[("4", "model")] == "node 2 (Reroute), with nothing linked into it"
+
+
 def test_unknown_nodes_and_group_nodes_are_refused_by_node_id() -> None:
     with pytest.raises(WorkflowError, match="node 1: unknown node type 'Nope'"):
         convert_ui_workflow({"nodes": [node(1, "Nope")], "links": []}, OBJECT_INFO)

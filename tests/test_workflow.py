@@ -112,7 +112,7 @@ def test_overrides_by_id_title_and_unique_class_are_typed(workflow: dict[str, An
         ("Sample.cfg=Infinity", "expects a finite number"),
         ("Sample.add_noise=1", "expects true or false"),
         ("Sample.sampler_name=eulr", "not one of the choices; close matches: euler"),
-        ("Sample.model=3", "takes a MODEL from a link"),
+        ("Sample.model=3", "takes its MODEL from a link"),
         ("Sample.seed", "expected NODE.input=VALUE"),
         ("seed=3", "expected NODE.input=VALUE"),
         ("99.steps=3", r"^--set '99.steps=3': no node '99' in the workflow"),
@@ -431,3 +431,55 @@ def test_a_filename_prefix_outside_the_output_folder_is_refused_as_the_server_wo
 def test_a_filename_prefix_inside_the_output_folder_passes(workflow: dict[str, Any], prefix: str) -> None:
     workflow["6"]["inputs"]["filename_prefix"] = prefix
     assert validate_workflow(workflow, OBJECT_INFO) == []
+
+
+def test_values_of_the_editors_own_widgets_pass_as_the_server_takes_them() -> None:
+    """Record Audio, Webcam Capture and Load 3D take a value the editor's extensions draw (a recording, a
+    frame, a scene): never a link, so a value there is no mistake; a MODEL value still is."""
+    object_info: dict[str, Any] = {
+        "RecordAudio": {"input": {"required": {"audio": ["AUDIO_RECORD", {}]}}, "output": ["AUDIO"]},
+        "WebcamCapture": {
+            "input": {"required": {"image": ["WEBCAM", {}], "width": ["INT", {"min": 0}]}},
+            "output": ["IMAGE"],
+        },
+        "Load3D": {"input": {"required": {"image": ["LOAD_3D", {}]}}, "output": ["IMAGE"]},
+        "Merge": {
+            "input": {"required": {"audio": ["AUDIO", {}], "a": ["IMAGE", {}], "b": ["IMAGE", {}]}},
+            "output": [],
+            "output_node": True,
+        },
+    }
+    workflow: dict[str, Any] = {
+        "1": {"class_type": "RecordAudio", "inputs": {"audio": "rec.wav"}},
+        "2": {"class_type": "WebcamCapture", "inputs": {"image": "webcam/f.png [temp]", "width": 0}},
+        "3": {"class_type": "Load3D", "inputs": {"image": {"image": "3d/x.png", "mask": "3d/m.png"}}},
+        "4": {"class_type": "Merge", "inputs": {"audio": ["1", 0], "a": ["2", 0], "b": ["3", 0]}},
+    }
+    assert validate_workflow(workflow, object_info) == []
+    assert apply_overrides(workflow, ["1.audio=take2.wav"], object_info)[0].value == "take2.wav"
+    workflow["4"]["inputs"]["a"] = "frame.png"
+    problems = validate_workflow(workflow, object_info)
+    assert [(p.node_id, p.input_name) for p in problems] == [("4", "a")]
+    assert "takes its IMAGE from a link, not a value" in problems[0].message
+
+
+def test_the_editors_own_widget_inputs_are_not_warned_about() -> None:
+    """The editor submits ``audioUI: ""`` for Load Audio (and convert writes it too): the server ignores
+    it, and so does validation; an input no one declares is still a warning."""
+    object_info: dict[str, Any] = {
+        "LoadAudio": {"input": {"required": {"audio": [["a.wav"], {}]}}, "output": ["AUDIO"]},
+        "PreviewAudio": {
+            "input": {"required": {"audio": ["AUDIO", {}]}},
+            "output": [],
+            "output_node": True,
+        },
+    }
+    workflow: dict[str, Any] = {
+        "1": {"class_type": "LoadAudio", "inputs": {"audio": "a.wav", "audioUI": ""}},
+        "2": {"class_type": "PreviewAudio", "inputs": {"audio": ["1", 0], "audioUI": ""}},
+    }
+    assert validate_workflow(workflow, object_info) == []
+    workflow["1"]["inputs"]["preview"] = ""
+    assert [(p.node_id, p.input_name, p.kind) for p in validate_workflow(workflow, object_info)] == [
+        ("1", "preview", "warning")
+    ]

@@ -20,7 +20,7 @@ from runner.cli.server_options import (
     run_options,
 )
 from runner.errors import UsageError, WorkflowError
-from runner.graph.convert import as_api_workflow, check_workflow_document
+from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
 from runner.graph.diff import diff_workflows, summarize
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
@@ -117,10 +117,11 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
         object_info = client.get_json("/object_info")
         environment = collect_environment(client)
     # an editor (UI) file is checked as the API workflow it converts to (conversion problems are errors)
-    workflow = as_api_workflow(document, args.file, object_info)
+    cut: CutLinks = {}
+    workflow = as_api_workflow(document, args.file, object_info, cut)
     hints = editor_only_hints(document) if args.overrides and is_ui_workflow(document) else None
     apply_overrides(workflow, list(args.overrides), object_info, hints)
-    problems = validate_workflow(workflow, object_info)
+    problems = validate_workflow(workflow, object_info, cut)
     errors = [p for p in problems if p.kind == "error"]
     if args.json:
         found = [

@@ -37,25 +37,22 @@ from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
 from runner.graph.suggest import unknown_node_hint
 from runner.graph.ui_shape import check_ui_shape
-from runner.graph.workflow import api_workflow, is_ui_workflow
+from runner.graph.workflow import FRONTEND_WIDGETS, api_workflow, is_ui_workflow
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
+CutLinks = dict[tuple[str, str], str]  # (node id, input) -> where its link came from, and why it is cut
 
 CONTROL_VALUES = frozenset({"fixed", "increment", "decrement", "randomize"})
 SEED_NAMES = frozenset({"seed", "noise_seed"})
 UPLOAD_OPTIONS = ("image_upload", "video_upload", "audio_upload")
-# Widgets the frontend's extensions add to some nodes; their DOM widgets always submit "".
-FRONTEND_WIDGETS = {
-    **dict.fromkeys(("LoadAudio", "SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus"), "audioUI"),
-    **dict.fromkeys(("Preview3D", "SaveGLB"), "image"),
-    "PreviewAny": "preview",
-}
 
 
-def as_api_workflow(document: Any, path: Path, object_info: ObjectInfo) -> Workflow:
+def as_api_workflow(
+    document: Any, path: Path, object_info: ObjectInfo, cut: CutLinks | None = None
+) -> Workflow:
     """``document`` (the JSON read from ``path``) as an API workflow: itself, or converted when it is an
-    editor (UI) file.
+    editor (UI) file (``cut`` as in :func:`convert_ui_workflow`).
 
     Raises:
         WorkflowError: not a workflow, or not convertible (each naming ``path``).
@@ -63,7 +60,7 @@ def as_api_workflow(document: Any, path: Path, object_info: ObjectInfo) -> Workf
     if not is_ui_workflow(document):
         return api_workflow(document, path)
     try:
-        return convert_ui_workflow(document, object_info)
+        return convert_ui_workflow(document, object_info, cut)
     except WorkflowError as error:
         raise WorkflowError(f"{path}: {error}") from error
 
@@ -86,8 +83,10 @@ def check_workflow_document(document: Any, path: Path) -> None:
         raise WorkflowError(f"{path}: {error}") from error
 
 
-def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow:
-    """The API-format workflow the editor would submit for ``ui``; see the module docstring.
+def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo, cut: CutLinks | None = None) -> Workflow:
+    """The API-format workflow the editor would submit for ``ui``; see the module docstring. An input
+    left out because its link comes from a muted node (or through a bypassed one with nothing to pass
+    on) is said in ``cut``, when given: ``{(node id, input): "node 15 (LoraLoader), which is muted"}``.
 
     Raises:
         WorkflowError: not a UI workflow, a damaged one (:mod:`runner.graph.ui_shape`), an unknown node
@@ -123,6 +122,8 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo) -> Workflow
                 inputs[str(slot["name"])] = source
             elif not _is_widget_slot(slot):
                 inputs.pop(str(slot["name"]), None)
+                if cut is not None:
+                    cut[(node_id, str(slot["name"]))] = graph.why_cut(int(slot["link"]))
         title = node.get("title") or object_info[kind].get("display_name") or kind
         api[node_id] = {"inputs": inputs, "class_type": kind, "_meta": {"title": title}}
     if len(unknown) == 1:
@@ -226,6 +227,38 @@ class _Graph:
             upstream = self._bypass_input(origin, slot)
             return None if upstream is None else self.resolve(upstream, depth + 1)
         return [origin_id, slot]
+
+    def why_cut(self, link_id: int, depth: int = 0) -> str:
+        """Where the link :meth:`resolve` found no source for comes from, and why it gives none."""
+        if depth > 64:
+            return "a chain of more than 64 reroutes or bypassed nodes"
+        if link_id not in self.links:
+            return f"link {link_id}, which is not in the workflow's links"
+        origin_id, slot, _ = self.links[link_id]
+        origin = self.nodes.get(origin_id)
+        if origin is None:
+            return f"node {origin_id}, which is not in the workflow"
+        kind = origin.get("type")
+        name = f"node {origin_id} ({kind})"
+        if origin.get("mode") == MODE_MUTED:
+            return f"{name}, which is muted"
+        if kind == "PrimitiveNode":
+            return f"{name}, which has no value"
+        if kind == "Reroute":
+            upstream = (origin.get("inputs") or [{}])[0].get("link")
+            return (
+                f"{name}, with nothing linked into it"
+                if upstream is None
+                else self.why_cut(int(upstream), depth + 1)
+            )
+        if origin.get("mode") == MODE_BYPASSED:
+            upstream = self._bypass_input(origin, slot)
+            if upstream is None:
+                outputs = origin.get("outputs") or []
+                wanted = str(outputs[slot].get("type", "*")) if slot < len(outputs) else "*"
+                return f"{name}, which is bypassed and has no linked {wanted} input to pass on"
+            return self.why_cut(upstream, depth + 1)
+        return name
 
     def _bypass_input(self, node: dict[str, Any], slot: int) -> int | None:
         """The link feeding a bypassed node's output ``slot``: same slot if the type fits, else the first

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.suggest import MODEL_SUFFIXES, close_hint, unknown_node_hint
-from runner.graph.workflow import ObjectInfo, Workflow, coerce_value, input_choices, input_spec, is_link
+from runner.graph.workflow import (
+    FRONTEND_WIDGETS,
+    ObjectInfo,
+    Workflow,
+    coerce_value,
+    input_choices,
+    input_spec,
+    is_link,
+)
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,13 @@ class Problem:
         )
 
 
-def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Problem]:
+def validate_workflow(
+    workflow: Workflow, object_info: ObjectInfo, cut: Mapping[tuple[str, str], str] | None = None
+) -> list[Problem]:
     """Check a workflow before submitting: unknown nodes, missing or invalid inputs, bad links and
-    model files the server does not have (values missing from ``/object_info`` choice lists)."""
+    model files the server does not have (values missing from ``/object_info`` choice lists). ``cut``:
+    where the links of inputs an editor file's conversion left out came from
+    (:func:`runner.graph.convert.convert_ui_workflow`), said with those inputs when they are required."""
     problems: list[Problem] = []
     infos = [object_info.get(str(node.get("class_type"))) or {} for node in workflow.values()]
     if all(infos) and not any(info.get("output_node") for info in infos):  # unknown nodes: said below
@@ -64,9 +77,13 @@ def validate_workflow(workflow: Workflow, object_info: ObjectInfo) -> list[Probl
         required = ((info.get("input") or {}).get("required")) or {}
         for name in required:
             if name not in inputs:
-                problems.append(Problem(node_id, class_type, name, "required input is missing"))
+                source = (cut or {}).get((node_id, name))
+                why = f": its link comes from {source}" if source else ""
+                problems.append(Problem(node_id, class_type, name, f"required input is missing{why}"))
         for name, value in inputs.items():
             spec = input_spec(object_info, class_type, name)
+            if spec is None and FRONTEND_WIDGETS.get(class_type) == name:
+                continue  # what the editor submits for its own widget there (convert writes it too)
             if spec is None:
                 problems.append(
                     Problem(node_id, class_type, name, "not an input of this node; ignored", "warning")

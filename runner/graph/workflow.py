@@ -32,6 +32,18 @@ ObjectInfo = dict[str, Any]
 
 SEED_INPUTS = ("seed", "noise_seed")
 EXACT_FLOAT_INT = 2**53  # past it, a float no longer holds every integer
+# Input types the pinned frontend draws as widgets of its extensions (a recording, the webcam's frame, a 3D
+# scene, an upload button), whose value the server takes as written: never from a link in the editor.
+FRONTEND_VALUE_TYPES = frozenset(
+    {"AUDIO_RECORD", "WEBCAM", "LOAD_3D", "PREVIEW_3D", "AUDIO_UI", "AUDIOUPLOAD", "IMAGEUPLOAD"}
+)
+# Widgets the frontend's extensions add to some nodes, by node type: their DOM widgets always submit "",
+# which the server ignores (an input it does not declare).
+FRONTEND_WIDGETS = {
+    **dict.fromkeys(("LoadAudio", "SaveAudio", "PreviewAudio", "SaveAudioMP3", "SaveAudioOpus"), "audioUI"),
+    **dict.fromkeys(("Preview3D", "SaveGLB"), "image"),
+    "PreviewAny": "preview",
+}
 
 
 @dataclass(frozen=True)
@@ -296,8 +308,10 @@ def coerce_value(spec: list[Any], value: Any, *, where: str) -> Any:
         return value
     elif kind == "STRING":
         return value if isinstance(value, str) else json.dumps(value)
+    elif kind in FRONTEND_VALUE_TYPES:
+        return value
     else:
-        raise WorkflowError(f"{where} takes a {kind} from a link, not a value")
+        raise WorkflowError(f"{where} takes its {kind} from a link, not a value")
     low, high = options.get("min"), options.get("max")
     if low is not None and value < low:
         raise WorkflowError(f"{where}: {value} is below the minimum {low}")

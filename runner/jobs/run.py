@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageError, WorkflowError
-from runner.graph.convert import as_api_workflow, check_workflow_document
+from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import Override, apply_overrides, find_seeds, is_ui_workflow, read_json_file
@@ -110,11 +110,12 @@ def prepare_workflow(
     document = read_json_file(path)  # a missing or broken file is said before the server is asked
     check_workflow_document(document, path)
     object_info = client.get_json("/object_info")
-    workflow = as_api_workflow(document, path, object_info)
+    cut: CutLinks = {}
+    workflow = as_api_workflow(document, path, object_info, cut)
     hints = editor_only_hints(document) if overrides and is_ui_workflow(document) else None  # for --set only
     applied = apply_overrides(workflow, list(overrides), object_info, hints)
     if validate:
-        errors = [p for p in validate_workflow(workflow, object_info) if p.kind == "error"]
+        errors = [p for p in validate_workflow(workflow, object_info, cut) if p.kind == "error"]
         if errors:
             lines = "\n".join(f"  {problem}" for problem in errors)
             raise WorkflowError(f"workflow {path} does not validate against {client.base_url}:\n{lines}")
