@@ -155,6 +155,10 @@ def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
     dit = str(tiny_models.diffusion_model)
     code, err = _fail(capsys, str(tmp_path), str(tmp_path / "x.safetensors"))
     assert code == 1 and f"{tmp_path}: a folder, not a model file" in err
+    os.mkfifo(pipe := tmp_path / "pipe.safetensors")  # read, it would wait for a writer forever
+    code, err = _fail(capsys, str(pipe), str(tmp_path / "p.safetensors"))
+    assert code == 1 and f"{pipe}: not a regular file (a pipe, socket or device)" in err
+    pipe.unlink()
     code, err = _fail(capsys, str(tiny_models.int8_checkpoint), str(tmp_path / "twice.safetensors"))
     assert code == 1 and "already INT8 (tensor 'model.diffusion_model." in err
     code, err = _fail(capsys, dit, str(tmp_path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -295,6 +296,27 @@ def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Pat
     assert (
         by_node["6"].hint
         == f"a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures {models}`"
+    )
+
+
+def test_a_folder_or_a_pipe_where_the_file_belongs_is_said(tmp_path: Path) -> None:
+    """Not "missing" with a hint to write the file there, which would then fail on the folder."""
+    path, models = write(tmp_path)
+    (models / "loras" / "l.safetensors").mkdir(parents=True)
+    workflow = json.loads(path.read_text(encoding="utf-8"))
+    workflow["6"] = {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "ltxv-tiny.safetensors"}}
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    (models / "checkpoints").mkdir()
+    os.mkfifo(models / "checkpoints" / "ltxv-tiny.safetensors")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    assert by_node["3"].status == "missing"
+    assert (
+        by_node["3"].hint
+        == f"{models / 'loras' / 'l.safetensors'} is a folder, not a model file: move it away first"
+    )
+    assert by_node["6"].hint == (
+        f"{models / 'checkpoints' / 'ltxv-tiny.safetensors'} is not a regular file "
+        "(a pipe, socket or device): move it away first"
     )
 
 

@@ -179,7 +179,7 @@ def check_models(
                 url=source.url if source else None,
                 cited_in=source.cited_in if source else None,
                 target=str(target) if target else None,
-                hint=_dangling(models_dir, ref.folder, ref.name)
+                hint=_not_a_file(models_dir, ref.folder, ref.name)
                 or _near(ref.name, ref.folder, index)
                 or (
                     "a tiny random-weight model of LeanVideo's: write it with `leanvideo fixtures "
@@ -319,11 +319,16 @@ def _twin_sources(workflow_path: Path) -> dict[str, ModelSource]:
     return model_sources(document, twin.name) if isinstance(document, dict) else {}
 
 
-def _dangling(models_dir: Path, folder: str | None, name: str) -> str | None:
-    """A link standing where the file belongs whose target is gone: said, not just "missing"."""
+def _not_a_file(models_dir: Path, folder: str | None, name: str) -> str | None:
+    """What stands where the file belongs and is no file (a link whose target is gone, a folder, a
+    pipe): said, not just "missing", since writing the file there would fail."""
     for candidate in _candidates(models_dir, folder, name):
         if candidate.is_symlink() and not candidate.exists():
             return f"{candidate} is a link to {os.readlink(candidate)}, which does not exist"
+        if candidate.is_dir():
+            return f"{candidate} is a folder, not a model file: move it away first"
+        if candidate.exists() and not candidate.is_file():
+            return f"{candidate} is not a regular file (a pipe, socket or device): move it away first"
     return None
 
 

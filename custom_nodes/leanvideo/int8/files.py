@@ -53,6 +53,8 @@ def _check_path(path: Path) -> None:
     if path.is_dir():
         raise Int8FormatError(f"{path}: a folder, not a model file")
     if not path.is_file():
+        if path.exists():
+            raise Int8FormatError(f"{path}: not a regular file (a pipe, socket or device), not a model file")
         raise Int8FormatError(f"{path}: no such file")
     if not os.access(path, os.R_OK):
         raise Int8FormatError(f"{path}: cannot be read (permission denied for this user)")
