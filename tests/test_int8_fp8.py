@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from pathlib import Path
 from types import MappingProxyType
 
@@ -79,6 +80,21 @@ def test_a_scale_of_the_wrong_shape_is_named() -> None:
     with pytest.raises(Int8FormatError, match=r"blocks.0.q.weight: scale_weight has shape \(3,\)"):
         dequantize_fp8(weight, torch.ones(3), where="blocks.0.q.weight")
     assert torch.equal(dequantize_fp8(weight, torch.ones(4, 1), where="w"), torch.zeros(4, 8))
+
+
+def test_a_negative_or_zero_scale_over_values_is_refused_by_name() -> None:
+    """Stock ComfyUI would run such a layer as zeros or sign-flipped; the INT8 loader refuses its own
+    scales that are not positive, and does the same for an fp8 file's."""
+    weight = torch.tensor([[1.0, -2.0], [0.0, 0.0], [0.5, 0.25]]).to(torch.float8_e4m3fn)
+    rows = torch.tensor([[0.5], [0.0], [2.0]])  # a zero scale over an all-zero row: consistent
+    assert torch.equal(dequantize_fp8(weight, rows, where="w"), weight.float() * rows)
+    for scale, said in (
+        (torch.tensor(0.0), "1 value(s) that are negative or zero (the smallest is 0)"),
+        (torch.tensor([[0.5], [0.0], [-2.0]]), "2 value(s) that are negative or zero (the smallest is -2)"),
+        (torch.tensor([[0.0], [1.0], [1.0]]), "1 value(s) that are negative or zero (the smallest is 0)"),
+    ):
+        with pytest.raises(Int8FormatError, match=rf"^blocks.0.q.weight: scale_weight has {re.escape(said)}"):
+            dequantize_fp8(weight, scale, where="blocks.0.q.weight")
 
 
 def test_other_dtypes_are_still_refused_by_name(tmp_path: Path) -> None:

@@ -57,20 +57,33 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: s
     """The float32 values of the fp8 ``weight``, times its ``scale_weight`` when it has one.
 
     Raises:
-        Int8FormatError: a scale that is neither one value nor one per output channel (names ``where``).
+        Int8FormatError: a scale that is neither one value nor one per output channel, or that is
+            negative, or zero over values that are not (a damaged file: the layer would be all zeros);
+            names ``where``.
     """
     values = weight.to(torch.float32)
     if scale is None:
         return values
     scale = scale.to(torch.float32)
     if scale.numel() == 1:
-        return values * scale.reshape(())
-    if scale.numel() == weight.shape[0]:
-        return values * scale.reshape(-1, *([1] * (weight.ndim - 1)))
-    raise Int8FormatError(
-        f"{where}: scale_weight has shape {tuple(scale.shape)}; expected one value or one per output "
-        f"channel ({weight.shape[0]})"
-    )
+        scale = scale.reshape(())
+    elif scale.numel() == weight.shape[0]:
+        scale = scale.reshape(-1, *([1] * (weight.ndim - 1)))
+    else:
+        raise Int8FormatError(
+            f"{where}: scale_weight has shape {tuple(scale.shape)}; expected one value or one per output "
+            f"channel ({weight.shape[0]})"
+        )
+    # a zero scale over zero values (an all-zero row) is consistent; NaN is said as damage where checked
+    wrong = (scale < 0) | ((scale == 0) & (values != 0))
+    if bool(wrong.any()):
+        bad = (scale < 0) | (scale == 0)
+        raise Int8FormatError(
+            f"{where}: scale_weight has {int(bad.sum())} value(s) that are negative or zero (the smallest "
+            f"is {scale.min().item():g}) over fp8 values that are not; a scaled fp8 file's scales are "
+            "positive: the file is damaged, download it again"
+        )
+    return values * scale
 
 
 def kept_dtype(scaled: bool) -> torch.dtype:
