@@ -303,6 +303,12 @@ def test_subgraphs_are_expanded_with_path_ids() -> None:
     assert sorted(api) == ["1", "4", "5:7"]
     assert api["5:7"]["inputs"] == {"lora_name": "l.safetensors", "strength": 0.25, "model": ["1", 0]}
     assert api["4"]["inputs"]["model"] == ["5:7", 0]  # the instance's output is the inner node's
+    with pytest.raises(WorkflowError) as refused:  # the instance is no node of the submitted workflow
+        apply_overrides(api, ["5.strength=1"], OBJECT_INFO, editor_only_hints(ui))
+    assert str(refused.value) == (
+        "--set '5.strength=1': node 5 is a subgraph of the editor file: its nodes have ids 5:<id> (5:7); "
+        "its widget strength goes to 5:7.strength: set those (--set NODE.input=VALUE)"
+    )
 
 
 def test_promoted_values_count_every_widget_type() -> None:

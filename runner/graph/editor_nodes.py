@@ -16,6 +16,7 @@ from runner.graph.subgraph import (
     MODE_BYPASSED,
     MODE_MUTED,
     NOTE_TYPES,
+    PROMOTED,
     flatten_subgraphs,
     is_editor_only,
     link_origin,
@@ -45,6 +46,37 @@ def editor_only_hints(ui: dict[str, Any]) -> dict[str, str]:
     for title, count in titles.items():
         if count > 1 and title not in by_id:
             hints.pop(title, None)
+    top_titles = {str(n.get("id")): n.get("title") for n in ui["nodes"] if isinstance(n.get("title"), str)}
+    for path, hint in _subgraph_hints(by_id, fed, top_titles).items():
+        hints.setdefault(path, hint)
+    return hints
+
+
+def _subgraph_hints(
+    by_id: dict[str, Node], fed: dict[str, list[tuple[str, str]]], titles: dict[str, str]
+) -> dict[str, str]:
+    """For each expanded subgraph instance (an id path ``116``, ``116:5``: no node of its own), where
+    its promoted widgets' values go and how its nodes are named."""
+    inner: dict[str, list[str]] = {}
+    for node_id, node in by_id.items():
+        parts = node_id.split(":")
+        for depth in range(1, len(parts)):
+            if not is_editor_only(node):
+                inner.setdefault(":".join(parts[:depth]), []).append(node_id)
+    hints: dict[str, str] = {}
+    for path, ids in inner.items():
+        widgets = [
+            f"{node.get(PROMOTED)} goes to "
+            + " and ".join(f"{target}.{name}" for target, name in fed.get(node_id, []))
+            for node_id, node in by_id.items()
+            if node_id.startswith(f"{path}:in") and node.get(PROMOTED) and fed.get(node_id)
+        ]
+        shown = ", ".join(ids[:4]) + (", …" if len(ids) > 4 else "")
+        named = f"node {path} ({titles[path]})" if titles.get(path) else f"node {path}"
+        said = f"{named} is a subgraph of the editor file: its nodes have ids {path}:<id> ({shown})"
+        if widgets:
+            said += ("; its widgets: " if len(widgets) > 1 else "; its widget ") + "; ".join(widgets)
+        hints[path] = said + ": set those (--set NODE.input=VALUE)"
     return hints
 
 

@@ -35,6 +35,7 @@ MODE_BYPASSED = 4
 # they take a position in ``widgets_values``. runner.graph.convert reads node widgets with this table too.
 WIDGET_TYPES = frozenset({"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "AUDIO_RECORD"})
 NOTE_TYPES = frozenset({"Note", "MarkdownNote"})
+PROMOTED = "promoted_widget"  # on the primitive standing for an instance's widget value: the widget's name
 MAX_DEPTH = 16
 
 Node = dict[str, Any]
@@ -151,7 +152,8 @@ class _Flattener:
             node_id = f"{path}:in{index}"
             input_ids.append(node_id)
             if linked.get(name) is None and name in widgets:
-                self.nodes.append({"id": node_id, "type": "PrimitiveNode", "widgets_values": [widgets[name]]})
+                primitive = {"id": node_id, "type": "PrimitiveNode", "widgets_values": [widgets[name]]}
+                self.nodes.append(primitive | {PROMOTED: name})
             else:
                 link = linked.get(name)
                 self.nodes.append({"id": node_id, "type": "Reroute", "inputs": [{"link": link}]})
