@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import io
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from dbos import DBOSClient
+from rich.console import Console
 
 from runner.batch.attempt import run_attempt
 from runner.batch.jobs_file import PreparedJob
@@ -242,8 +245,8 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
 
 
 def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_path: Path) -> None:
-    """``--grace 0`` (or a grace that ran out): the job stays unfinished and runs again under the worker's
-    id, so the prompt it left is interrupted on its server instead of keeping it busy for nothing."""
+    """``--grace 0`` (or a grace that ran out): the job stays unfinished and goes back on the queue, so
+    the prompt it left is interrupted on its server instead of keeping it busy for nothing."""
 
     async def endless(fake: FakeComfy, pid: str) -> None:
         await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
@@ -265,12 +268,9 @@ def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_pa
                 time.sleep(0.05)
             time.sleep(0.5)
         assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
-        deadline = time.monotonic() + 20  # the attempt sees its prompt end (and can record nothing)
-        while worker.runner.in_flight:
-            assert time.monotonic() < deadline, worker.runner.in_flight
-            time.sleep(0.05)
+        assert not worker.runner.in_flight  # the attempt saw its prompt end (and recorded nothing)
         (job,) = list_jobs(client, "g")
-    assert job.state == "running"  # unfinished: the next worker with this id runs it again
+    assert job.state == "queued" and worker.handed_back == 1  # unfinished: any worker runs it again
 
 
 def test_results_and_verbs_refuse_what_they_cannot_use(
@@ -411,7 +411,8 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
 ) -> None:
     """Jobs waiting for a server that never answers hold no prompt: a stop does not give them the
     grace (it used to wait all of it, then log a DBOS traceback per job), and they are neither failed
-    nor errored: the next worker with this id runs each of them once."""
+    nor errored: the stopped worker hands them back to the queue, and a worker of any id runs each of
+    them once (they used to wait, pending, for a worker of the stopped one's id)."""
     db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
     out = tmp_path / "out"
     nobody = f"http://127.0.0.1:{pick_free_port()}"  # nothing listens there
@@ -426,10 +427,11 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
             assert worker.running_jobs() == 0
             stopping = time.monotonic()
         assert time.monotonic() - stopping < 10  # not the 60 s grace
-        assert [j.state for j in list_jobs(client, "d")] == ["running", "running"]  # unfinished, kept
+        assert [j.state for j in list_jobs(client, "d")] == ["queued", "queued"]  # unfinished, handed back
+        assert worker.handed_back == 2
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
         with FakeComfy(lambda fake, pid: _finish(fake, pid)) as fake:
-            with BatchWorker(db_url, ServerPool([fake.url], per_server=1), worker_id="w1", grace=30):
+            with BatchWorker(db_url, ServerPool([fake.url], per_server=1), worker_id="w2", grace=30):
                 wait_for_final(client, "d")
             posted = [call for call in fake.calls if call[0] == "POST /prompt"]
         jobs = list_jobs(client, "d")
@@ -441,3 +443,42 @@ async def _finish(fake: FakeComfy, pid: str) -> None:
     await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
     fake.finish(pid)
     await fake.send({"type": "executing", "data": {"prompt_id": pid, "node": None}})
+
+
+def test_a_worker_counts_each_batchs_jobs_on_its_servers_apart(tmp_path: Path) -> None:
+    """`submit --wait` of one batch is a worker of the shared queue: it may run another batch's job
+    first, and its progress line must not count that job as its own ("0/1 finished, 1 running on
+    servers, 1 waiting" for a one-job batch). Which of the two takes the one slot first is DBOS's."""
+    from runner.batch.results import summarize
+    from runner.cli.batch import _say_progress
+
+    release = threading.Event()
+
+    async def held(fake: FakeComfy, pid: str) -> None:
+        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        await _finish(fake, pid)
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with FakeComfy(held) as fake, open_client(db_url) as client:
+        submit_batch(client, "first", [prepared("a")], BatchSettings(out_dir=tmp_path / "first"))
+        submit_batch(client, "mine", [prepared("m", 2)], BatchSettings(out_dir=tmp_path / "mine"))
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=30) as worker:
+            deadline = time.monotonic() + 20
+            while worker.running_jobs() < 1:  # the first batch's job holds the only slot
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            holder, other = ("first", "mine") if worker.running_jobs("first") else ("mine", "first")
+            assert (worker.running_jobs(holder), worker.running_jobs(other)) == (1, 0)
+            console = Console(file=io.StringIO(), width=200)
+            summary = summarize(list_jobs(client, other))
+            _say_progress(console, other, summary, worker.running_jobs(other), ("", 0.0))
+            said = console.file.getvalue()  # type: ignore[attr-defined]
+            assert (
+                f"batch {other}: 0/1 finished (0 succeeded, 0 failed), 0 running on servers, 1 waiting"
+                in said
+            )
+            release.set()
+            wait_for_final(client, "mine")
+        assert [j.state for j in list_jobs(client, "first") + list_jobs(client, "mine")] == ["success"] * 2

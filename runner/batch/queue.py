@@ -336,6 +336,21 @@ def retry_batch(client: DBOSClient, name: str, *, failed: bool = False) -> list[
     return [j.job_id for j in resume + rerun]
 
 
+def hand_back_jobs(client: DBOSClient, worker_id: str) -> list[str]:
+    """Put the jobs ``worker_id`` left unfinished (pending under its executor id: waiting for a server,
+    or taken off one when ``--grace`` ran out) back on the queue, where any worker takes them; returns
+    their workflow ids. Only for a worker that has stopped: DBOS down in its process, its prompts off.
+    Left pending, they would wait for a worker of that very id (a ``submit --wait`` of another batch
+    holds jobs of this one too)."""
+    held = client.list_workflows(
+        status="PENDING", executor_id=worker_id, name=JOB_WORKFLOW, load_input=False, load_output=False
+    )
+    ids = [status.workflow_id for status in held]
+    if ids:
+        client.resume_workflows(ids, queue_name=QUEUE)
+    return ids
+
+
 def redact_db_url(url: str) -> str:
     """``url`` with its password starred out, for messages."""
     return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", url)

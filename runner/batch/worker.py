@@ -18,7 +18,10 @@ so what DBOS records is the outcome of each attempt:
 
 A worker that stops (Ctrl-C, ``--grace``) lets the jobs whose prompts are out on servers finish; a job
 still waiting for a free server (all of them out, or busy) leaves at once, unrecorded
-(:class:`LeftForLater`), and runs again when a worker with the same id starts.
+(:class:`LeftForLater`). Once DBOS is down and the prompts of jobs still running are off their servers,
+every job the worker left unfinished goes back on the queue, where any worker takes it
+(:func:`~runner.batch.queue.hand_back_jobs`): a ``submit --wait`` takes other batches' queued jobs too,
+and would otherwise leave them to a worker of its own id.
 
 When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
 with the same ``worker_id`` starts (by default this machine's name and its server list, so
@@ -38,6 +41,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -47,7 +52,15 @@ from dbos import DBOS
 from runner.batch.attempt import InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch
 from runner.batch.pool import ServerPool
-from runner.batch.queue import APP_NAME, APP_VERSION, JOB_WORKFLOW, QUEUE, redact_db_url
+from runner.batch.queue import (
+    APP_NAME,
+    APP_VERSION,
+    JOB_WORKFLOW,
+    QUEUE,
+    hand_back_jobs,
+    open_client,
+    redact_db_url,
+)
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
 from runner.errors import LeanVideoError, ServerError
 from runner.transport.client import ComfyClient
@@ -59,6 +72,7 @@ POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
 CANCEL_TIMEOUT_S = 5.0  # per request, when a stopping worker takes its left prompts off their servers
+HAND_BACK_WAIT_S = 10.0  # on stop, how long attempts whose prompts came off get to see it, before hand-back
 # An attempt whose worker died while its prompt was out (found by the next attempt's orphan check)
 LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
@@ -66,8 +80,8 @@ LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 class LeftForLater(BaseException):
     """Raised out of a job whose worker began stopping before the job took a server. A BaseException on
     purpose: DBOS records only what derives from Exception, so neither the step nor the job is
-    recorded; the job stays pending under the worker's id, and runs again when a worker with that id
-    starts (not failed, not errored). Without it, a stop with every server out waited the whole
+    recorded; the job stays pending under the worker's id until the stopped worker hands it back to the
+    queue (not failed, not errored). Without it, a stop with every server out waited the whole
     ``--grace`` for jobs that could never start."""
 
 
@@ -80,6 +94,8 @@ class JobRunner:
         self.draining = threading.Event()  # stopping: no job takes a server any more
         self.stop = threading.Event()  # stopped: DBOS is down, nothing more is recorded
         self.in_flight = InFlight()  # the prompts out on servers, taken off them if the worker stops early
+        self._on_servers: Counter[str] = Counter()  # batch name -> its jobs holding a server slot now
+        self._lock = threading.Lock()
 
     def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
         """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
@@ -116,6 +132,8 @@ class JobRunner:
                 raise LeftForLater(left) from None
             raise
         failed = False
+        with self._lock:
+            self._on_servers[job["batch"]] += 1
         try:
             if self.draining.is_set():  # the worker began stopping as this job got its slot
                 raise LeftForLater(left)
@@ -131,13 +149,20 @@ class JobRunner:
             failed = outcome.get("fault") == "server"
             return outcome
         finally:
+            with self._lock:
+                self._on_servers[job["batch"]] -= 1
             self.pool.release(server, server_failed=failed, reason="a job lost it")
+
+    def on_servers(self, batch: str) -> int:
+        """How many of ``batch``'s jobs hold a server slot of this worker now."""
+        with self._lock:
+            return self._on_servers[batch]
 
 
 def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
     """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
-    servers: DBOS is shut down, so their jobs stay unfinished and run again under ``worker_id``, and a
-    prompt left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
+    servers: DBOS is shut down, so their jobs stay unfinished and go back on the queue, and a prompt
+    left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
     for prompt_id, server in in_flight.items():
         try:
             with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
@@ -146,7 +171,7 @@ def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
             logger.exception("could not cancel prompt %s on %s", prompt_id, server)
             continue
         logger.warning(
-            "prompt %s on %s %s; its job runs again when a worker with id %s starts",
+            "prompt %s on %s %s; its job goes back on the queue (worker %s stopped)",
             prompt_id,
             server,
             "taken off the server" if taken else "not taken off (the server did not answer): it may run on",
@@ -217,6 +242,7 @@ class BatchWorker:
         self._quiet = _CancelledJobNoise()
         self._full = DatabaseFullWatch()
         self._held = contextlib.ExitStack()
+        self.handed_back = 0  # unfinished jobs put back on the queue when the worker stopped
 
     def __enter__(self) -> BatchWorker:
         self._held.enter_context(hold_worker_id(self.worker_id, self.db_url))  # refused when held
@@ -256,8 +282,8 @@ class BatchWorker:
         tb: TracebackType | None,
     ) -> None:
         """Stop taking jobs, give running ones ``grace`` seconds (none when the database can no longer be
-        written: they could not record what they did), then shut DBOS down; what is still running goes
-        back on the queue when this worker id starts again."""
+        written: they could not record what they did), then shut DBOS down and hand what is unfinished
+        back to the queue (with a full database, it waits for a worker of this id)."""
         grace = 0 if self._full.failure is not None else self.grace
         self.runner.draining.set()  # jobs waiting for a server leave now; those on one get the grace
         if grace <= 0:
@@ -271,6 +297,8 @@ class BatchWorker:
             left = self.runner.in_flight.close()
             self.runner.stop.set()
             _cancel_left_prompts(left, self.worker_id)
+            if self._full.failure is None:  # a full database takes no write: they wait for this id
+                self._hand_back()
             self._held.close()
         finally:
             # Jobs still running log their failure to record later, from their own threads: the filter
@@ -279,8 +307,29 @@ class BatchWorker:
                 logging.getLogger("dbos").removeFilter(self._quiet)
                 logging.getLogger("dbos").removeFilter(self._full)
 
-    def running_jobs(self) -> int:
-        """Jobs whose prompts are out on servers now: those a stop gives ``grace`` seconds to finish."""
+    def _hand_back(self) -> None:
+        """The jobs this worker left unfinished back on the queue for any worker (see
+        :func:`~runner.batch.queue.hand_back_jobs`); on failure they wait for a worker of this id."""
+        deadline = time.monotonic() + HAND_BACK_WAIT_S  # attempts whose prompts were taken off end first
+        while self.runner.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            with open_client(self.db_url) as client:
+                ids = hand_back_jobs(client, self.worker_id)
+        except Exception:
+            logger.exception(
+                "worker %s: could not hand its unfinished jobs back to the queue", self.worker_id
+            )
+            return
+        if ids:
+            logger.info("worker %s handed %d unfinished job(s) back to the queue", self.worker_id, len(ids))
+        self.handed_back = len(ids)
+
+    def running_jobs(self, batch: str | None = None) -> int:
+        """Jobs whose prompts are out on servers now (``batch``'s only, when given): those a stop gives
+        ``grace`` seconds to finish."""
+        if batch is not None:
+            return self.runner.on_servers(batch)
         return sum(server.running for server in self.pool.snapshot())
 
     def check_database(self) -> None:

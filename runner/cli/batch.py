@@ -135,7 +135,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                         first_done = first_done if first_done is not None else summary.finished
                         live.update(_progress_view(name, states, pool, (began, first_done)))
                         if not err.is_terminal:  # a CI log sees the live view only at the end: say it now
-                            said = _say_progress(err, name, summary, pool, said)
+                            said = _say_progress(err, name, summary, worker.running_jobs(name), said)
                         if summary.all_done:
                             break
                         time.sleep(REFRESH_S)
@@ -187,8 +187,8 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
 
 
 def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
-    """What a stop waits for: the jobs whose prompts are on servers, up to ``grace`` seconds; jobs that
-    had not taken a server wait for the next worker with this id."""
+    """What a stop waits for: the jobs whose prompts are on servers, up to ``grace`` seconds; jobs not
+    finished then go back on the queue."""
     running = worker.running_jobs()
     if running and grace > 0:
         wait = f"{running} running job(s) get up to {grace} s to finish"
@@ -197,7 +197,7 @@ def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
     else:
         wait = "no job is running on a server"
     err.print(
-        f"stopping: {wait}; jobs not finished run again when a worker with id {worker.worker_id} starts",
+        f"stopping: {wait}; jobs not finished then go back on the queue for the next worker",
         highlight=False,
     )
 
@@ -246,8 +246,8 @@ def _progress_view(
     if pool is None and holders:  # `batch status`: whose running jobs they are, to resume a stopped one
         parts.append(
             Text(
-                f"running jobs are held by worker {', '.join(holders)}; a stopped worker's jobs resume when "
-                "a worker with its --worker-id starts"
+                f"running jobs are held by worker {', '.join(holders)}; a worker that died holds its jobs "
+                "until a worker with its --worker-id starts (one that stopped put them back on the queue)"
             )
         )
     return Group(*parts)
@@ -268,13 +268,14 @@ def _manifest_dir(out: Path, name: str) -> Path:
 
 
 def _say_progress(
-    err: Console, name: str, summary: BatchSummary, pool: ServerPool, said: tuple[str, float]
+    err: Console, name: str, summary: BatchSummary, on_servers: int, said: tuple[str, float]
 ) -> tuple[str, float]:
     """A plain progress line when the counts changed, or :data:`PLAIN_EVERY_S` after the last one;
-    returns what was said last and when."""
+    returns what was said last and when. ``on_servers``: the batch's jobs on this worker's servers
+    (another batch's may share them)."""
     counts = summary.counts
-    on_servers = sum(server.running for server in pool.snapshot())
-    waiting = max(counts["running"] - on_servers, 0)  # taken from the queue, waiting for a free slot
+    on_servers = min(on_servers, counts["running"])  # read at another moment than the states
+    waiting = counts["running"] - on_servers  # taken from the queue, waiting for a free slot
     line = (
         f"batch {name}: {summary.finished}/{summary.total} finished ({counts['success']} succeeded, "
         f"{counts['failed'] + counts['error']} failed"
