@@ -215,6 +215,10 @@ def wait_for_final(client: DBOSClient, name: str, timeout: float = 30) -> None:
 
 
 def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
+    said: list[str] = []  # what DBOS's logger lets through (it does not propagate to pytest's capture)
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+
     async def endless(fake: FakeComfy, pid: str) -> None:
         await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
         for step in range(1, 600):  # a long sampler, one step every 0.1 s, until interrupted
@@ -228,6 +232,7 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with FakeComfy(endless) as fake, open_client(db_url) as client:
         with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=30):
+            logging.getLogger("dbos").addHandler(handler)
             submit_batch(client, "c", [prepared("long")], BatchSettings(out_dir=out))
             deadline = time.monotonic() + 20
             while not any(call[0] == "POST /prompt" for call in fake.calls):
@@ -242,6 +247,9 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
         (job,) = list_jobs(client, "c")
     assert job.state == "cancelled"
     assert not (out / "long").exists()
+    logging.getLogger("dbos").removeHandler(handler)
+    # DBOS's warning about the cancelled workflow would be printed into `submit --wait`'s live view
+    assert not [line for line in said if "no longer owned" in line], said
 
 
 def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -179,11 +180,17 @@ def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
         )
 
 
-def _is_cancelled(workflow_id: str | None) -> bool:
-    """Whether ``batch cancel`` cancelled the job workflow (DBOS itself stops it only between steps)."""
+def _is_cancelled(workflow_id: str | None, *, quiet: bool = False) -> bool:
+    """Whether ``batch cancel`` cancelled the job workflow (DBOS itself stops it only between steps);
+    ``quiet``: ``False`` where DBOS cannot tell (shut down, its database gone)."""
     if workflow_id is None:
         return False
-    status = DBOS.get_workflow_status(workflow_id)
+    try:
+        status = DBOS.get_workflow_status(workflow_id)
+    except Exception:
+        if quiet:
+            return False
+        raise
     return status is not None and status.status == "CANCELLED"
 
 
@@ -201,12 +208,14 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
 class _CancelledJobNoise(logging.Filter):
     """Drops DBOS's tracebacks that are expected: for workflows that ``batch cancel`` cancelled, and,
     once the worker shut DBOS down before its jobs ended (``--grace`` ran out), for those jobs' threads
-    failing to record what they did (they go back on the queue when the worker id starts again). DBOS's
-    warning that a workflow "is no longer owned by this execution" is kept: after a cancel it is
-    expected, but two machines given one --worker-id (which no local lock can see) cause it too."""
+    failing to record what they did (they go back on the queue). DBOS's warning that a workflow "is no
+    longer owned by this execution" is dropped for a workflow that was cancelled (expected after
+    ``batch cancel``, and printed into the live progress view) and kept otherwise: two machines given
+    one --worker-id (which no local lock can see) cause it too."""
 
     NAMES = ("DBOSAwaitedWorkflowCancelledError", "DBOSWorkflowCancelledError")
     SHUT_DOWN = "accessed before DBOS was launched"
+    NOT_OWNED = re.compile(r"Workflow (\S+) (?:outcome was not recorded: the workflow )?is no longer owned")
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,7 +224,8 @@ class _CancelledJobNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         if error is None:
-            return True
+            not_owned = self.NOT_OWNED.match(record.getMessage())
+            return not_owned is None or not _is_cancelled(not_owned.group(1), quiet=True)
         if self.shut_down and any(self.SHUT_DOWN in str(e) for e in (error, error.__context__) if e):
             return False
         return type(error).__name__ not in self.NAMES
