@@ -122,6 +122,12 @@ def test_a_taken_job_folder_queues_nothing(tmp_path: Path) -> None:
         ):
             submit_batch(client, "t", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
         assert list_jobs(client, "t") == []
+        (out / "b").rename(tmp_path / "b")
+        assert submit_batch(client, "t", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out)) == 2
+        (tmp_path / "b").rename(out / "b")  # taken once the jobs are queued
+        # submitting again (to --wait for it) queues nothing new and is not refused: job b, when it
+        # runs, is failed for its folder, and job a runs
+        assert submit_batch(client, "t", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out)) == 0
     assert (out / "b" / "mine.txt").read_text() == "mine"
 
 

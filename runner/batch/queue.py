@@ -199,7 +199,12 @@ def submit_batch(
             f"(ids {ids}); nothing was queued. Submit it under another --name, or with --add to add "
             f"them to batch {name!r}"
         )
-    taken = [f"job {s['job_id']}: {problem}" for s in specs if (problem := occupant_problem(s)) is not None]
+    # only for jobs queued now: a job already in the batch says a folder taken since, when it runs
+    taken = [
+        f"job {s['job_id']}: {problem}"
+        for s in specs
+        if s["job_id"] in fresh and (problem := occupant_problem(s)) is not None
+    ]
     if taken:
         listed = "\n  ".join(taken[:20]) + (f"\n  … and {len(taken) - 20} more" if len(taken) > 20 else "")
         raise UsageError(f"batch {name!r}: nothing was queued; job folders are taken:\n  {listed}")
