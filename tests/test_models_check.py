@@ -145,6 +145,19 @@ def test_the_cli_exits_1_when_something_is_missing_and_0_when_all_is_there(
     assert refused.value.code == 2 and "an empty path" in capsys.readouterr().err
 
 
+def test_a_custom_loader_of_unknown_folder_is_said_without_question_marks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gguf.api.json"
+    loader = {"class_type": "UnetLoaderGGUF", "inputs": {"unet_name": "wan-q8.gguf"}}
+    path.write_text(json.dumps({"1": loader}), encoding="utf-8")
+    (models := tmp_path / "models").mkdir()
+    assert main(["models", "check", str(path), "--models", str(models)]) == 1
+    out = capsys.readouterr().out
+    assert "missing wan-q8.gguf  node 1 (UnetLoaderGGUF.unet_name)" in out and "?" not in out
+    assert "it goes in the folder UnetLoaderGGUF reads (see that node's documentation)" in out
+
+
 def test_a_misnamed_or_misplaced_file_is_pointed_at_and_no_loader_input_is_left_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

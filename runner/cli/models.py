@@ -60,7 +60,7 @@ def report_lines(report: ModelsReport) -> list[str]:
     where = " and ".join(escape(folder) for folder in (report.models_dir, *report.also))
     lines = [f"models of {escape(report.workflow)} in {where}:"]
     for file in report.files:
-        where = f"{file.folder or '?'}/{file.name}"
+        where = f"{file.folder}/{file.name}" if file.folder else file.name
         node = f"node {file.node_id} ({file.class_type}.{file.input_name})"
         if file.status == "present":
             size = f"{(file.bytes or 0) / 2**20:.1f} MiB" + (f", sha256 {file.sha256}" if file.sha256 else "")
@@ -78,7 +78,9 @@ def report_lines(report: ModelsReport) -> list[str]:
             if file.hint:
                 lines.append(f"          {escape(file.hint)}")
             cited = f" (cited in {escape(file.cited_in)})" if file.cited_in else ""
-            target = escape(file.target or "?")
+            # a loader of a custom node LeanVideo does not know: only that node knows its folder
+            unknown = f"the folder {file.class_type} reads (see that node's documentation)"
+            target = escape(file.target or unknown)
             if file.url:
                 lines.append(f"          get it from {escape(file.url)}{cited} into {target}")
             else:
