@@ -226,6 +226,12 @@ def test_file_suggestions_ignore_the_extension_and_fixture_nodes_name_the_flag(
     workflow["1"]["inputs"]["ckpt_name"] = "ltxv-tiny.sft"
     problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
     assert problems[("1", "ckpt_name")].endswith("close matches: ltxv-tiny.safetensors")
+    # VAELoader's choices on a server with no VAE file: its built-in entry is no file to list
+    info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0] = ["pixel_space"]
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, info)}
+    assert problems[("1", "ckpt_name")].endswith(
+        "does not exist on the server; the server has no model file for this input"
+    )
 
 
 def test_load_workflow_rejects_editor_format_with_a_hint(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
                 node_id,
                 class_type,
                 name,
-                f"model file {value!r} does not exist on the server{close_hint(value, choices)}",
+                f"model file {value!r} does not exist on the server{_files_hint(value, choices)}",
             )
         ]
     if choices is not None and not choices and options.get("image_upload"):
@@ -247,6 +247,13 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
         )
         return [Problem(node_id, class_type, name, message)]
     return []
+
+
+def _files_hint(value: str, choices: list[Any]) -> str:
+    """Close names, else the server's model files of that input (a choice that is no file, VAELoader's
+    ``pixel_space`` say, is not listed as one), else that it has none."""
+    files = [c for c in choices if isinstance(c, str) and c.lower().endswith(MODEL_SUFFIXES)]
+    return close_hint(value, choices, listed=files) or "; the server has no model file for this input"
 
 
 def leaves_output_folder(prefix: str) -> bool:
