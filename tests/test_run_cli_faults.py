@@ -108,6 +108,29 @@ def test_workflow_commands_give_up_on_a_silent_server_after_their_timeout(
     assert caught.value.code == 2
 
 
+def test_batch_submit_gives_up_on_a_silent_server_after_its_health_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checking the jobs file asks the server for ``/object_info``: a silent one held `batch submit` for
+    61 s whatever the options; it gets ``--health-timeout`` per request now."""
+    import socket
+    import time
+
+    api = tmp_path / "wf.json"
+    api.write_text(json.dumps(WORKFLOW))
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"workflow": str(api)}) + "\n")
+    db = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        began = time.monotonic()
+        code = main(["batch", "submit", str(jobs), "--server", url, "--db", db, "--health-timeout", "1.5"])
+        assert code == 4 and time.monotonic() - began < 10  # not 30 s per request
+    assert "no server answers, so the jobs cannot be checked" in capsys.readouterr().err
+
+
 def test_workflow_diff_of_two_editor_files_waits_one_timeout_in_all(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -337,8 +337,9 @@ def _raise_if_any(path: Path, problems: list[str]) -> None:
     raise WorkflowError(f"jobs file {path}: {len(problems)} problem(s); nothing was queued:\n{listed}{more}")
 
 
-def fetch_object_info(servers: list[str]) -> ObjectInfo:
-    """``/object_info`` of the first of ``servers`` that answers (they run the same ComfyUI).
+def fetch_object_info(servers: list[str], *, timeout: float = 30.0) -> ObjectInfo:
+    """``/object_info`` of the first of ``servers`` that answers within ``timeout`` seconds (asked
+    twice; they run the same ComfyUI).
 
     Raises:
         ServerError: none of them answers.
@@ -346,7 +347,7 @@ def fetch_object_info(servers: list[str]) -> ObjectInfo:
     problems = []
     for url in servers:
         try:
-            with ComfyClient(url, retry=RetryPolicy(retries=1)) as client:
+            with ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=1)) as client:
                 info: ObjectInfo = client.get_json("/object_info")
                 return info
         except ServerError as exc:
@@ -354,14 +355,15 @@ def fetch_object_info(servers: list[str]) -> ObjectInfo:
     raise ServerError("no server answers, so the jobs cannot be checked:\n  " + "\n  ".join(problems))
 
 
-def load_batch(path: Path, servers: list[str]) -> list[PreparedJob]:
-    """Read and check the jobs file, then every good line against the servers' ``/object_info``;
-    the problems of both passes are listed together, by line."""
+def load_batch(path: Path, servers: list[str], *, timeout: float = 30.0) -> list[PreparedJob]:
+    """Read and check the jobs file, then every good line against the servers' ``/object_info`` (a
+    server silent for ``timeout`` seconds, twice, is passed over); the problems of both passes are
+    listed together, by line."""
     workflows: _Workflows = {}
     lines, flawed, problems = _read_jobs(path, workflows)
     if not lines and not flawed:
         _raise_if_any(path, problems)
-    prepared, more = _prepare([*lines, *flawed], fetch_object_info(servers), workflows)
+    prepared, more = _prepare([*lines, *flawed], fetch_object_info(servers, timeout=timeout), workflows)
     _raise_if_any(path, sorted(problems + more, key=_line_number))
     return prepared
 

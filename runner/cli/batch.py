@@ -101,7 +101,8 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
         pool = ServerPool(args.servers, per_server=args.per_server)
     except ValueError as exc:
         raise LeanVideoError(str(exc)) from exc
-    jobs = load_batch(args.jobs.resolve(), args.servers)  # every line checked before anything is queued
+    # every line checked before anything is queued; a server silent for --health-timeout is passed over
+    jobs = load_batch(args.jobs.resolve(), args.servers, timeout=args.health_timeout)
     with open_client(db_url) as client:
         queued = submit_batch(client, name, jobs, settings, add=args.add)
         err.print(

@@ -48,7 +48,7 @@ def add_batch_parser(sub: Any) -> None:
         "--health-timeout",
         type=positive_seconds,
         default=30.0,
-        help="seconds a silent server gets mid-job (30)",
+        help="seconds a silent server gets mid-job, and to answer the jobs file's check (30)",
     )
     _worker_options(submit)
 
