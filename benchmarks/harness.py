@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.bench_servers import open_server, server_state_dir
-from benchmarks.matrix import ORDERS, Matrix, Variant, variant_slug
+from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant, variant_slug
 from benchmarks.preflight import matrix_problems
 from benchmarks.protocol import (
     SERVER_LOST,
@@ -89,10 +89,10 @@ class BenchSettings:
             raise ValueError(f"--budget-s must be > 0, got {self.budget_s:g}")
         if self.soak and self.soak < 10:
             raise ValueError(f"--soak needs at least 10 rounds, got {self.soak}")
-        if self.warmups is not None and self.warmups < 0:
-            raise ValueError(f"--warmups must be ≥ 0, got {self.warmups}")
-        if self.repeats is not None and self.repeats < 1:
-            raise ValueError(f"--repeats must be ≥ 1, got {self.repeats}")
+        if self.warmups is not None and not 0 <= self.warmups <= MAX_REPEATS:
+            raise ValueError(f"--warmups must be 0 to {MAX_REPEATS}, got {self.warmups}")
+        if self.repeats is not None and not 1 <= self.repeats <= MAX_REPEATS:
+            raise ValueError(f"--repeats must be 1 to {MAX_REPEATS}, got {self.repeats}")
         if self.server_warmups < 0:
             raise ValueError(f"--server-warmups must be ≥ 0, got {self.server_warmups}")
         if self.concurrency < 1 or self.jobs < 1:
@@ -143,9 +143,28 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
         _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
     for name, error in measured.failed.items():
         say(f"{name}: failed ({error})")
+    _say_unrun_launch_checks(matrix, settings, measured)
     outcome = _write_reports(matrix, settings, measured)
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+def _say_unrun_launch_checks(matrix: Matrix, settings: BenchSettings, measured: _Measured) -> None:
+    """``--soak`` or ``--load`` asked for and not run: a verdict saying why (they were left out)."""
+    for mode, asked in (("soak", settings.soak), ("load", settings.load)):
+        if asked and mode not in measured.modes:
+            measured.modes[mode] = {"verdict": f"not run: {_no_launch_checks(matrix, measured)}"}
+
+
+def _no_launch_checks(matrix: Matrix, measured: _Measured) -> str:
+    """Why ``--soak`` and ``--load`` (run on the baseline's server after its runs) did not run."""
+    name = matrix.baseline
+    if name in measured.skipped or name in measured.failed:
+        why = measured.skipped.get(name) or measured.failed.get(name)
+        return f"they run on the baseline {name!r}, which was not measured ({why})"
+    if measured.server_lost:
+        return "the baseline's server was lost"
+    return "the time budget (--budget-s) ran out after the baseline's runs"
 
 
 def _out_of_time(settings: BenchSettings) -> str:
@@ -164,6 +183,10 @@ def _run_group(
 ) -> None:
     """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``.
     A server that does not start or stops answering ends this group only (``measured.server_lost``)."""
+    if settings.servers and server_args:  # never runnable, however much time is left: said so
+        with open_server(matrix, settings, server_args, settings.out_dir, say) as (_, why_not):
+            measured.skipped.update({variant.name: why_not for variant in group})
+        return
     if deadline is not None and time.monotonic() >= deadline:
         names = ", ".join(variant.name for variant in group)
         logger.warning(

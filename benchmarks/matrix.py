@@ -67,6 +67,8 @@ _BENCH_KEYS = {
     "fixtures",
     "timeout_s",
 }
+MAX_REPEATS = 1000  # measured runs (and warmups) per variant: the run plan is made up front
+MAX_SLUG_BYTES = 100  # a variant's file names add a suffix (".api.json") to it; a name is at most 255 bytes
 _VARIANT_KEYS = {"name", "extends", "set", "insert", "server_args", "skip_on_cpu"}
 _INSERT_KEYS = {"id", "class_type", "inputs", "link_input", "target"}
 
@@ -141,8 +143,12 @@ class Matrix:
     def __post_init__(self) -> None:
         if self.warmups < 0:
             raise MatrixError(f"{self.path}: [bench] warmups must be ≥ 0, got {self.warmups}")
-        if self.repeats < 1:
-            raise MatrixError(f"{self.path}: [bench] repeats must be ≥ 1, got {self.repeats}")
+        if not 1 <= self.repeats <= MAX_REPEATS:
+            raise MatrixError(f"{self.path}: [bench] repeats must be 1 to {MAX_REPEATS}, got {self.repeats}")
+        if self.warmups > MAX_REPEATS:
+            raise MatrixError(
+                f"{self.path}: [bench] warmups must be at most {MAX_REPEATS}, got {self.warmups}"
+            )
         if self.mode not in MODES:
             raise MatrixError(f"{self.path}: [bench] mode must be one of {MODES}, got {self.mode!r}")
         if self.order not in ORDERS:
@@ -176,8 +182,9 @@ def select_variants(matrix: Matrix, names: Sequence[str] = (), baseline: str | N
 
 
 def variant_slug(name: str) -> str:
-    """A file-name-safe form of a variant name (``"8-step + graph compile"`` → ``8-step-graph-compile``)."""
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
+    """A file-name-safe form of a variant name (``"8-step + graph compile"`` → ``8-step-graph-compile``,
+    ``"8 步 + 注意力"`` → ``8-步-注意力``): letters and digits of any script kept, the rest one ``-``."""
+    return re.sub(r"[\W_]+", "-", name.lower()).strip("-") or "variant"
 
 
 def _find_variant(matrix: Matrix, name: str) -> Variant:
@@ -253,6 +260,12 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
     _check_keys(raw, _VARIANT_KEYS, where)
     if any(v.name == name for v in earlier):
         raise MatrixError(f"{where} duplicate name")
+    if len(variant_slug(name).encode("utf-8")) > MAX_SLUG_BYTES:
+        raise MatrixError(
+            f"{where} key 'name': too long for the file names its runs are stored under "
+            f"({len(variant_slug(name).encode('utf-8'))} bytes as {variant_slug(name)[:20]!r}…; at most "
+            f"{MAX_SLUG_BYTES}): shorten it"
+        )
     same_slug = [v.name for v in earlier if variant_slug(v.name) == variant_slug(name)]
     if same_slug:
         raise MatrixError(
@@ -271,6 +284,8 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
         if "=" not in spec or "." not in spec.split("=", 1)[0]:
             raise MatrixError(f"{where} key 'set': {spec!r} is not NODE.input=VALUE")
     server_args = _string_list(raw, "server_args", where)
+    if any(not arg.strip() for arg in server_args):
+        raise MatrixError(f"{where} key 'server_args': an empty flag ({list(server_args)}): remove it")
     try:
         refuse_owned_flags(server_args)
     except UsageError as error:

@@ -192,6 +192,8 @@ def mode_line(mode: str, verdict: dict[str, Any]) -> str:
     head = mode_headline(mode, verdict)
     if mode == "soak":
         rounds, planned = head.get("rounds"), head.get("planned_rounds")
+        if rounds is None:  # not run: the verdict says why
+            return str(head.get("verdict"))
         line = f"{head.get('verdict')} over {rounds} rounds of {head.get('variant')}"
         return line + (f" ({planned} planned)" if planned not in (None, rounds) else "")
     if mode == "load":

@@ -73,8 +73,9 @@ def test_existing_result_folder_is_refused(tmp_path: Path, capsys: pytest.Captur
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--repeats", "0"], "--repeats must be ≥ 1, got 0"),
-        (["--warmups", "-1"], "--warmups must be ≥ 0"),
+        (["--repeats", "0"], "--repeats must be 1 to 1000, got 0"),
+        (["--repeats", "10000000"], "--repeats must be 1 to 1000, got 10000000"),  # not a plan filling memory
+        (["--warmups", "-1"], "--warmups must be 0 to 1000"),
         (["--out", "README.md"], "README.md is a file, not a folder"),
         (["--jobs", "4"], "--concurrency and --jobs set up --load"),
     ],

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import protocol
-from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants
+from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants, variant_slug
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
 from benchmarks.results import failed_result
@@ -108,7 +108,15 @@ def test_the_wan22_matrix_splits_the_steps_and_patches_both_experts() -> None:
             '[[variant]]\nname = "a"\nserver_args = ["--port=9000"]\n',
             "variant 'a': key 'server_args': ComfyUI flag '--port=9000' after `--`: leanvideo passes --port",
         ),
-        ('repeats = 0\n[[variant]]\nname = "a"\n', "repeats must be ≥ 1"),
+        ('repeats = 0\n[[variant]]\nname = "a"\n', "repeats must be 1 to 1000, got 0"),
+        # the run plan is made up front: ten million runs filled the memory before the first one
+        ('repeats = 10000000\n[[variant]]\nname = "a"\n', "repeats must be 1 to 1000, got 10000000"),
+        ('warmups = 5000\n[[variant]]\nname = "a"\n', "warmups must be at most 1000, got 5000"),
+        (
+            f'[[variant]]\nname = "{"a" * 300}"\n',
+            "key 'name': too long for the file names its runs are stored under (300 bytes",
+        ),
+        ('[[variant]]\nname = "a"\nserver_args = [""]\n', "variant 'a': key 'server_args': an empty flag"),
         ('mode = "hot"\n[[variant]]\nname = "a"\n', "mode must be one of"),
         ('order = "random"\n[[variant]]\nname = "a"\n', "order must be one of ('interleaved', 'sequential')"),
         ('baseline = "zz"\n[[variant]]\nname = "a"\n', "baseline 'zz' is not a variant"),
@@ -334,6 +342,46 @@ def test_no_run_starts_after_the_deadline(
     assert "5 planned run(s) on http://127.0.0.1:1 not made" in caplog.text  # of 2 warmups + 2 × 3
     assert [r.warmup for r in runs["20-step baseline"]] == [True, False]
     assert [r.warmup for r in runs["8-step distill"]] == [True]  # the harness reports it as skipped
+
+
+def test_variant_names_in_any_script_get_distinct_file_names(tmp_path: Path) -> None:
+    """The seed's rows are named "8 步 + …": their file names kept only the "8" and clashed."""
+    body = '[[variant]]\nname = "8 步 + 注意力"\n[[variant]]\nname = "8 步 + 非阻塞"\n'
+    matrix = load_matrix(_write(tmp_path, body))
+    assert [variant_slug(v.name) for v in matrix.variants] == ["8-步-注意力", "8-步-非阻塞"]
+    assert variant_slug("8-step + graph compile") == "8-step-graph-compile"  # as before
+    assert variant_slug("a_b") == "a-b" and variant_slug("+++") == "variant"
+
+
+def test_a_group_needing_server_flags_under_server_is_said_so_even_past_the_budget(tmp_path: Path) -> None:
+    """Not "the time budget ran out": that variant could never run on a --server, with any budget."""
+    from benchmarks import harness
+
+    matrix = load_matrix(TINY)
+    group = [v for v in matrix.variants if v.server_args]
+    measured = harness._Measured()
+    settings = harness.BenchSettings(out_dir=tmp_path, servers=("http://127.0.0.1:9",), budget_s=1.0)
+    harness._run_group(matrix, settings, {}, group[0].server_args, group, measured, 0.0, lambda _: None)
+    flags = " ".join(group[0].server_args)
+    assert measured.skipped == {v.name: f"needs server flags {flags} (not with --server)" for v in group}
+
+
+def test_soak_and_load_asked_for_but_not_run_are_said_with_why(tmp_path: Path) -> None:
+    from benchmarks import harness
+    from benchmarks.report import mode_line
+
+    matrix = load_matrix(TINY)
+    measured = harness._Measured(skipped={matrix.baseline: "on CPU: needs CUDA"})
+    settings = harness.BenchSettings(out_dir=tmp_path, soak=10, load=True)
+    harness._say_unrun_launch_checks(matrix, settings, measured)
+    said = (
+        f"not run: they run on the baseline {matrix.baseline!r}, which was not measured (on CPU: needs CUDA)"
+    )
+    assert measured.modes == {"soak": {"verdict": said}, "load": {"verdict": said}}
+    assert mode_line("soak", measured.modes["soak"]) == mode_line("load", measured.modes["load"]) == said
+    measured = harness._Measured(modes={"soak": {"verdict": "stable"}})  # run: kept; not asked: not said
+    harness._say_unrun_launch_checks(matrix, harness.BenchSettings(out_dir=tmp_path, soak=10), measured)
+    assert measured.modes == {"soak": {"verdict": "stable"}}
 
 
 def test_a_server_group_the_budget_did_not_reach_is_said_with_its_variants(
