@@ -18,7 +18,7 @@ Per group of variants sharing one server that already runs with their flags:
    which any node was still served from the cache is flagged ``cache_not_defeated``;
 5. memory release is checked through the pack's telemetry: each measured run's start memory (NVML
    used bytes on a GPU, the server's RSS otherwise) must be within ``memory_tolerance_mb`` of the same
-   variant's first measured run's; otherwise the run is flagged ``memory_not_returned``.
+   variant's first measured run's (second, without warmups); otherwise it is ``memory_not_returned``.
 
 Every run carries ``sequence``, its place in the whole matrix's run order, so the order can be checked.
 
@@ -230,17 +230,19 @@ def measure_from_record(
 
 
 def flag_memory_not_returned(runs: list[RunMeasure], tolerance_mb: float) -> list[RunMeasure]:
-    """Flag measured runs whose start memory is above the first measured run's by more than tolerance."""
+    """Flag measured runs whose start memory is above the first measured run's by more than tolerance
+    (the second's without a warmup: the first may have started on a fresh server, nothing loaded)."""
     measured = [r for r in runs if not r.warmup and r.memory_start_bytes is not None]
-    if not measured:
+    first = 0 if any(r.warmup for r in runs) else 1
+    if len(measured) <= first:
         return runs
-    baseline = measured[0].memory_start_bytes or 0
+    baseline = measured[first].memory_start_bytes or 0
     flagged: list[RunMeasure] = []
     for run in runs:
         start = run.memory_start_bytes
-        if not run.warmup and start is not None and start - baseline > tolerance_mb * MB:
+        if run in measured[first:] and start is not None and start - baseline > tolerance_mb * MB:
             grew = (start - baseline) / MB
-            logger.warning("%s run %d: memory %.0f MB above baseline", run.variant, run.index, grew)
+            logger.warning("%s run %d: memory %.0f MB above baseline", run.variant, run.index + 1, grew)
             run = replace(run, flags=(*run.flags, "memory_not_returned"))
         flagged.append(run)
     return flagged

@@ -147,6 +147,23 @@ def test_memory_that_does_not_return_is_flagged() -> None:
     assert [r.flags for r in flagged] == [(), (), (), ("memory_not_returned",)]
 
 
+def test_without_warmups_the_first_measured_run_is_no_memory_reference(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With --warmups 0 the first run may start on a fresh server, before anything is loaded: every
+    later run of the first variant was flagged about 290 MB above it."""
+    runs = [
+        _run("v", 0, 1.0, memory=100 * MB),
+        _run("v", 1, 1.0, memory=390 * MB),
+        _run("v", 2, 1.0, memory=400 * MB),
+    ]
+    assert [r.flags for r in flag_memory_not_returned(runs, tolerance_mb=256)] == [(), (), ()]
+    runs.append(_run("v", 3, 1.0, memory=700 * MB))
+    assert flag_memory_not_returned(runs, tolerance_mb=256)[3].flags == ("memory_not_returned",)
+    assert "v run 4: memory 310 MB above baseline" in caplog.text  # counted from 1, as every message
+    assert flag_memory_not_returned(runs[:1], tolerance_mb=256)[0].flags == ()
+
+
 def test_measure_from_record_reads_run_record_v2(tmp_path: Path) -> None:
     record = {
         "timing": {"wall_s": 1.6, "queue_s": 0.1, "server_execution_s": 1.4, "phases": {"sampling": 1.0}},
