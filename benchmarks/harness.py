@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks import modes
 from benchmarks.bench_servers import open_server, server_state_dir
 from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant, variant_slug
-from benchmarks.preflight import matrix_problems
+from benchmarks.preflight import baseline_problems, matrix_problems
 from benchmarks.protocol import (
     SERVER_LOST,
     RunMeasure,
@@ -253,7 +253,8 @@ def _run_on_server(
             if not (on_cpu and v.skip_on_cpu) and not (settings.servers and v.server_args)
         ]
         here = group[0].server_args
-        if problems := matrix_problems(runnable, base, object_info, settings.overrides, server_args=here):
+        problems = matrix_problems(runnable, base, object_info, settings.overrides, server_args=here)
+        if problems := baseline_problems(matrix.variant(matrix.baseline), runnable, on_cpu) + problems:
             listed = "\n  ".join(problems)
             raise WorkflowError(f"{matrix.path}: {len(problems)} problem(s); nothing was run:\n  {listed}")
     extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]

@@ -60,6 +60,18 @@ def matrix_problems(
     return problems
 
 
+def baseline_problems(baseline: Variant, runnable: list[Variant], on_cpu: bool) -> list[str]:
+    """The baseline, when it is not among the ``runnable`` variants: skipped, it would leave every
+    speed-up (and ``--soak``/``--load``, run on its server) out, after all the other runs."""
+    if baseline in runnable:
+        return []
+    if on_cpu and baseline.skip_on_cpu:
+        why = f"on CPU: {baseline.skip_on_cpu}"
+    else:
+        why = f"it needs server flags {' '.join(baseline.server_args)}, not with --server"
+    return [f"the baseline {baseline.name!r} would be skipped ({why}): choose another with --baseline"]
+
+
 def _override_problems(
     workflow: dict[str, Any],
     specs: Iterable[str],

@@ -384,6 +384,23 @@ def test_soak_and_load_asked_for_but_not_run_are_said_with_why(tmp_path: Path) -
     assert measured.modes == {"soak": {"verdict": "stable"}}
 
 
+def test_a_baseline_that_would_be_skipped_is_a_problem_before_any_run() -> None:
+    """Else every other variant ran, and the report had no speed-up (nor soak or load) at the end."""
+    from benchmarks.preflight import baseline_problems
+
+    matrix = load_matrix(TINY)
+    compiled = next(v for v in matrix.variants if v.skip_on_cpu)
+    flagged = next(v for v in matrix.variants if v.server_args)
+    plain = [v for v in matrix.variants if not v.skip_on_cpu and not v.server_args]
+    assert baseline_problems(plain[0], plain, on_cpu=True) == []
+    assert baseline_problems(compiled, plain, on_cpu=True) == [
+        f"the baseline {compiled.name!r} would be skipped (on CPU: {compiled.skip_on_cpu}): choose another "
+        "with --baseline"
+    ]
+    (said,) = baseline_problems(flagged, plain, on_cpu=False)
+    assert f"(it needs server flags {' '.join(flagged.server_args)}, not with --server)" in said
+
+
 def test_a_server_group_the_budget_did_not_reach_is_said_with_its_variants(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
