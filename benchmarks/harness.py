@@ -323,6 +323,7 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
         repeats=settings.repeats,
     )
     document["matrix"]["order"] = settings.order or matrix.order
+    document["matrix"]["overrides"] = list(settings.overrides)  # --set: the workflows that ran differ
     document["server_lost"] = measured.server_lost
     document_path = write_document(document, out / "bench.json")
     context = run_context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]

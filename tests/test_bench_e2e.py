@@ -57,6 +57,7 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     print(text)
     assert code == 0
     document = _document(out)
+    assert document["matrix"]["overrides"] == ["14.filename_prefix=leanvideo/bench_e2e"]
     variants = {v["name"]: v for v in document["variants"]}
     assert list(variants) == [
         "20-step baseline",
