@@ -121,10 +121,13 @@ def format_row(result: VariantResult) -> list[str]:
 
 
 def comparison_caveats(matrix: Matrix, results: Sequence[VariantResult]) -> list[str]:
-    """Report lines a reader of the speed-ups must see: a baseline that was not measured (no speed-up
-    can be given), and variants timed on another server than the baseline's (launch flags need their
-    own), so in another time window, where machine drift is not spread over both."""
+    """Report lines a reader of the speed-ups must see: a quality reference or baseline not measured,
+    variants timed on another server than the baseline's (launch flags), so in another time window."""
     lines = []
+    reference = next((r for r in results if r.name == matrix.reference), None)
+    if reference is not None and reference.total is None and reference.name != matrix.baseline:
+        why = reference.skipped or reference.failed or "no measured run"
+        lines.append(f"no PSNR/SSIM: the quality reference “{reference.name}” was not measured ({why})")
     base = next((r for r in results if r.name == matrix.baseline), None)
     if base is not None and base.total is None:
         why = base.skipped or base.failed or "no measured run"

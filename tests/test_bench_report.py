@@ -313,7 +313,7 @@ def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
         SimpleNamespace(name="base", server_args=()),
         SimpleNamespace(name="fast", server_args=("--x",)),
     )
-    matrix = SimpleNamespace(baseline="base", variants=variants)
+    matrix = SimpleNamespace(baseline="base", reference="base", variants=variants)
     base, fast, _ = _results()
     caveat = (
         "fast: timed on another server than the baseline (launch flags need one), so the speed-up "
@@ -327,15 +327,25 @@ def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
         SimpleNamespace(name="base", server_args=("--x",)),
         SimpleNamespace(name="fast", server_args=()),
     )
-    assert comparison_caveats(SimpleNamespace(baseline="base", variants=flipped), [base, fast]) == [caveat]
+    assert comparison_caveats(
+        SimpleNamespace(baseline="base", reference="base", variants=flipped), [base, fast]
+    ) == [caveat]
     same = (
         SimpleNamespace(name="base", server_args=("--x",)),
         SimpleNamespace(name="fast", server_args=("--x",)),
     )
-    assert comparison_caveats(SimpleNamespace(baseline="base", variants=same), [base, fast]) == []
+    assert (
+        comparison_caveats(SimpleNamespace(baseline="base", reference="base", variants=same), [base, fast])
+        == []
+    )
     unmeasured = skipped_result("base", "on CPU: needs CUDA")
     assert comparison_caveats(matrix, [unmeasured, fast]) == [
         "**no speed-up: the baseline “base” was not measured (on CPU: needs CUDA)**"
+    ]
+    # a quality reference of its own that was not measured: no PSNR/SSIM anywhere, said so
+    elsewhere = SimpleNamespace(baseline="base", reference="fast", variants=same)
+    assert comparison_caveats(elsewhere, [base, skipped_result("fast", "needs server flags --x")]) == [
+        "no PSNR/SSIM: the quality reference “fast” was not measured (needs server flags --x)"
     ]
 
 
