@@ -381,6 +381,49 @@ def test_forced_kernel_runs_where_it_can_and_w8a16_elsewhere(tmp_path: Path) -> 
         KernelDispatcher(forced="fast")
 
 
+def test_a_forced_kernel_that_fails_falls_back_to_w8a16_for_its_shape(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """path=int_mm_fused on a machine with no C++ compiler: its first call raises InvalidCxxCompiler. The
+    prompt failed; the forced kernel now runs w8a16 there, said once, as where it cannot run a shape."""
+    calls: list[str] = []
+    kernels = {
+        "w8a16": _w8a16(0.0, calls),
+        "int_mm_fused": KernelImpl(run=_raising, unsupported=lambda x, p: None),
+    }
+    dispatcher = KernelDispatcher(forced="int_mm_fused", kernels=kernels)
+    x, packed, bias = _fixture()
+    assert torch.equal(dispatcher.linear(x, packed, bias), linear_w8a16(x, packed, bias))
+    dispatcher.linear(x, packed, bias)  # remembered: not tried again
+    assert calls == ["w8a16", "w8a16"]
+    (choice,) = dispatcher.choices().values()
+    assert (choice.kernel, choice.source) == ("w8a16", "fallback")
+    assert choice.rejected == {"int_mm_fused": "error: RuntimeError: no kernel image for this device"}
+    assert caplog.text.count("forced INT8 kernel int_mm_fused failed") == 1
+
+
+def test_a_table_entry_naming_an_unknown_kernel_is_measured_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table edited by hand (or by another LeanVideo) named kernel 'bogus': sampling failed with
+    KeyError: 'bogus'."""
+    kernels = {"w8a16": _w8a16(0.01), "int_mm": _w8a16(0.0, name="int_mm")}
+    table = tmp_path / "t.json"
+    x, packed, bias = _fixture()
+    KernelDispatcher(kernels=kernels, cache_path=table, runs=2).linear(x, packed, bias)
+    document = json.loads(table.read_text(encoding="utf-8"))
+    (entry,) = document["entries"].values()
+    entry["kernel"] = "bogus"
+    table.write_text(json.dumps(document), encoding="utf-8")
+    again = KernelDispatcher(kernels=kernels, cache_path=table, runs=2)
+    assert again.choices() == {}
+    assert (
+        f"INT8 kernel table {table} names kernel(s) bogus, which this LeanVideo does not have" in caplog.text
+    )
+    again.linear(x, packed, bias)
+    assert [c.kernel for c in again.choices().values()] == ["int_mm"]
+
+
 def test_a_forced_kernel_wins_over_the_measured_table(tmp_path: Path) -> None:
     """path=w8a16 on a server whose table measured int_mm for the shape: w8a16 runs, the table stays."""
     calls: list[str] = []

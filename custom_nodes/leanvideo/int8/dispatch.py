@@ -42,6 +42,7 @@ from types import ModuleType
 import torch
 
 from .device import describe_device
+from .dispatch_report import summarize
 from .kernel_table import Choice, ShapeClass, current_fingerprint, describe_choice, load_table, save_table
 from .linear import (
     KERNELS,
@@ -174,7 +175,22 @@ class KernelDispatcher:
         self._lock = threading.RLock()
         self._devices: dict[torch.device, str] = {}
         # A forced kernel runs wherever it can: the measured table is neither read nor written then.
-        self._table = load_table(cache_path, self.fingerprint) if cache_path and forced is None else {}
+        self._table = (
+            self._known(load_table(cache_path, self.fingerprint)) if cache_path and not forced else {}
+        )
+
+    def _known(self, table: dict[str, Choice]) -> dict[str, Choice]:
+        """``table`` without entries naming a kernel this dispatcher lacks (a table edited by hand, or
+        written by another LeanVideo): those shapes are measured again."""
+        unknown = sorted({c.kernel for c in table.values() if c.kernel not in self.kernels})
+        if unknown:
+            logger.warning(
+                "INT8 kernel table %s names kernel(s) %s, which this LeanVideo does not have: those shapes "
+                "are measured again",
+                self.cache_path,
+                ", ".join(unknown),
+            )
+        return {key: choice for key, choice in table.items() if choice.kernel in self.kernels}
 
     # --- running ----------------------------------------------------------------------------------
 
@@ -207,11 +223,17 @@ class KernelDispatcher:
                 else ("not available")
             )
             if reason is None:
-                choice = Choice(self.forced, "forced")
-            else:
-                choice = Choice("w8a16", "fallback", rejected={self.forced: f"unsupported: {reason}"})
-            self._remember(shape, choice, persist=False)
-            return self.kernels[choice.kernel].run(x, packed, bias)
+                try:  # its first call compiles (int_mm_fused) or loads (kitchen): a failure is said once
+                    output = self.kernels[self.forced].run(x, packed, bias)
+                except Exception as exc:
+                    logger.warning("forced INT8 kernel %s failed on %s: %s", self.forced, tuple(x.shape), exc)
+                    reason = f"error: {type(exc).__name__}: {exc}"
+                else:
+                    self._remember(shape, Choice(self.forced, "forced"), persist=False)
+                    return output
+            why = reason if reason.startswith("error: ") else f"unsupported: {reason}"
+            self._remember(shape, Choice("w8a16", "fallback", rejected={self.forced: why}), persist=False)
+            return self.kernels["w8a16"].run(x, packed, bias)
         choice, output = self._measure(x, packed, bias)
         # A kernel that ran out of memory may run in the next server: a choice made without it holds
         # for this process only, and the next one measures again.
@@ -330,31 +352,10 @@ class KernelDispatcher:
         return f"forced {self.forced}" + (f" ({self.forced_by})" if self.forced_by else "")
 
     def summary(self, weight_shapes: set[tuple[int, int]] | None = None) -> str:
-        """The report: the mode, the known choices (for ``weight_shapes`` only, ``(out, in)`` pairs, when
-        given), a reason every shape shares said once, shapes of ``weight_shapes`` with no choice yet
-        counted, and the cache file."""
-        lines = [f"INT8 kernels: {self.mode()}"]
-        listed: list[tuple[str, Choice]] = []
-        known: set[tuple[int, int]] = set()
-        for key, choice in sorted(self.choices().items()):
-            shape_class = ShapeClass.from_key(key)
-            shape = (shape_class.out_features, shape_class.in_features)
-            if weight_shapes is None or shape in weight_shapes:
-                known.add(shape)
-                listed.append((key, choice))
-        # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
-        shared: list[tuple[str, str]] = []
-        if len(listed) > 1:
-            first = listed[0][1].grouped_reasons()
-            shared = [reason for reason in first if all(reason in c.grouped_reasons() for _, c in listed[1:])]
-        lines += ["  " + describe_choice(key, choice, said_apart=shared) for key, choice in listed]
-        lines += [f"  on every shape, {names}: {why}" for names, why in shared]
-        if weight_shapes is not None and (pending := weight_shapes - known):
-            when = f"{self.forced} where it can run them" if self.forced else "chosen at first use"
-            lines.append(f"  {len(pending)} weight shape(s) not run yet: {when}")
-        if self.cache_path is not None and self.forced is None:
-            lines.append(f"  table: {self.cache_path}")
-        return "\n".join(lines)
+        """The report (:func:`~.dispatch_report.summarize`): the mode, the known choices (for
+        ``weight_shapes`` only, ``(out, in)`` pairs, when given), shapes not run yet, the cache file."""
+        table = self.cache_path if self.forced is None else None
+        return summarize(self.mode(), self.choices(), weight_shapes, forced=self.forced, table=table)
 
 
 def _errored(choice: Choice) -> bool:

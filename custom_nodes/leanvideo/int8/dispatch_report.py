@@ -1,0 +1,47 @@
+"""The INT8 loaders' kernel report: what :meth:`~.dispatch.KernelDispatcher.summary` says.
+
+Example::
+
+    print(summarize("auto (measured at first use per layer shape)", dispatcher.choices(), {(128, 256)}))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .kernel_table import Choice, ShapeClass, describe_choice
+
+
+def summarize(
+    mode: str,
+    choices: dict[str, Choice],
+    weight_shapes: set[tuple[int, int]] | None = None,
+    *,
+    forced: str | None = None,
+    table: Path | None = None,
+) -> str:
+    """The mode, the known ``choices`` (for ``weight_shapes`` only, ``(out, in)`` pairs, when given), a
+    reason every shape shares said once, shapes of ``weight_shapes`` with no choice yet counted, and the
+    ``table`` file."""
+    lines = [f"INT8 kernels: {mode}"]
+    listed: list[tuple[str, Choice]] = []
+    known: set[tuple[int, int]] = set()
+    for key, choice in sorted(choices.items()):
+        shape_class = ShapeClass.from_key(key)
+        shape = (shape_class.out_features, shape_class.in_features)
+        if weight_shapes is None or shape in weight_shapes:
+            known.add(shape)
+            listed.append((key, choice))
+    # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
+    shared: list[tuple[str, str]] = []
+    if len(listed) > 1:
+        first = listed[0][1].grouped_reasons()
+        shared = [reason for reason in first if all(reason in c.grouped_reasons() for _, c in listed[1:])]
+    lines += ["  " + describe_choice(key, choice, said_apart=shared) for key, choice in listed]
+    lines += [f"  on every shape, {names}: {why}" for names, why in shared]
+    if weight_shapes is not None and (pending := weight_shapes - known):
+        when = f"{forced} where it can run them" if forced else "chosen at first use"
+        lines.append(f"  {len(pending)} weight shape(s) not run yet: {when}")
+    if table is not None:
+        lines.append(f"  table: {table}")
+    return "\n".join(lines)
