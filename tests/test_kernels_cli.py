@@ -220,6 +220,11 @@ def test_a_workspace_where_no_server_ran_yet_has_no_table_and_no_models_yet(
             '{"fingerprint": {}, "entries": {"cpu|float32|8x8|rows<=8|per_channel": {"kernel": "w8a16"}}}',
             "entry 'cpu|float32|8x8|rows<=8|per_channel' has no 'source'",
         ),
+        (  # edited by hand: servers measure that shape again, which the listing says
+            '{"fingerprint": {}, "entries": {"cpu|float32|8x8|rows<=8|per_channel": {"kernel": "bogus", '
+            '"source": "measured"}}}',
+            "kernel 'bogus' is none of w8a16, int_mm, int_mm_fused, kitchen, onednn; servers measure",
+        ),
     ],
 )
 def test_a_table_of_the_wrong_structure_is_said_in_words(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from leanvideo.int8.kernel_table import TABLE_SCHEMA, Choice, ShapeClass, current_fingerprint
+from leanvideo.int8.linear import KERNELS
 
 from runner.errors import LeanVideoError
 from runner.graph.ui_shape import json_kind
@@ -101,6 +102,11 @@ def read_table(path: Path) -> KernelTable:
         where = f"{path}: INT8 kernel table entry {key!r}"
         if not isinstance(entry, dict):
             raise LeanVideoError(f"{where} is {json_kind(entry)}, not an object")
+        if entry.get("kernel") not in (*KERNELS, None):  # a missing one is said below
+            raise LeanVideoError(
+                f"{where}: kernel {entry['kernel']!r} is none of {', '.join(KERNELS)}; servers measure that "
+                "shape again (`leanvideo kernels --clear` removes the table)"
+            )
         try:
             rows.append(KernelRow(ShapeClass.from_key(str(key)), Choice.from_dict(entry)))
         except KeyError as exc:
