@@ -250,6 +250,33 @@ def test_lora_side_branch_is_exact_and_leaves_int8_weights_alone(
     assert torch.equal(_run_dit(patcher, dit_inputs), before)
 
 
+def test_a_lora_of_another_model_is_skipped_in_side_branch_mode_as_merge_skips_it(
+    comfy: SimpleNamespace,
+    tiny_models: FixtureSet,
+    dit_inputs: tuple[torch.Tensor, ...],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its factors (rank 8 × 128 on 64-wide layers) failed in the sampler with "mat1 and mat2 shapes
+    cannot be multiplied", naming neither the LoRA nor the layer; merge mode logs and skips them."""
+    options = comfy.loading.Int8LoadOptions(lora_mode="side_branch")
+    patcher = comfy.loading.load_diffusion_model_int8(tiny_models.diffusion_model, options)
+    lora = comfy.utils.load_torch_file(str(tiny_models.lora))
+    # a LoRA for 128-wide layers: A [rank, 128], B [128, rank]
+    wide = {
+        k: torch.zeros(v.shape[0], 128) if "lora_A" in k else torch.zeros(128, v.shape[1])
+        for k, v in lora.items()
+    }
+    before = _run_dit(patcher, dit_inputs)
+    clone = patcher.clone()
+    clone.add_patches(comfy.lora.load_lora(wide, comfy.lora.model_lora_keys_unet(patcher.model, {})), 1.0)
+    clone.patch_model()
+    module = patcher.model.diffusion_model.transformer_blocks[0].attn1.to_q
+    assert module.lora_branches == []
+    assert torch.equal(_run_dit(clone, dit_inputs), before)  # ran, as if without the LoRA
+    assert "do not fit the layer's weight [64, 64]: skipped" in caplog.text
+    clone.unpatch_model()
+
+
 class _Handed(Exception):
     """Raised by the spy once it has seen the state dict: nothing after it is under test."""
 

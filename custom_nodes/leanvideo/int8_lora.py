@@ -49,6 +49,26 @@ def _branches(patches: list[tuple[Any, ...]]) -> list[LoraBranch] | None:
     return branches
 
 
+def _fitting(key: str, branches: list[LoraBranch], shape: tuple[int, int]) -> list[LoraBranch]:
+    """The ``branches`` whose factors fit a layer of weight ``shape`` (out, in). One that does not (a
+    LoRA of another model) is logged and left out, as ComfyUI's merge leaves it out in ``merge`` mode;
+    it failed in the sampler with a bare matmul shape error."""
+    fitting = []
+    for down, up, scale in branches:
+        if (up.shape[0], down.shape[1]) == shape and up.shape[1] == down.shape[0]:
+            fitting.append((down, up, scale))
+            continue
+        logger.error(
+            "ERROR lora %s: its factors %s (up) and %s (down) do not fit the layer's weight %s: skipped "
+            "(a LoRA of another model?)",
+            key,
+            list(up.shape),
+            list(down.shape),
+            list(shape),
+        )
+    return fitting
+
+
 def apply_branches(x: torch.Tensor, branches: list[LoraBranch]) -> torch.Tensor:
     """``Σ scale · (x @ down.T) @ up.T`` in ``x``'s dtype and device."""
     total: torch.Tensor | None = None
@@ -86,7 +106,8 @@ class Int8ModelPatcher(comfy.model_patcher.ModelPatcher):  # type: ignore[misc]
             super().patch_weight_to_device(key, device_to=device_to, inplace_update=inplace_update)
             return
         device = device_to if device_to is not None else module.weight.device
-        module.lora_branches = [(down.to(device), up.to(device), scale) for down, up, scale in branches]
+        fitting = _fitting(key, branches, (module.out_features, module.in_features))
+        module.lora_branches = [(down.to(device), up.to(device), scale) for down, up, scale in fitting]
 
     def unpatch_model(self, device_to: Any = None, unpatch_weights: bool = True) -> None:
         super().unpatch_model(device_to=device_to, unpatch_weights=unpatch_weights)
