@@ -124,6 +124,29 @@ def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
     assert result.error["exception_type"] == "ServerUnreachableError"
 
 
+def test_a_server_gone_when_the_timeout_runs_out_is_unreachable_not_a_timeout() -> None:
+    """Killed mid-prompt (the OOM killer) with --timeout shorter than the reconnect window: it was said as
+    a timeout whose cancel requests went unanswered (exit 7); it is a lost server (exit 4)."""
+
+    async def script(fake: FakeComfy, pid: str) -> None:
+        await start_and_enter_node_2(fake, pid)
+        await fake.vanish()
+
+    with (
+        FakeComfy(script) as fake,
+        client(fake, reconnect_timeout=30) as comfy,
+        pytest.raises(
+            ServerUnreachableError, match=r"had not come back when the 1\.5 s timeout ran out"
+        ) as caught,
+    ):
+        began = time.monotonic()
+        run_prompt(comfy, WORKFLOW, timeout=1.5)
+    assert time.monotonic() - began < 10  # within the timeout, not the reconnect window
+    assert caught.value.exit_code == 4
+    result = caught.value.result
+    assert result.partial and result.status == "unreachable" and result.error["node_id"] == "2"
+
+
 def test_a_server_restart_is_reported_as_a_lost_prompt() -> None:
     async def script(fake: FakeComfy, pid: str) -> None:
         await start_and_enter_node_2(fake, pid)

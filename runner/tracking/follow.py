@@ -37,7 +37,12 @@ EventHandler = Callable[[ClientEvent], None]
 
 
 class FollowTimeout(Exception):
-    """The deadline passed while following (the caller cancels the prompt)."""
+    """The deadline passed while following (the caller cancels the prompt); ``unreachable``: why the
+    server could not be reached then, when it could not (it went away mid-prompt: said as such)."""
+
+    def __init__(self, unreachable: str | None = None) -> None:
+        super().__init__(unreachable or "deadline passed")
+        self.unreachable = unreachable
 
 
 def follow_prompt(
@@ -51,10 +56,11 @@ def follow_prompt(
     """Read events until completion; returns the prompt's history entry."""
     last_heard = time.monotonic()
     trouble_since: float | None = None  # first failure of the current run of failures
+    trouble = ""  # the last of them
     try:
         while not tracker.done:
             if time.monotonic() > deadline:
-                raise FollowTimeout
+                raise FollowTimeout(trouble if trouble_since is not None else None)
             if sock is None:
                 sock = _reconnect(client, deadline)
                 reconnects[0] += 1
@@ -74,7 +80,7 @@ def follow_prompt(
                 logger.warning("lost the server while following %s: %s", tracker.prompt_id, exc)
                 close_socket(sock)
                 sock = None
-                trouble_since = trouble_since or time.monotonic()
+                trouble_since, trouble = trouble_since or time.monotonic(), str(exc)
                 if time.monotonic() - trouble_since > client.reconnect_timeout:
                     raise ServerUnreachableError(
                         f"ComfyUI at {client.base_url} has failed for {client.reconnect_timeout:g} s: {exc}"
@@ -109,7 +115,7 @@ def _reconnect(client: ComfyClient, deadline: float) -> websocket.WebSocket:
         except ServerError as exc:
             if time.monotonic() + delay > give_up:
                 if time.monotonic() + delay > deadline:
-                    raise FollowTimeout from exc
+                    raise FollowTimeout(str(exc)) from exc
                 raise ServerUnreachableError(
                     f"lost ComfyUI at {client.base_url} and could not reconnect within "
                     f"{client.reconnect_timeout:g} s: {exc}"

@@ -104,18 +104,16 @@ def run_prompt(
             result,
         ) from (stop if isinstance(stop, BrokenPipeError) else None)
     except (PromptLostError, ServerUnreachableError) as exc:
-        running = tracker.current_node
-        tracker.status = "lost" if isinstance(exc, PromptLostError) else "unreachable"
-        exc.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects[0])
-        exc.result.partial = True
-        exc.result.error = exc.result.error or {
-            "node_id": running,
-            "class_type": tracker.class_type(running) if running else None,
-            "exception_type": type(exc).__name__,
-            "message": str(exc),
-        }
+        _record_lost(exc, tracker, wall_start, submitted, reconnects[0])
         raise
-    except FollowTimeout:
+    except FollowTimeout as late:
+        if late.unreachable is not None:  # it went away mid-prompt and had not come back: no timeout
+            lost = ServerUnreachableError(
+                f"lost ComfyUI at {client.base_url} while it ran prompt {prompt_id}, and it had not come "
+                f"back when the {timeout:g} s timeout ran out: {late.unreachable}"
+            )
+            _record_lost(lost, tracker, wall_start, submitted, reconnects[0])
+            raise lost from None
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "timeout")
         raise PromptTimeoutError(
             f"prompt {prompt_id} did not finish within {timeout:g} s; "
@@ -134,6 +132,26 @@ def run_prompt(
     if result.status != "success":
         raise PromptFailedError(describe_failure(result), result)
     return result
+
+
+def _record_lost(
+    error: PromptLostError | ServerUnreachableError,
+    tracker: PromptTracker,
+    wall_start: float,
+    submitted: float,
+    reconnects: int,
+) -> None:
+    """Give ``error`` the partial result of a prompt the server lost, or that was lost with the server."""
+    running = tracker.current_node
+    tracker.status = "lost" if isinstance(error, PromptLostError) else "unreachable"
+    error.result = result_from_tracker(tracker, wall_start, submitted, None, reconnects)
+    error.result.partial = True
+    error.result.error = error.result.error or {
+        "node_id": running,
+        "class_type": tracker.class_type(running) if running else None,
+        "exception_type": type(error).__name__,
+        "message": str(error),
+    }
 
 
 def _on_server(stopped: bool, started: bool) -> str:
