@@ -138,7 +138,8 @@ def test_history_fills_what_the_socket_missed() -> None:
     }
     tracker.apply_history(entry)
     assert tracker.done and tracker.status == "interrupted" and tracker.server_seconds == 2.0
-    assert [(t.node_id, t.cached) for t in tracker.timings] == [("1", True)]
+    # the node the interrupt cut short is kept (a partial record showed no sign of the sampler)
+    assert [(t.node_id, t.cached) for t in tracker.timings] == [("1", True), ("11", False)]
     assert tracker.error == {  # the node the interrupt stopped, for the run record
         "node_id": "11",
         "class_type": "SamplerCustom",  # from the workflow: the history message has no node_type

@@ -220,6 +220,10 @@ def test_timeout_cancels_the_prompt_on_the_server() -> None:
         assert ("POST /interrupt", {"prompt_id": pid}) in fake.calls
     assert caught.value.result.partial and caught.value.result.status == "timeout"
     assert caught.value.exit_code == 7
+    # the node cut short is in the partial record, timed up to the timeout, with the step it made of 3
+    running = caught.value.result.nodes[-1]
+    assert (running.node_id, running.steps, len(running.step_seconds)) == ("2", 3, 1)
+    assert 0.2 < running.seconds < 10
 
 
 def test_ctrl_c_interrupts_and_dequeues_and_keeps_a_partial_result() -> None:

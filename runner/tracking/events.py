@@ -40,6 +40,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,18 +226,23 @@ class PromptTracker:
             return now
         return max(self._current_since, min(now, self.server_end_ms / 1000 + self._clock_offset))
 
+    def running_timing(self, now: float) -> NodeTiming | None:
+        """The node running now, timed up to ``now`` with the steps it made: what a partial record (a
+        timeout, a cancel, a lost server) keeps of it. ``None`` when no node runs."""
+        if self._current is None:
+            return None
+        node_id = self._current
+        return NodeTiming(
+            node_id,
+            self.class_type(node_id),
+            now - self._current_since,
+            steps=self._steps.get(node_id),
+            step_seconds=[round(s, 6) for s in self._step_seconds.get(node_id, [])],
+        )
+
     def _close_current(self, now: float) -> None:
-        if self._current is not None:
-            node_id = self._current
-            self.timings.append(
-                NodeTiming(
-                    node_id,
-                    self.class_type(node_id),
-                    now - self._current_since,
-                    steps=self._steps.get(node_id),
-                    step_seconds=[round(s, 6) for s in self._step_seconds.get(node_id, [])],
-                )
-            )
+        if (timing := self.running_timing(now)) is not None:
+            self.timings.append(timing)
         self._current = None
 
     def apply_history(self, entry: dict[str, Any]) -> None:
@@ -257,7 +263,9 @@ class PromptTracker:
                     self.status, self.error = "interrupted", self.error or self._interruption(data)
         if self.status == "running":
             self.status = "success" if status.get("status_str", "success") == "success" else "error"
-        self._current = None  # a node still open here lost its end event with the socket
+        # a node still open here lost its end event with the socket, or was cut short: timed up to the
+        # server's end of the prompt
+        self._close_current(self._server_end_on_client_clock(time.monotonic()))
         self.done = True
 
     @property
