@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import torch
 from leanvideo.int8.header import encode_header
 from leanvideo.int8.spec import FORMAT_VERSION, METADATA_KEY
 
@@ -539,3 +540,36 @@ def test_an_int8_file_its_loader_would_refuse_is_invalid_naming_the_loader_and_t
     }
     path.write_text(json.dumps(stock), encoding="utf-8")
     assert [f.status for f in check_models(path, models, templates={}).files] == ["present"]
+
+
+def test_a_model_of_another_kind_under_an_int8_loader_is_invalid_as_the_loader_says(tmp_path: Path) -> None:
+    """A LoRA where the INT8 DiT loader reads, a diffusion model where the INT8 text encoder loader reads:
+    `models check` said `all present`, and the loaders then refused them by their keys (exit 6)."""
+    from safetensors.torch import save_file
+
+    models = tmp_path / "models"
+    (models / "diffusion_models").mkdir(parents=True)
+    (models / "text_encoders").mkdir()
+    lora_key = "diffusion_model.transformer_blocks.0.attn1.to_q.lora_A.weight"
+    save_file({lora_key: torch.zeros(8, 64)}, str(models / "diffusion_models" / "lora.safetensors"))
+    save_file(
+        {"transformer_blocks.0.attn1.to_q.weight": torch.zeros(4, 4)},
+        str(models / "text_encoders" / "dit.safetensors"),
+    )
+    workflow = {
+        "1": {"class_type": "LeanVideoDiffusionModelLoaderINT8", "inputs": {"unet_name": "lora.safetensors"}},
+        "2": {"class_type": "LeanVideoTextEncoderLoaderINT8", "inputs": {"clip_name": "dit.safetensors"}},
+    }
+    path = tmp_path / "wf.api.json"
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    assert by_node["1"].status == by_node["2"].status == "invalid"
+    assert by_node["1"].hint == (
+        f"LeanVideoDiffusionModelLoaderINT8 would refuse it: a LoRA (key {lora_key!r}), which is not "
+        "quantized: load it as it is with LoraLoaderModelOnly on the INT8 model (the loaders' lora_mode "
+        "decides how it is applied)"
+    )
+    assert by_node["2"].hint == (
+        "LeanVideoTextEncoderLoaderINT8 would refuse it: an LTXV diffusion model; load it with Load "
+        "Diffusion Model (INT8)"
+    )

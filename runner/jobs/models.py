@@ -232,24 +232,32 @@ INT8_LOADERS: dict[str, bool] = {
 
 def int8_layout_problem(path: Path, class_type: str) -> str | None:
     """What the node pack's INT8 loader ``class_type`` would refuse in ``path``'s header (a format it
-    does not know or is newer than it, an int8 weight without its scale or with one of the wrong shape),
-    or None; files of other loaders are not looked into. Imports torch, for those files only."""
+    does not know or is newer than it, an int8 weight without its scale or with one of the wrong shape,
+    a model of another kind: a LoRA, a VAE, a checkpoint where a text encoder goes), or None; files of
+    other loaders are not looked into. Imports torch, for those files only."""
     if class_type not in INT8_LOADERS or path.suffix.lower() != ".safetensors":
         return None
     try:
         from leanvideo.int8.files import diffusion_model_keys, read_header
         from leanvideo.int8.formats import check_int8_header
+        from leanvideo.int8.policy import describe_misplaced
         from leanvideo.int8.spec import Int8FormatError
     except ImportError as exc:  # torch broken or missing: the presence check still stands
         logger.warning("the INT8 layout of %s was not checked: %s", path, exc)
         return None
 
+    dit = INT8_LOADERS[class_type]
     try:
-        keys = diffusion_model_keys(read_header(path)) if INT8_LOADERS[class_type] else None
+        header = read_header(path)
+        keys = diffusion_model_keys(header) if dit else None
         check_int8_header(path, keys)
+        # a LoRA, a VAE, a text encoder where a diffusion model goes (or one where a text encoder goes),
+        # by its keys, as the loaders tell it
+        wanted = "diffusion model" if dit else "text encoder"
+        misplaced = describe_misplaced(keys or list(header.dtypes), source=str(path), wanted=wanted)
     except Int8FormatError as error:
-        return f"{class_type} would refuse it: {str(error).removeprefix(f'{path}: ')}"
-    return None
+        misplaced = str(error)
+    return f"{class_type} would refuse it: {misplaced.removeprefix(f'{path}: ')}" if misplaced else None
 
 
 def _model_index(roots: Sequence[Path]) -> dict[str, list[str]]:
