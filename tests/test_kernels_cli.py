@@ -60,7 +60,12 @@ def test_a_table_of_other_versions_is_marked_stale(
     assert shown["current"] is False and shown["fingerprint"]["torch"] == "2.0.0"
     assert shown["rows"][0]["device"] == "cuda:NVIDIA H200" and shown["rows"][0]["ratio_to_w8a16"] == {}
     assert main(["kernels", str(path)]) == 0
-    assert "stale" in capsys.readouterr().out
+    assert f"stale (torch 2.0.0, now {torch.__version__}): measured again" in capsys.readouterr().out
+    entries = {"cuda:NVIDIA H200|bfloat16|5120x5120|rows<=4096|row": Choice("int_mm", "measured")}
+    save_table(path, current_fingerprint() | {"version": 99}, entries)  # another table format: said so
+    assert main(["kernels", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "stale (table format 99, now" in out and "torch" not in out.partition("stale")[2].partition(")")[0]
 
 
 def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(

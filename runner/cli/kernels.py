@@ -83,7 +83,8 @@ def _tables(table: KernelTable) -> list[Table]:
     versions = (
         f"torch {table.fingerprint.get('torch')}, comfy-kitchen {table.fingerprint.get('comfy_kitchen')}"
     )
-    state = "in use" if table.current else "[yellow]stale: other versions, measured again at next use[/]"
+    differs = escape("; ".join(table.stale_because()) or "other versions")
+    state = "in use" if table.current else f"[yellow]stale ({differs}): measured again at next use[/]"
     views = []
     for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"

@@ -59,6 +59,22 @@ class KernelTable:
     current: bool
     rows: tuple[KernelRow, ...]
 
+    def stale_because(self) -> list[str]:
+        """What differs from what runs here (``table format 3, now 2``; ``torch 2.0.0, now 2.14.1``):
+        why servers measure again; empty for a table in use."""
+        now = current_fingerprint()
+        labels = {
+            "schema": "schema",
+            "version": "table format",
+            "torch": "torch",
+            "comfy_kitchen": "comfy-kitchen",
+        }
+        return [
+            f"{label} {self.fingerprint.get(key)}, now {now.get(key)}"
+            for key, label in labels.items()
+            if self.fingerprint.get(key) != now.get(key)
+        ]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
