@@ -117,13 +117,13 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo, cut: CutLin
         for slot in node.get("inputs") or []:
             if slot.get("link") is None:
                 continue
-            source = graph.resolve(int(slot["link"]))
+            source, why = graph.trace(int(slot["link"]))
             if source is not None:
                 inputs[str(slot["name"])] = source
             elif not _is_widget_slot(slot):
                 inputs.pop(str(slot["name"]), None)
-                if cut is not None:
-                    cut[(node_id, str(slot["name"]))] = graph.why_cut(int(slot["link"]))
+                if cut is not None and why is not None:
+                    cut[(node_id, str(slot["name"]))] = why
         title = node.get("title") or object_info[kind].get("display_name") or kind
         api[node_id] = {"inputs": inputs, "class_type": kind, "_meta": {"title": title}}
     if len(unknown) == 1:
@@ -208,57 +208,41 @@ class _Graph:
     ):
         self.nodes, self.links, self.object_info = nodes, links, object_info
 
-    def resolve(self, link_id: int, depth: int = 0) -> Any:
-        """``[origin id, slot]``, a primitive's value, or ``None`` when the source is muted or missing."""
-        if depth > 64 or link_id not in self.links:
-            return None
-        origin_id, slot, _ = self.links[link_id]
-        origin = self.nodes.get(origin_id)
-        if origin is None or origin.get("mode") == MODE_MUTED:
-            return None
-        kind = origin.get("type")
-        if kind == "PrimitiveNode":
-            values = origin.get("widgets_values") or []
-            return values[0] if values else None
-        if kind == "Reroute":
-            upstream = (origin.get("inputs") or [{}])[0].get("link")
-            return None if upstream is None else self.resolve(int(upstream), depth + 1)
-        if origin.get("mode") == MODE_BYPASSED:
-            upstream = self._bypass_input(origin, slot)
-            return None if upstream is None else self.resolve(upstream, depth + 1)
-        return [origin_id, slot]
-
-    def why_cut(self, link_id: int, depth: int = 0) -> str:
-        """Where the link :meth:`resolve` found no source for comes from, and why it gives none."""
+    def trace(self, link_id: int, depth: int = 0) -> tuple[Any, str | None]:
+        """``(source, None)``: ``[origin id, slot]`` or a primitive's value; or ``(None, why)`` when the
+        source is muted or missing, ``why`` saying where the link comes from and why it gives nothing."""
         if depth > 64:
-            return "a chain of more than 64 reroutes or bypassed nodes"
+            return None, "a chain of more than 64 reroutes or bypassed nodes"
         if link_id not in self.links:
-            return f"link {link_id}, which is not in the workflow's links"
+            return None, f"link {link_id}, which is not in the workflow's links"
         origin_id, slot, _ = self.links[link_id]
         origin = self.nodes.get(origin_id)
         if origin is None:
-            return f"node {origin_id}, which is not in the workflow"
+            return None, f"node {origin_id}, which is not in the workflow"
         kind = origin.get("type")
         name = f"node {origin_id} ({kind})"
         if origin.get("mode") == MODE_MUTED:
-            return f"{name}, which is muted"
+            return None, f"{name}, which is muted"
         if kind == "PrimitiveNode":
-            return f"{name}, which has no value"
+            values = origin.get("widgets_values") or []
+            return (
+                (values[0], None)
+                if values and values[0] is not None
+                else (None, f"{name}, which has no value")
+            )
         if kind == "Reroute":
             upstream = (origin.get("inputs") or [{}])[0].get("link")
-            return (
-                f"{name}, with nothing linked into it"
-                if upstream is None
-                else self.why_cut(int(upstream), depth + 1)
-            )
+            if upstream is None:
+                return None, f"{name}, with nothing linked into it"
+            return self.trace(int(upstream), depth + 1)
         if origin.get("mode") == MODE_BYPASSED:
             upstream = self._bypass_input(origin, slot)
             if upstream is None:
                 outputs = origin.get("outputs") or []
                 wanted = str(outputs[slot].get("type", "*")) if slot < len(outputs) else "*"
-                return f"{name}, which is bypassed and has no linked {wanted} input to pass on"
-            return self.why_cut(upstream, depth + 1)
-        return name
+                return None, f"{name}, which is bypassed and has no linked {wanted} input to pass on"
+            return self.trace(upstream, depth + 1)
+        return [origin_id, slot], None
 
     def _bypass_input(self, node: dict[str, Any], slot: int) -> int | None:
         """The link feeding a bypassed node's output ``slot``: same slot if the type fits, else the first
