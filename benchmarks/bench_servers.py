@@ -29,6 +29,11 @@ def server_state_dir(out: Path, server_args: tuple[str, ...]) -> Path:
     return out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default")
 
 
+def not_with_server(server_args: tuple[str, ...]) -> str:
+    """Why a group of variants needing server flags does not run on servers given with ``--server``."""
+    return f"needs server flags {' '.join(server_args)} (not with --server)"
+
+
 @contextlib.contextmanager
 def open_server(
     matrix: Matrix,
@@ -40,7 +45,7 @@ def open_server(
     """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none."""
     if settings.servers:
         if server_args:
-            yield None, f"needs server flags {' '.join(server_args)} (not with --server)"
+            yield None, not_with_server(server_args)
         else:
             yield settings.servers[0], ""
         return

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
-from benchmarks.bench_servers import open_server, server_state_dir
+from benchmarks.bench_servers import not_with_server, open_server, server_state_dir
 from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant, variant_slug
 from benchmarks.preflight import baseline_problems, matrix_problems
 from benchmarks.protocol import (
@@ -184,8 +184,7 @@ def _run_group(
     """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``.
     A server that does not start or stops answering ends this group only (``measured.server_lost``)."""
     if settings.servers and server_args:  # never runnable, however much time is left: said so
-        with open_server(matrix, settings, server_args, settings.out_dir, say) as (_, why_not):
-            measured.skipped.update({variant.name: why_not for variant in group})
+        measured.skipped.update({variant.name: not_with_server(server_args) for variant in group})
         return
     if deadline is not None and time.monotonic() >= deadline:
         names = ", ".join(variant.name for variant in group)
