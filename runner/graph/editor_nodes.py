@@ -59,10 +59,11 @@ def _subgraph_hints(
     its promoted widgets' values go and how its nodes are named."""
     inner: dict[str, list[str]] = {}
     for node_id, node in by_id.items():
+        if is_editor_only(node):
+            continue
         parts = node_id.split(":")
         for depth in range(1, len(parts)):
-            if not is_editor_only(node):
-                inner.setdefault(":".join(parts[:depth]), []).append(node_id)
+            inner.setdefault(":".join(parts[:depth]), []).append(node_id)
     hints: dict[str, str] = {}
     for path, ids in inner.items():
         widgets = [

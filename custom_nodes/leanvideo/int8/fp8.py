@@ -75,13 +75,11 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, *, where: s
             f"channel ({weight.shape[0]})"
         )
     # a zero scale over zero values (an all-zero row) is consistent; NaN is said as damage where checked
-    wrong = (scale < 0) | ((scale == 0) & (values != 0))
-    if bool(wrong.any()):
-        bad = (scale < 0) | (scale == 0)
+    if bool(((scale < 0) | ((scale == 0) & (values != 0))).any()):
         raise Int8FormatError(
-            f"{where}: scale_weight has {int(bad.sum())} value(s) that are negative or zero (the smallest "
-            f"is {scale.min().item():g}) over fp8 values that are not; a scaled fp8 file's scales are "
-            "positive: the file is damaged, download it again"
+            f"{where}: scale_weight has {int((scale <= 0).sum())} value(s) that are negative or zero (the "
+            f"smallest is {scale.min().item():g}) over fp8 values that are not; a scaled fp8 file's scales "
+            "are positive: the file is damaged, download it again"
         )
     return values * scale
 
