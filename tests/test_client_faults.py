@@ -481,9 +481,34 @@ def test_a_server_that_takes_connections_and_never_answers_is_bounded_by_the_dea
         workflow.write_text(json.dumps(WORKFLOW), encoding="utf-8")
         options = RunOptions(server=url, out_dir=tmp_path / "out", timeout=2.0, retries=0)
         began = time.monotonic()
-        with pytest.raises(ServerError, match=r"/object_info: timed out"):
+        with pytest.raises(ServerError, match=r"/object_info: it took the connection but did not answer"):
             run_workflow(workflow, options)
         assert time.monotonic() - began < 15  # not the 30 s of one request
+
+
+def test_a_timed_out_request_is_not_retried_and_says_how_long_it_waited() -> None:
+    """With no deadline (`run` without --timeout), a hung server held each request 30 s and retried it 5
+    times: 3 minutes, then "timed out". A timeout is no cut, so it ends the request at once, saying what
+    was waited for. Fault injection a real server cannot give: a socket that accepts, then is silent."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with ComfyClient(url, http_timeout=0.5, retry=RetryPolicy(retries=5)) as comfy:
+            began = time.monotonic()
+            with pytest.raises(ServerError) as caught:
+                comfy.get_json("/object_info")
+            assert time.monotonic() - began < 2.0  # one wait of 0.5 s, not six
+            assert str(caught.value) == (
+                f"cannot reach ComfyUI at {url}/object_info: it took the connection but did not answer "
+                "within 0.5 s (a hung or paused server?)"
+            )
+            assert comfy.retries_made == 0
+            with pytest.raises(ServerError, match=r"answer within 0\.5 s .*may still run prompt p-1$"):
+                comfy.submit(dict(WORKFLOW), prompt_id="p-1")
+            assert time.monotonic() - began < 4.0
 
 
 def test_settings_a_library_user_gets_wrong_are_usage_errors_said_at_once() -> None:

@@ -111,8 +111,8 @@ class ComfyClient:
         """After the network cut ``what`` (retry number ``attempt`` would be next, from 0): replace the
         connection pool, wait the backoff and return True; False when the retries or the deadline are
         used up."""
-        if attempt >= self.retry.retries:
-            return False
+        if attempt >= self.retry.retries or isinstance(error, httpx.TimeoutException):
+            return False  # a timeout is no cut: the request already waited its whole timeout
         delay = self.retry.delay(attempt, self._rng)
         if self.deadline is not None and time.monotonic() + delay >= self.deadline:
             return False
@@ -130,7 +130,7 @@ class ComfyClient:
 
         def fail(error: Exception, attempts: int) -> ServerError:
             tries = f" after {attempts} attempts" if attempts > 1 else ""
-            return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {error}")
+            return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {_why(error)}")
 
         return self.retrying(
             f"{method} {path}",
@@ -193,7 +193,14 @@ class ComfyClient:
                 break
             except httpx.TransportError as exc:
                 if not self._retry_after(attempt, "POST /prompt", exc):
-                    raise ServerError(f"cannot submit to ComfyUI at {self.base_url}/prompt: {exc}") from exc
+                    late = (  # the server may yet queue what it received
+                        f"; if it comes back it may still run prompt {prompt_id}"
+                        if isinstance(exc, httpx.TimeoutException)
+                        else ""
+                    )
+                    raise ServerError(
+                        f"cannot submit to ComfyUI at {self.base_url}/prompt: {_why(exc)}{late}"
+                    ) from exc
                 attempt += 1
                 time.sleep(SUBMIT_SETTLE_S)
                 if self.is_queued(prompt_id) or self.history_entry(prompt_id) is not None:
@@ -343,3 +350,17 @@ def _body(response: httpx.Response) -> str:
     if "html" in response.headers.get("content-type", ""):
         return "a web page, not ComfyUI's API (is this URL a ComfyUI server?)"
     return response.text[:200]
+
+
+def _why(error: Exception) -> str:
+    """What a failed request met, in words; a timeout says how long was waited and what it suggests."""
+    if not isinstance(error, httpx.TimeoutException):
+        return str(error)
+    try:
+        waited = error.request.extensions.get("timeout", {}).get("read")
+    except RuntimeError:  # an exception raised without its request
+        waited = None
+    within = f" within {waited:g} s" if isinstance(waited, (int, float)) else ""
+    if isinstance(error, httpx.ConnectTimeout):
+        return f"the connection was not taken{within} (a wrong address, or a firewall dropping it?)"
+    return f"it took the connection but did not answer{within} (a hung or paused server?)"
