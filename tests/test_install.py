@@ -308,6 +308,23 @@ def test_register_refuses_when_the_name_is_taken(inst: ModuleType, tmp_path: Pat
     assert sorted(p.name for p in slot.iterdir()) == before
 
 
+def test_register_keeps_a_clone_of_leanvideo_that_comfyui_manager_installed(
+    inst: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ComfyUI-Manager clones the whole repository into custom_nodes/leanvideo, an install the README
+    names; `install.py --comfyui` from another clone refused it as "an older LeanVideo install?"."""
+    comfy = make_tree(tmp_path / "ComfyUI", FAKE_COMFY)
+    pack = make_tree(tmp_path / "repo" / "custom_nodes" / "leanvideo", {"__init__.py": ""})
+    slot = make_tree(
+        comfy / "custom_nodes" / "leanvideo",
+        {"__init__.py": "# the repository's entry\n", "custom_nodes/leanvideo/extension.py": ""},
+    )
+    before = sorted(str(p.relative_to(slot)) for p in slot.rglob("*"))
+    inst.register_pack(comfy, pack)
+    assert not slot.is_symlink() and sorted(str(p.relative_to(slot)) for p in slot.rglob("*")) == before
+    assert f"kept {slot}: a clone of LeanVideo" in capsys.readouterr().out
+
+
 def test_validate_names_what_is_missing(inst: ModuleType, tmp_path: Path) -> None:
     make_tree(tmp_path / "notcomfy", {"main.py": ""})
     with pytest.raises(inst.InstallError, match=r"no comfy, comfyui_version\.py"):

@@ -64,7 +64,8 @@ def requirement_lines(path: Path) -> list[Requirement]:
     return [Requirement(line) for line in lines if line]
 
 
-def serve(comfy: Path, python: Path, state: Path) -> Iterator[str]:
+def serve(comfy: Path, python: Path, state: Path, before: tuple[Path, ...] = ()) -> Iterator[str]:
+    """A server of ``comfy`` under ``python``, loading the node folders ``before`` first."""
     config = ServerConfig(
         comfyui_dir=comfy,
         state_dir=state,
@@ -73,7 +74,7 @@ def serve(comfy: Path, python: Path, state: Path) -> Iterator[str]:
         port=pick_free_port(),
         # ComfyUI's own custom_nodes/ (our servers get a --base-directory of their own, whose
         # custom_nodes/ would be searched instead): the pack is loaded from the Manager's clone there
-        custom_node_dirs=(comfy / "custom_nodes",),
+        custom_node_dirs=(*before, comfy / "custom_nodes"),
         cpu=True,
     )
     with ComfyServer(config) as server:
@@ -163,3 +164,25 @@ def test_a_link_to_the_pack_beside_its_clone_is_named_as_the_link(
     [warning] = [line for line in log.splitlines() if "a second copy of the node pack" in line]
     said = "a second copy of the node pack, {}, is not loaded: {} was loaded first"
     assert any(said.format(*pair) in warning for pair in ((link, clone), (clone, link))), warning
+
+
+def test_the_runners_own_pack_before_a_managers_clone_says_where_each_comes_from(
+    manager_layout: tuple[Path, Path, Path], workspace: Workspace, tmp_path: Path
+) -> None:
+    """`leanvideo serve` on a ComfyUI whose custom_nodes holds ComfyUI-Manager's clone loads the runner's
+    pack first (``Workspace.node_dirs``): the log told the user to "remove one of the two from
+    custom_nodes", where there was only one."""
+    from runner.local.workspace import NODE_PACK_DIR
+
+    comfy, clone, python = manager_layout
+    mine = Workspace(root=workspace.root, comfyui_dir=comfy, python=python)
+    assert mine.node_dirs() == (NODE_PACK_DIR, comfy / "custom_nodes")
+    for url in serve(comfy, workspace.python, tmp_path / "server", before=(NODE_PACK_DIR,)):
+        check_pack_loaded(url)
+        info = httpx.get(f"{url}/leanvideo/info", timeout=30).json()
+    assert Path(info["loaded_from"]).is_relative_to(NODE_PACK_DIR), info["loaded_from"]
+    log = (tmp_path / "server" / "comfyui.log").read_text(encoding="utf-8", errors="replace")
+    [warning] = [line for line in log.splitlines() if "a second copy of the node pack" in line]
+    assert f"a second copy of the node pack, {clone}, is not loaded: {NODE_PACK_DIR / 'leanvideo'}" in warning
+    assert "it comes from another custom nodes folder ComfyUI was given" in warning
+    assert "remove one of the two" not in warning

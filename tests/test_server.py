@@ -305,6 +305,35 @@ def test_nodes_that_did_not_import_are_read_from_the_log(tmp_path: Path) -> None
     assert import_failures(tmp_path / "none.log") == []
 
 
+def test_custom_node_packs_that_did_not_import_are_said_with_the_python_that_runs_the_server(
+    tmp_path: Path,
+) -> None:
+    """A pack of the user's ComfyUI whose package is only in that ComfyUI's own venv: the server
+    started without its nodes, and `serve` said only "ready" (ComfyUI logs it, the runner hid it)."""
+    from runner.local.server_log import custom_node_failures, custom_nodes_warning
+
+    log = tmp_path / "comfyui.log"
+    log.write_text(
+        "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'tabulate'\n\n"
+        "Cannot import /home/u/ComfyUI/custom_nodes/user_node module for custom nodes: No module named "
+        "'tabulate'\nCannot import /r/custom_nodes/.mypy_cache module for custom nodes: [Errno 2] No "
+        "such file\n"
+        "\nImport times for custom nodes:\n   0.0 seconds (IMPORT FAILED): "
+        "/home/u/ComfyUI/custom_nodes/user_node\n",
+        encoding="utf-8",
+    )
+    assert custom_node_failures(log) == {
+        "/home/u/ComfyUI/custom_nodes/user_node": "No module named 'tabulate'"
+    }
+    assert import_failures(log) == []  # the built-in nodes' own marker is another line
+    assert custom_nodes_warning(log, Path("/venv/bin/python")) == (
+        "started without the custom nodes that did not import: user_node (No module named 'tabulate'). "
+        "It runs under /venv/bin/python: install what they need into that Python "
+        "(`/venv/bin/python -m pip install -r /home/u/ComfyUI/custom_nodes/user_node/requirements.txt`)"
+    )
+    assert custom_nodes_warning(tmp_path / "none.log", Path("/venv/bin/python")) is None
+
+
 @pytest.mark.parametrize(
     ("given", "owned"),
     [("--por", "--port"), ("--output-dir=/x", "--output-directory"), ("--temp-dir", "--temp-directory")],

@@ -72,11 +72,18 @@ def create_extension() -> LeanVideoExtension:
         # Two copies in custom_nodes (a Manager clone beside a link, two names), or two links to one:
         # the one loaded first keeps its nodes and routes (mixing them would run one copy's nodes under
         # the other's routes; routes added twice answer twice).
+        fix = (
+            f"remove one of the two from {entry.parent}"
+            if entry.parent == first.parent
+            else "it comes from another custom nodes folder ComfyUI was given (the servers leanvideo starts "
+            "load the runner's own copy first); this copy is used when ComfyUI starts without it"
+        )
         logger.warning(
             "LeanVideo: a second copy of the node pack, %s, is not loaded: %s was loaded first and is "
-            "the one in use; remove one of the two from custom_nodes",
+            "the one in use; %s",
             entry,
             first,
+            fix,
         )
         return LeanVideoExtension(registers_nodes=False)
     server.leanvideo_pack_entry = entry

@@ -236,6 +236,13 @@ def register_pack(comfy: Path, pack: Path) -> None:
     link = comfy / "custom_nodes" / PACK_NAME
     if link.is_symlink() and link.resolve() == pack.resolve():
         return
+    if not link.is_symlink() and (link / "custom_nodes" / PACK_NAME / "extension.py").is_file():
+        say(  # ComfyUI-Manager's (or comfy node install's) clone of this repository: the user's to keep
+            f"kept {link}: a clone of LeanVideo (as ComfyUI-Manager installs it), which ComfyUI loads when "
+            f"you start it yourself; the servers leanvideo starts load {pack} first and leave that copy "
+            "unloaded (their log says so)"
+        )
+        return
     if link.is_symlink() or link.exists():
         raise InstallError(
             f"{link} already exists and is not a link to {pack}; move it away (an older LeanVideo install?) "

@@ -34,6 +34,7 @@ from runner.local.server_config import (
     write_headless_page,
 )
 from runner.local.server_log import (
+    custom_nodes_warning,
     keep_previous_log,
     missing_nodes_warning,
     missing_package_hint,
@@ -134,6 +135,8 @@ class ComfyServer:
             raise
         if (missing := missing_nodes_warning(self.log_path)) is not None:  # it runs, without those nodes
             logger.warning("ComfyUI on port %d %s", self.config.port, missing)
+        if (failed := custom_nodes_warning(self.log_path, self.config.python)) is not None:
+            logger.warning("ComfyUI on port %d %s", self.config.port, failed)
         self._write_record()
 
     def _launch(self, lock: int) -> None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 __all__ = [
     "LOG_TAIL_LINES",
+    "custom_node_failures",
+    "custom_nodes_warning",
     "import_failures",
     "keep_previous_log",
     "missing_nodes_warning",
@@ -65,6 +67,38 @@ def missing_nodes_warning(path: Path) -> str | None:
     return (
         f"started without its nodes from {', '.join(failed)} (IMPORT FAILED in {path}): "
         "`python3 install.py` checks its files against the pin and its packages"
+    )
+
+
+def custom_node_failures(path: Path) -> dict[str, str]:
+    """The custom node packs ComfyUI's log ``path`` says did not import (``Cannot import
+    /…/custom_nodes/pack module for custom nodes: No module named 'x'``): their folder -> the error."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    marker, separator = "Cannot import ", " module for custom nodes: "
+    failed: dict[str, str] = {}
+    for line in text.splitlines():
+        start = line.find(marker)
+        if start >= 0 and separator in line[start:]:
+            folder, error = line[start + len(marker) :].split(separator, 1)
+            if not Path(folder).name.startswith("."):  # a tool's cache (.mypy_cache), never a pack
+                failed[folder] = error.strip()
+    return failed
+
+
+def custom_nodes_warning(path: Path, python: Path) -> str | None:
+    """What to say of a server whose log ``path`` names custom node packs that did not import (their
+    nodes are missing from it), or None when every one imported; ``python`` is the interpreter it runs."""
+    failed = custom_node_failures(path)
+    if not failed:
+        return None
+    packs = "; ".join(f"{Path(folder).name} ({error})" for folder, error in failed.items())
+    first = Path(next(iter(failed)))
+    return (
+        f"started without the custom nodes that did not import: {packs}. It runs under {python}: "
+        f"install what they need into that Python (`{python} -m pip install -r {first}/requirements.txt`)"
     )
 
 
