@@ -124,9 +124,19 @@ def test_int8_bench_tables_of_the_same_name_are_never_read_or_removed(
     assert main(["kernels", str(tmp_path)]) == 0
     assert "no INT8 kernel table under" in capsys.readouterr().out
     assert main(["kernels", str(bench)]) == 1
-    assert "int8_bench.py's --json table" in capsys.readouterr().err
+    assert "a result of int8_bench.py" in capsys.readouterr().err
     assert main(["kernels", "--clear", str(bench)]) == 1
     assert "nothing was removed" in capsys.readouterr().err and bench.is_file()
+    # its whole report under that name, as benchmarks/results keeps one: `kernels <ComfyUI folder>` of a
+    # ComfyUI-Manager clone failed on it ("it has no 'fingerprint'") and showed no table at all
+    report = tmp_path / "results" / "2026-12-01-cpu" / "int8_kernels.json"
+    report.parent.mkdir()
+    report.write_text(json.dumps({"schema": "leanvideo.int8_bench", "version": 8, "linear": {}}), "utf-8")
+    table = _measured_table(tmp_path / "user")
+    assert main(["kernels", str(tmp_path), "--json"]) == 0
+    assert [shown["path"] for shown in json.loads(capsys.readouterr().out)] == [str(table.resolve())]
+    assert main(["kernels", str(report)]) == 1
+    assert "a result of int8_bench.py" in capsys.readouterr().err
 
 
 def test_a_reason_names_the_shapes_it_held_for_unless_it_held_for_all(
@@ -205,6 +215,16 @@ def test_a_workspace_where_no_server_ran_yet_has_no_table_and_no_models_yet(
     assert main(["kernels", "--json"]) == 0 and json.loads(capsys.readouterr().out) == []
     assert main(["kernels", "--clear"]) == 0
     assert "no INT8 kernel table to remove" in capsys.readouterr().out
+    # a ComfyUI of the user's own (LEANVIDEO_COMFYUI, install.py --comfyui) started by the user keeps its
+    # table in its user/ folder: listed too
+    theirs = tmp_path / "home" / "ComfyUI"
+    (theirs / "models").mkdir(parents=True)
+    (theirs / "main.py").write_text("", encoding="utf-8")
+    table = _measured_table(theirs / "user")
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(theirs))
+    assert main(["kernels", "--json"]) == 0
+    assert [shown["path"] for shown in json.loads(capsys.readouterr().out)] == [str(table.resolve())]
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(find_workspace().comfyui_dir))
     workflow = Path(__file__).resolve().parents[1] / "workflows" / "ltxv_tiny_t2v.api.json"
     assert main(["models", "check", str(workflow), "--json"]) == 1  # missing files, each with its folder
     report = json.loads(capsys.readouterr().out)

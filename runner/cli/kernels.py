@@ -46,8 +46,16 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     # Imported here: the table's fingerprint needs torch, which the rest of the CLI imports only on use.
     from runner.jobs.kernel_tables import clear_tables, find_tables, read_tables
 
-    servers = find_workspace().servers_dir if not args.paths else None
-    places = args.paths or ([servers] if servers is not None and servers.is_dir() else [])  # none ran yet
+    workspace = None if args.paths else find_workspace()
+    servers = workspace.servers_dir if workspace is not None else None
+    places = args.paths or [  # the servers leanvideo started, and your own ComfyUI started by you
+        place
+        for place in (
+            servers,
+            workspace.comfyui_dir / "user" if workspace and workspace.user_comfyui else None,
+        )
+        if place is not None and place.is_dir()
+    ]
     paths = find_tables(places)
     if args.clear:
         removed = clear_tables(paths)

@@ -84,7 +84,8 @@ class KernelTable:
         }
 
 
-BENCH_TABLE = "int8_bench.py's --json table (each kernel's time per shape), not a server's kernel table"
+BENCH_TABLE = "a result of int8_bench.py (each kernel's time per shape), not a server's kernel table"
+BENCH_SCHEMA = "leanvideo.int8_bench"
 
 
 def find_tables(places: Iterable[Path]) -> list[Path]:
@@ -177,6 +178,10 @@ def _is_bench_table(path: Path) -> bool:
 
 
 def _is_bench_data(data: Any) -> bool:
+    """``int8_bench.py``'s output by its content: its ``--json`` list of rows, or its whole report (an
+    object of schema ``leanvideo.int8_bench``, as ``benchmarks/results/`` keep them)."""
+    if isinstance(data, dict):
+        return data.get("schema") == BENCH_SCHEMA
     return (
         isinstance(data, list)
         and bool(data)
