@@ -381,3 +381,13 @@ def test_a_model_of_yours_under_a_tiny_name_in_your_comfyuis_models_is_refused(t
         check_not_shadowed(models)
     assert list(refused.value.paths) == [theirs] and refused.value.exit_code == 2
     assert "nothing was run" in str(refused.value)
+    theirs.unlink()
+    # measured against the tiny models the servers are to load: the same one is fine; another tiny model
+    # renamed (the float DiT as the INT8 checkpoint ran the demo on it) or of another version is not
+    ours = fixture_set(tmp_path / "workspace-models")
+    ours.text_encoder.parent.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(ours.text_encoder), {STAMP_KEY: "1"})
+    check_not_shadowed(models, ours)
+    save_file({"w": torch.zeros(2)}, str(ours.text_encoder), {STAMP_KEY: "2"})
+    with pytest.raises(ShadowedFixturesError, match=r"clip_l.safetensors: another tiny model than"):
+        check_not_shadowed(models, ours)
