@@ -293,6 +293,45 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     assert files["ltxv-tiny.safetensors"]["target"] == str(workspace / "models" / "checkpoints")
 
 
+def test_the_folders_of_the_users_extra_model_paths_yaml_are_searched_as_its_servers_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ComfyUI's main.py loads the ``extra_model_paths.yaml`` beside it, so the servers LeanVideo starts
+    from a user's ComfyUI found a LoRA there that `models check` called missing (exit 1)."""
+    path, workspace_models = write(tmp_path)
+    user = tmp_path / "ComfyUI"
+    (user / "models" / "text_encoders").mkdir(parents=True)
+    (user / "models" / "text_encoders" / "te.safetensors").write_bytes(WEIGHTS)
+    (user / "main.py").write_text("")
+    shared = tmp_path / "shared"
+    (shared / "my-loras").mkdir(parents=True)
+    (shared / "my-loras" / "l.safetensors").write_bytes(WEIGHTS)
+    (user / "extra_model_paths.yaml").write_text(
+        "mine:\n  base_path: ../shared\n  is_default: true\n  loras: |\n    elsewhere\n    my-loras\n"
+        "other:\n",
+        encoding="utf-8",
+    )
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "models").symlink_to(workspace_models)
+    monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(workspace))
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(user))
+    assert main(["models", "check", str(path), "--json"]) == 1  # odd.gguf (node 4) is missing
+    document = json.loads(capsys.readouterr().out)
+    assert document["extra_paths"] == str(user / "extra_model_paths.yaml")
+    files = {f["name"]: f for f in document["files"]}
+    assert files["l.safetensors"]["path"] == str(shared / "my-loras" / "l.safetensors")
+    assert [f["name"] for f in document["files"] if f["status"] != "present"] == ["odd.gguf"]
+    assert main(["models", "check", str(path)]) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"(and the folders {user / 'extra_model_paths.yaml'} adds)" in said
+    assert f"at {shared / 'my-loras' / 'l.safetensors'}" in said
+    # a file ComfyUI would not start with is named, not a traceback
+    (user / "extra_model_paths.yaml").write_text("mine:\n  loras: [a, b]\n", encoding="utf-8")
+    assert main(["models", "check", str(path)]) == 2
+    assert "extra_model_paths.yaml: mine.loras is not a path" in capsys.readouterr().err
+
+
 def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Path) -> None:
     path, models = write(tmp_path)
     (models / "loras").mkdir()

@@ -12,6 +12,7 @@ from rich.markup import escape
 from runner.cli.render import print_json
 from runner.cli.server_options import existing_folder
 from runner.jobs.models import ModelsReport, check_models
+from runner.local.extra_model_paths import EXTRA_PATHS_FILE, read_extra_model_paths
 from runner.local.workspace import find_workspace
 
 
@@ -23,7 +24,8 @@ def add_models_parser(sub: Any) -> None:
         "check",
         help="list every model file a workflow loads: present (size) or missing (URL and folder)",
         epilog="exit codes: 0 every file present, 1 something missing or invalid (also when the workspace "
-        "has no models folder yet), 2 --models is no folder, 3 not installed, 5 bad workflow",
+        "has no models folder yet), 2 --models is no folder or the ComfyUI's extra_model_paths.yaml cannot be "
+        "read, 3 not installed, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
     check.add_argument(
@@ -31,7 +33,7 @@ def add_models_parser(sub: Any) -> None:
         type=existing_folder,
         default=None,
         help="models folder (default: the workspace's; with install.py --comfyui, that ComfyUI's models "
-        "folder, then the workspace's)",
+        "folder, then the workspace's, then the folders of that ComfyUI's extra_model_paths.yaml)",
     )
     check.add_argument("--sha256", action="store_true", help="also hash every present file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -40,13 +42,20 @@ def add_models_parser(sub: Any) -> None:
 def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
     also: tuple[Path, ...] = ()
+    paths_file: Path | None = None
     if args.models:
         models_dir = fixtures_dir = args.models
     else:  # with the user's own ComfyUI, its models folder first: the workspace's holds the tiny models
         workspace = find_workspace()
         models_dir, fixtures_dir = workspace.user_models_dir or workspace.models_dir, workspace.models_dir
         also = (workspace.models_dir,) if workspace.user_models_dir and workspace.models_dir.is_dir() else ()
-    report = check_models(args.workflow, models_dir, also=also, hashes=args.sha256, fixtures_dir=fixtures_dir)
+        paths_file = workspace.comfyui_dir / EXTRA_PATHS_FILE  # the servers' ComfyUI reads it at start
+        paths_file = paths_file if paths_file.is_file() else None
+    extra = read_extra_model_paths(paths_file) if paths_file else {}
+    report = check_models(
+        args.workflow, models_dir, also=also, hashes=args.sha256, fixtures_dir=fixtures_dir, extra=extra
+    )
+    report.extra_paths = str(paths_file) if paths_file else None
     if args.json:
         print_json(console, report.to_json())
     else:
@@ -58,13 +67,15 @@ def run_models_command(args: argparse.Namespace, console: Console) -> int:
 def report_lines(report: ModelsReport) -> list[str]:
     """One line per file (two for a missing one: where to get it), then the count of missing files."""
     where = " and ".join(escape(folder) for folder in (report.models_dir, *report.also))
+    if report.extra_paths:
+        where += f" (and the folders {escape(report.extra_paths)} adds)"
     lines = [f"models of {escape(report.workflow)} in {where}:"]
     for file in report.files:
         where = f"{file.folder}/{file.name}" if file.folder else file.name
         node = f"node {file.node_id} ({file.class_type}.{file.input_name})"
         if file.status == "present":
             size = f"{(file.bytes or 0) / 2**20:.1f} MiB" + (f", sha256 {file.sha256}" if file.sha256 else "")
-            found = f"  at {escape(file.path or '?')}" if report.also else ""  # which of the folders
+            found = f"  at {escape(file.path or '?')}" if report.also or report.extra_paths else ""  # where
             lines.append(f"  [green]present[/] {escape(where)}  {size}  {escape(node)}{found}")
         elif file.status in ("unchecked", "invalid"):
             colour = "yellow" if file.status == "unchecked" else "red"

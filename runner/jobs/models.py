@@ -67,6 +67,7 @@ class ModelsReport:
     models_dir: str
     files: list[ModelFile] = field(default_factory=list)
     also: list[str] = field(default_factory=list)  # further folders searched
+    extra_paths: str | None = None  # the extra_model_paths.yaml whose folders were searched too
 
     @property
     def missing(self) -> int:
@@ -78,6 +79,7 @@ class ModelsReport:
             "workflow": self.workflow,
             "models_dir": self.models_dir,
             "also": self.also,
+            "extra_paths": self.extra_paths,
             "missing": self.missing,
             "files": [asdict(f) for f in self.files],
         }
@@ -116,9 +118,11 @@ def check_models(
     hashes: bool = False,
     templates: Mapping[str, ModelSource] | None = None,
     fixtures_dir: Path | None = None,
+    extra: Mapping[str, Sequence[Path]] | None = None,
 ) -> ModelsReport:
     """The report for ``workflow_path`` (API or editor format) against ``models_dir``, then the folders
-    ``also`` (a file found in none goes to ``models_dir``); see the module docstring. A missing tiny
+    ``also``, then ``extra`` (a folder name -> folders of it, as a ComfyUI's ``extra_model_paths.yaml``
+    adds them); a file found in none goes to ``models_dir``; see the module docstring. A missing tiny
     model is to be written into ``fixtures_dir`` (default ``models_dir``): the workspace's models folder
     beside a user's own ComfyUI.
 
@@ -147,7 +151,7 @@ def check_models(
         try:
             found = next(
                 (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
-            )
+            ) or _locate_extra(extra or {}, ref.folder, ref.name)
         except OSError as exc:  # a name no file can have (over 255 bytes, say)
             hint = f"no file can have this name ({exc.strerror or exc})"
             report.files.append(ModelFile(**known, status="invalid", hint=hint))
@@ -169,7 +173,7 @@ def check_models(
                 cited_in=again.cited_in if again else None,
             )
         else:
-            index = index if index is not None else _model_index((models_dir, *also))  # read once
+            index = index if index is not None else _model_index((models_dir, *also), extra or {})  # once
             folder = ref.folder or (source.directory if source else None)
             tiny = _fixture_path(fixtures_dir or models_dir, ref.folder, ref.name)
             target = tiny.parent if tiny else models_dir / folder if folder else None
@@ -260,16 +264,16 @@ def int8_layout_problem(path: Path, class_type: str) -> str | None:
     return f"{class_type} would refuse it: {misplaced.removeprefix(f'{path}: ')}" if misplaced else None
 
 
-def _model_index(roots: Sequence[Path]) -> dict[str, list[str]]:
-    """Every file of the models folders under ``roots``: its name -> ``"folder/relative path"``s."""
+def _model_index(roots: Sequence[Path], extra: Mapping[str, Sequence[Path]]) -> dict[str, list[str]]:
+    """Every file of the models folders under ``roots`` and of the ``extra`` folders: its name ->
+    ``"folder/relative path"``s."""
     seen: dict[str, list[str]] = {}
-    for root in roots:
-        for subdir in ALL_FOLDERS:
-            base = root / subdir
-            if base.is_dir():
-                for path in base.rglob("*"):
-                    if path.is_file():
-                        seen.setdefault(path.name, []).append(f"{subdir}/{path.relative_to(base).as_posix()}")
+    bases = [(subdir, root / subdir) for root in roots for subdir in ALL_FOLDERS]
+    for subdir, base in [*bases, *((folder, base) for folder, dirs in extra.items() for base in dirs)]:
+        if base.is_dir():
+            for path in base.rglob("*"):
+                if path.is_file():
+                    seen.setdefault(path.name, []).append(f"{subdir}/{path.relative_to(base).as_posix()}")
     return seen
 
 
@@ -352,6 +356,14 @@ def _fixture_path(fixtures_dir: Path, folder: str | None, name: str) -> Path | N
 def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
     """The file ``name`` in ``folder`` (or its aliases; any folder when unknown), or None."""
     return next((c for c in _candidates(models_dir, folder, name) if c.is_file()), None)
+
+
+def _locate_extra(extra: Mapping[str, Sequence[Path]], folder: str | None, name: str) -> Path | None:
+    """The file ``name`` in the ``extra`` folders of ``folder`` (or its aliases; any when unknown)."""
+    subdirs = MODEL_FOLDERS.get(folder, (folder,)) if folder else tuple(extra)
+    inside = os.path.relpath(os.path.join("/", name), "/")
+    places = (base / inside for subdir in subdirs for base in extra.get(subdir, ()))
+    return next((place for place in places if place.is_file()), None)
 
 
 def _candidates(models_dir: Path, folder: str | None, name: str) -> list[Path]:
