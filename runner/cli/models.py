@@ -24,8 +24,8 @@ def add_models_parser(sub: Any) -> None:
         "check",
         help="list every model file a workflow loads: present (size) or missing (URL and folder)",
         epilog="exit codes: 0 every file present, 1 something missing or invalid (also when the workspace "
-        "has no models folder yet), 2 --models is no folder or the ComfyUI's extra_model_paths.yaml cannot be "
-        "read, 3 not installed, 5 bad workflow",
+        "has no models folder yet), 2 --models is no folder or the ComfyUI's extra_model_paths.yaml "
+        "cannot be read, 3 not installed, 5 bad workflow",
     )
     check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
     check.add_argument(
