@@ -251,3 +251,30 @@ def test_the_failure_message_of_an_interrupted_prompt_names_the_node() -> None:
     assert (
         describe_failure(PromptResult(PID, "interrupted", 0.0, 0.0, 1.0)) == f"prompt {PID} was interrupted"
     )
+
+
+def test_a_report_sent_again_after_its_node_ran_replaces_the_one_the_history_keeps() -> None:
+    """An INT8 loader's report lists kernels as the sampler chooses them, sent as ``leanvideo.report``
+    (to the submitting client, no prompt id) after the loader ran; ``/history`` keeps the first one, so
+    run.json said "3 weight shape(s) not run yet" of kernels long chosen."""
+    tracker = PromptTracker(PID, WORKFLOW)
+    first = {"text": ["INT8 kernels: auto\n  3 weight shape(s) not run yet"], "leanvideo_report": ["t-1"]}
+    later = ["INT8 kernels: auto\n  768x768 rows<=128 float32 row → onednn (measured)"]
+    kinds = feed(
+        tracker,
+        [
+            (0.1, "execution_start", {"prompt_id": PID, "timestamp": 10_000}),
+            (0.2, "executing", {"prompt_id": PID, "node": "1"}),
+            (0.3, "executed", {"prompt_id": PID, "node": "1", "output": first}),
+            (0.4, "executing", {"prompt_id": PID, "node": "11"}),
+            (0.5, "leanvideo.report", {"token": "t-1", "text": later}),
+            (0.6, "leanvideo.report", {"token": "t-9", "text": ["another run's"]}),
+            (0.7, "leanvideo.report", {"token": 3, "text": "junk"}),
+        ],
+    )
+    assert kinds == ["started", "node", "output", "node"]
+    history = {"1": dict(first), "14": {"images": []}}
+    latest = tracker.with_latest_reports(history)
+    assert latest == {"1": {"text": later, "leanvideo_report": ["t-1"]}, "14": {"images": []}}
+    assert history["1"] == first  # the history entry itself is left as it came
+    assert tracker.with_latest_reports(tracker.ui_outputs)["1"]["text"] == later

@@ -139,6 +139,10 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     assert "not run yet" not in report
     [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]
     assert noted["report"] == report
+    # only this model's choices: the server's table holds every model's, other layouts of these shapes too
+    listed = [line for line in report.splitlines() if " → " in line]
+    assert listed and all("row+convrot256 →" in line for line in listed), listed
+    assert noted["choices"] and all(key.endswith("|row+convrot256") for key in noted["choices"])
 
 
 def _run_hearing_reports(url: str, workflow: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:

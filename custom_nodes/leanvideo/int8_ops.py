@@ -36,7 +36,9 @@ from comfy.quant_ops import QuantizedLayout, QuantizedTensor
 
 from .int8 import Int8Weight, Int8WeightConfig, quantize_weight
 from .int8.dispatch import KernelDispatcher
+from .int8.dispatch_report import WeightShape
 from .int8.formats.common import config_from_tensor, infer_config
+from .int8.kernel_table import layout_of
 from .int8.linear import kernel_of_route
 from .int8.quantize import dequantize
 from .int8.spec import CONFIG_SUFFIX, SCALE_SUFFIX, Int8FormatError
@@ -247,10 +249,10 @@ def make_int8_ops(
     return type("Int8Ops", (comfy.ops.manual_cast,), {"Linear": linear})
 
 
-def int8_weight_shapes(model: torch.nn.Module) -> set[tuple[int, int]]:
-    """The ``(out, in)`` shapes of ``model``'s INT8 Linear weights."""
+def int8_weight_shapes(model: torch.nn.Module) -> set[WeightShape]:
+    """The ``(out, in, layout)`` of ``model``'s INT8 Linear weights, as their kernel choices name them."""
     return {
-        (int(m.weight.shape[0]), int(m.weight.shape[1]))
+        (int(m.weight.shape[0]), int(m.weight.shape[1]), layout_of(m.weight._layout_params["config"]))
         for m in model.modules()
         if isinstance(m, Int8Linear) and is_int8(m.weight)
     }

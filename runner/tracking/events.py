@@ -18,6 +18,10 @@ server message                 client event        bookkeeping
 ``execution_error``            ``error``           closes timers, keeps node id, class and message
 ``execution_interrupted``      ``interrupted``     closes timers, marks the run interrupted
 ``executing{node: null}``      ``done``            history is written: the prompt is finished
+``leanvideo.report{token,      (none)              the node pack's report sent again after its node ran
+text}``                                            (an INT8 loader's, as the sampler chooses kernels):
+                                                   replaces the ``text`` of the output holding
+                                                   ``token`` (the history keeps the first one)
 (a second without a message)   ``waiting``         none: a handler may stop the prompt (queued, or in a
                                                    node that reports no progress) by raising
 ``status``, ``progress_state``  (none)              ignored: queue size / duplicate of ``progress``
@@ -62,6 +66,10 @@ PHASE_RULES: tuple[tuple[str, str], ...] = (
     ("Save", "save"),
     ("Preview", "save"),
 )
+# The node pack's report sent again after its node ran, and the UI output key holding its token
+# (leanvideo.int8_kernels' REPORT_EVENT and REPORT_TOKEN)
+REPORT_MESSAGE = "leanvideo.report"
+REPORT_TOKEN = "leanvideo_report"
 PHASES = ("model_load", "text_encode", "sampling", "vae_decode", "vae_encode", "save", "other")
 
 
@@ -120,6 +128,7 @@ class PromptTracker:
     done: bool = False
     timings: list[NodeTiming] = field(default_factory=list)
     ui_outputs: dict[str, Any] = field(default_factory=dict)
+    reports: dict[str, list[str]] = field(default_factory=dict)  # token -> a report's latest text
     _current: str | None = None
     _current_since: float = 0.0
     _last_step_at: float = 0.0
@@ -145,7 +154,7 @@ class PromptTracker:
         prompt_id = data.get("prompt_id")
         if prompt_id is not None and prompt_id != self.prompt_id:
             return []
-        if prompt_id is None and kind != "executing":
+        if prompt_id is None and kind not in ("executing", REPORT_MESSAGE):  # those name no prompt
             return []
         try:
             return self._dispatch(kind, data, now)
@@ -197,6 +206,9 @@ class PromptTracker:
             node_id = str(data["node"])
             self.ui_outputs[node_id] = data.get("output")
             return [ClientEvent("output", node_id, self.class_type(node_id), data=data)]
+        if kind == REPORT_MESSAGE and isinstance(data["token"], str) and isinstance(data["text"], list):
+            self.reports[data["token"]] = data["text"]  # sent to this client only: one of ours
+            return []
         if kind == "execution_success":
             self.server_end_ms = _timestamp(data)
             # The last node ended when the server says the prompt did: its messages can reach the
@@ -215,6 +227,17 @@ class PromptTracker:
 
     def class_type(self, node_id: str) -> str:
         return class_type_of(self.workflow, node_id)
+
+    def with_latest_reports(self, outputs: dict[str, Any]) -> dict[str, Any]:
+        """``outputs`` (the history's, or the websocket's) with each report the node pack sent again
+        since its node ran in place of the first one."""
+        latest = dict(outputs)
+        for node_id, output in outputs.items():
+            tokens = output.get(REPORT_TOKEN) if isinstance(output, dict) else None
+            token = tokens[0] if isinstance(tokens, list) and tokens else None
+            if isinstance(token, str) and token in self.reports:
+                latest[node_id] = {**output, "text": self.reports[token]}
+        return latest
 
     def _interruption(self, data: dict[str, Any]) -> dict[str, Any]:
         node_id = data.get("node_id")

@@ -74,7 +74,7 @@ def result_from_tracker(
         started_at=wall_start + (tracker.started_at - submitted) if tracker.started_at else None,
         finished_at=wall_start + (finished - submitted),
         nodes=[*tracker.timings, *filter(None, [tracker.running_timing(finished)])],  # one cut short too
-        outputs=dict(outputs or {}),
+        outputs=tracker.with_latest_reports(outputs or {}),
         error=tracker.error,
         server_seconds=tracker.server_seconds,
         reconnects=reconnects,

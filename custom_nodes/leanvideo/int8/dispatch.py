@@ -42,7 +42,7 @@ from types import ModuleType
 import torch
 
 from .device import describe_device
-from .dispatch_report import summarize
+from .dispatch_report import WeightShape, summarize
 from .kernel_table import Choice, ShapeClass, current_fingerprint, describe_choice, load_table, save_table
 from .linear import (
     KERNELS,
@@ -351,9 +351,9 @@ class KernelDispatcher:
             return "auto (measured at first use per layer shape)"
         return f"forced {self.forced}" + (f" ({self.forced_by})" if self.forced_by else "")
 
-    def summary(self, weight_shapes: set[tuple[int, int]] | None = None) -> str:
+    def summary(self, weight_shapes: set[WeightShape] | None = None) -> str:
         """The report (:func:`~.dispatch_report.summarize`): the mode, the known choices (for
-        ``weight_shapes`` only, ``(out, in)`` pairs, when given), shapes not run yet, the cache file."""
+        ``weight_shapes`` only, ``(out, in, layout)``, when given), shapes not run yet, the cache file."""
         table = self.cache_path if self.forced is None else None
         return summarize(self.mode(), self.choices(), weight_shapes, forced=self.forced, table=table)
 

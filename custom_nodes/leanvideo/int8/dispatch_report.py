@@ -2,7 +2,7 @@
 
 Example::
 
-    print(summarize("auto (measured at first use per layer shape)", dispatcher.choices(), {(128, 256)}))
+    print(summarize("auto (measured at first use)", dispatcher.choices(), {(128, 256, "per_channel")}))
 """
 
 from __future__ import annotations
@@ -11,24 +11,31 @@ from pathlib import Path
 
 from .kernel_table import Choice, ShapeClass, describe_choice
 
+WeightShape = tuple[int, int, str]  # (out, in, layout) of an INT8 weight, as its shape classes have them
+
+
+def weight_shape_of(key: str) -> WeightShape:
+    """The ``(out, in, layout)`` of the shape class ``key``."""
+    shape_class = ShapeClass.from_key(key)
+    return shape_class.out_features, shape_class.in_features, shape_class.layout
+
 
 def summarize(
     mode: str,
     choices: dict[str, Choice],
-    weight_shapes: set[tuple[int, int]] | None = None,
+    weight_shapes: set[WeightShape] | None = None,
     *,
     forced: str | None = None,
     table: Path | None = None,
 ) -> str:
-    """The mode, the known ``choices`` (for ``weight_shapes`` only, ``(out, in)`` pairs, when given), a
-    reason every shape shares said once, shapes of ``weight_shapes`` with no choice yet counted, and the
-    ``table`` file."""
+    """The mode, the known ``choices`` (for ``weight_shapes`` only, ``(out, in, layout)``, when given:
+    one model's, the table holding every model's of the server), a reason every shape shares said once,
+    shapes of ``weight_shapes`` with no choice yet counted, and the ``table`` file."""
     lines = [f"INT8 kernels: {mode}"]
     listed: list[tuple[str, Choice]] = []
-    known: set[tuple[int, int]] = set()
+    known: set[WeightShape] = set()
     for key, choice in sorted(choices.items()):
-        shape_class = ShapeClass.from_key(key)
-        shape = (shape_class.out_features, shape_class.in_features)
+        shape = weight_shape_of(key)
         if weight_shapes is None or shape in weight_shapes:
             known.add(shape)
             listed.append((key, choice))

@@ -29,6 +29,7 @@ import torch
 
 if TYPE_CHECKING:
     from .quantize import Int8Weight
+    from .spec import Int8WeightConfig
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,11 @@ class Choice:
         )
 
 
+def layout_of(config: Int8WeightConfig) -> str:
+    """The layout part of a shape class: the scales' granularity, and the rotation when there is one."""
+    return config.granularity + (f"+convrot{config.convrot_group}" if config.convrot else "")
+
+
 @dataclass(frozen=True)
 class ShapeClass:
     """What a kernel choice is valid for; ``rows`` is the activation row count rounded up to a power of 2."""
@@ -101,8 +107,7 @@ class ShapeClass:
     @classmethod
     def of(cls, x: torch.Tensor, packed: Int8Weight, device: str) -> ShapeClass:
         rows = max(1, x.numel() // max(1, x.shape[-1]))
-        config = packed.config
-        layout = config.granularity + (f"+convrot{config.convrot_group}" if config.convrot else "")
+        layout = layout_of(packed.config)
         out_features, in_features = packed.qdata.shape
         return cls(
             device,
