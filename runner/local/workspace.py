@@ -112,9 +112,16 @@ def find_workspace(root: Path | None = None) -> Workspace:
         )
     if not (comfyui / "main.py").is_file():
         if env_comfy:
+            what = (
+                "does not exist"
+                if not comfyui.exists()
+                else "is a file, not a folder"
+                if not comfyui.is_dir()
+                else "is not a ComfyUI folder (no main.py)"
+            )
             raise WorkspaceError(
-                f"LEANVIDEO_COMFYUI={env_comfy}: {comfyui} is not a ComfyUI folder (no main.py); point it at "
-                "a ComfyUI's top folder, or unset it to use the one install.py recorded"
+                f"LEANVIDEO_COMFYUI={env_comfy}: {comfyui} {what}; point it at a ComfyUI's top folder (the "
+                "one holding main.py), or unset it to use the one install.py recorded"
             )
         raise WorkspaceError(f"{comfyui} is not a ComfyUI folder (no main.py). Re-run `python install.py`.")
     python = Path(str(record["python"])) if isinstance(record.get("python"), str) else Path(sys.executable)
