@@ -195,6 +195,8 @@ def test_a_missing_model_file_is_refused_before_the_prompt_is_queued(
     [error] = answer.json()["node_errors"][node_id]["errors"]
     assert error["type"] == "custom_validation_failed"
     assert error["details"].startswith(f"{file_input} - 'nothere.safetensors' is not in models/")
+    # no close name: the files there are listed, not every one of them as "close" for sharing the suffix
+    assert "close names" not in error["details"] and "(there: " in error["details"], error
     # a name close to one there: said as such
     near = {"ckpt_name": "ltxv-tiny-int8.safetensor", "clip_name": "clip-l-int8.safetensors"}[file_input]
     workflow[node_id]["inputs"][file_input] = near

@@ -48,12 +48,26 @@ def file_listed(folder: str, name: str | None) -> bool | str:
     where = f"models/{folder} or another folder ComfyUI reads {folder} from"
     if not listed:
         return f"{name!r} is not in {where} (they hold no model file)"
-    close = difflib.get_close_matches(name, listed, n=5, cutoff=0.5)
+    # compared without the suffix every model file shares: with it, "nope.safetensors" was close to all
+    stems: dict[str, list[str]] = {}
+    for item in listed:
+        stems.setdefault(_stem(item), []).append(item)
+    close = [
+        item
+        for stem in difflib.get_close_matches(_stem(name), list(stems), n=5, cutoff=0.5)
+        for item in stems[stem]
+    ]
     close += [item for item in listed if item.lower() == name.lower() and item not in close]
     if close:
         return f"{name!r} is not in {where}; close names: {', '.join(close)}"
     shown = ", ".join(listed[:8]) + (f", … ({len(listed)} in all)" if len(listed) > 8 else "")
     return f"{name!r} is not in {where} (there: {shown})"
+
+
+def _stem(name: str) -> str:
+    """``name`` in lower case without its file suffix (``.safetensors``, ``.gguf``, …)."""
+    lowered = name.lower()
+    return lowered.rsplit(".", 1)[0] if "." in lowered.rsplit("/", 1)[-1] else lowered
 
 
 def choice_problem(node: type[io.ComfyNode], *, named: bool = True, **values: Any) -> bool | str:
