@@ -342,6 +342,28 @@ def test_existing_comfyui_version_mismatch_warns(
     assert "WARNING" in err and "v0.3.60" in err and "v0.3.75" in err
 
 
+def test_a_server_of_a_users_comfyui_of_another_version_says_so_as_it_starts(
+    comfy_and_pin: tuple[Path, dict[str, Any]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """install.py warned once; `serve` and `demo` on LEANVIDEO_COMFYUI=ComfyOld (v0.3.60) started in
+    silence. The workspace's own ComfyUI is not read here: install.py verifies it on every run."""
+    from runner.cli.server_options import warn_if_not_pinned
+    from runner.install.pin import pin_mismatch
+    from runner.local.workspace import Workspace
+
+    tree, _ = comfy_and_pin
+    mine = Workspace(root=tmp_path / "ws", comfyui_dir=tree, python=Path("python"))
+    warn_if_not_pinned(mine)
+    assert pin_mismatch(tree) is None and not caplog.records
+    (tree / "comfyui_version.py").write_text('__version__ = "0.3.60"\n')
+    warn_if_not_pinned(mine)
+    [said] = [record.getMessage() for record in caplog.records]
+    assert said.startswith(f"ComfyUI at {tree} is v0.3.60; LeanVideo is tested with v0.3.75 (commit ")
+    caplog.clear()
+    warn_if_not_pinned(Workspace(root=tree.parent, comfyui_dir=tree.parent / "ComfyUI", python=Path("p")))
+    assert not caplog.records  # the workspace's own
+
+
 def test_existing_comfyui_same_version_other_content_warns(
     inst: ModuleType, comfy_and_pin: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:

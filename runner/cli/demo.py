@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from runner.cli.render import print_json
-from runner.cli.server_options import check_int8_kernel_variable, given_path, port_number
+from runner.cli.server_options import check_int8_kernel_variable, given_path, port_number, warn_if_not_pinned
 from runner.jobs.demo import DemoOutcome, DemoRun, run_demo
 from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.local.workspace import find_workspace
@@ -59,6 +59,7 @@ def run_demo_command(args: argparse.Namespace, passthrough: tuple[str, ...], con
     """``leanvideo demo``: run, then render (table or JSON)."""
     check_int8_kernel_variable(os.environ)
     workspace = find_workspace()
+    warn_if_not_pinned(workspace)
     out = args.out.resolve()
     made = check_out_folder(out)
     if not args.json:

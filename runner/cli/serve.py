@@ -22,6 +22,7 @@ from runner.cli.server_options import (
     listen_host,
     port_number,
     positive_seconds,
+    warn_if_not_pinned,
 )
 from runner.local.background import find_running_servers, stop_background_server
 from runner.local.server import ComfyServer, ServerConfig
@@ -78,6 +79,7 @@ def run_serve_command(args: argparse.Namespace, passthrough: tuple[str, ...], co
     ``--background``; returns the exit code."""
     check_int8_kernel_variable(os.environ)
     ws = find_workspace()
+    warn_if_not_pinned(ws)
     config = replace(
         ServerConfig.in_workspace(
             ws,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import math
 import os
 import sys
@@ -13,8 +14,10 @@ from typing import Any, NoReturn, TypeVar
 
 from runner.errors import UsageError, WorkflowError
 from runner.graph.workflow import parse_override
+from runner.install.pin import pin_mismatch
 from runner.jobs.run import RunOptions
 from runner.local.ports import bind_error
+from runner.local.workspace import Workspace
 from runner.transport.client import DEFAULT_SERVER, check_server_url
 from runner.transport.retry import DEFAULT_RETRIES
 
@@ -279,3 +282,10 @@ def check_int8_kernel_variable(environ: Mapping[str, str]) -> None:
             f"{INT8_KERNEL_VARIABLE}={value!r} is not one of {', '.join(INT8_KERNEL_CHOICES)}: the servers' "
             "INT8 loaders would refuse to load; unset it, or give one of those"
         )
+
+
+def warn_if_not_pinned(workspace: Workspace) -> None:
+    """Say, as a server of it starts, that the user's own ComfyUI is not the pinned version (the
+    workspace's own is checked by install.py on every run)."""
+    if workspace.user_comfyui and (mismatch := pin_mismatch(workspace.comfyui_dir)) is not None:
+        logging.getLogger(__name__).warning("%s", mismatch)

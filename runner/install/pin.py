@@ -128,3 +128,20 @@ def read_version(comfy: Path) -> str:
     if not m:
         raise InstallError(f"no __version__ in {comfy / 'comfyui_version.py'}")
     return m.group(1)
+
+
+def pin_mismatch(comfy: Path, pin_path: Path = PIN_FILE) -> str | None:
+    """What to say of the ComfyUI at ``comfy`` when its version is not the pin's (a user's own ComfyUI,
+    which install.py warned about once), or None; its files are not hashed here (install.py does)."""
+    try:
+        version, pin = read_version(comfy), load_pin(pin_path)
+    except (OSError, InstallError) as exc:
+        return (
+            f"the version of the ComfyUI at {comfy} cannot be read ({exc}); LeanVideo is tested with its pin"
+        )
+    if version == pin["version"]:
+        return None
+    return (
+        f"ComfyUI at {comfy} is v{version}; LeanVideo is tested with v{pin['version']} "
+        f"(commit {pin['commit'][:12]}): expect breakage"
+    )
