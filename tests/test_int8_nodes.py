@@ -318,3 +318,31 @@ def test_a_node_error_names_the_file_and_the_packages_error_type(comfy_server: C
     assert error["exception_type"] == "leanvideo.int8.spec.Int8FormatError", error
     assert "ltxv-tiny-dit.safetensors: holds no INT8 weights" in error["exception_message"]
     assert "turn on quantize_on_load" in error["exception_message"]
+
+
+def test_the_text_encoder_loader_says_that_comfyui_computes_text_encoders_in_float32(
+    comfy_server: ComfyServer, tiny_workflow: dict[str, Any]
+) -> None:
+    """ComfyUI's text encoders run in float32 whatever their weights' dtype (``SDClipModel`` passes
+    ``dtype=torch.float32``): `compute_dtype=fp16` on the text encoder loader changed only how the
+    weights that are not INT8 are held, and its report did not say so (the diffusion loaders' do)."""
+    workflow = {key: value for key, value in tiny_workflow.items() if key not in ("13", "14")}
+    workflow["14"] = {"class_type": "PreviewImage", "inputs": {"images": ["12", 0]}}
+    workflow["2"] = {
+        "class_type": "LeanVideoTextEncoderLoaderINT8",
+        "inputs": {
+            "clip_name": "clip_l.safetensors",
+            "type": "stable_diffusion",
+            "compute_dtype": "fp16",
+            "path": "w8a16",
+            "quantize_on_load": True,
+            "convrot": False,
+        },
+    }
+    with ComfyClient(comfy_server.url) as client:
+        result = run_prompt(client, workflow, timeout=300)
+    [report] = result.outputs["2"]["text"]
+    assert report.splitlines()[-1] == (
+        "compute dtype: float16 asked; ComfyUI's text encoders compute in float32 (the weights that are "
+        "not INT8, embeddings and norms, are held in float16)"
+    ), report

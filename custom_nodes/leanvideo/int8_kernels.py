@@ -119,6 +119,19 @@ def _resend_on_choice(dispatcher: KernelDispatcher, token: str, report: Callable
     dispatcher.on_choice = on_choice
 
 
+def text_encoder_dtype_note(requested: torch.dtype | None) -> str | None:
+    """A line for the text encoder loader's report when ``requested`` is not float32: ComfyUI's text
+    encoders (``SDClipModel``: CLIP, T5, UMT5, …) run in float32 whatever their weights' dtype, so the
+    dtype only sets how the weights that are not INT8 are held; else ``None``."""
+    if requested is None or requested == torch.float32:
+        return None
+    name = str(requested).removeprefix("torch.")
+    return (
+        f"compute dtype: {name} asked; ComfyUI's text encoders compute in float32 (the weights that are "
+        f"not INT8, embeddings and norms, are held in {name})"
+    )
+
+
 def compute_dtype_note(requested: torch.dtype | None, model: Any) -> str | None:
     """A line for the loader's report when ComfyUI computes ``model`` (a ``BaseModel``) in another dtype
     than ``requested`` (on a CPU it casts bf16/fp16 to fp32), else ``None``."""

@@ -13,7 +13,13 @@ from comfy_api.latest import io
 from .int8.linear import MATMUL_ROUTES
 from .int8.spec import Int8WeightConfig
 from .int8_checkpoint import load_checkpoint_int8
-from .int8_kernels import REPORT_TOKEN, compute_dtype_note, make_dispatcher, report_kernels
+from .int8_kernels import (
+    REPORT_TOKEN,
+    compute_dtype_note,
+    make_dispatcher,
+    report_kernels,
+    text_encoder_dtype_note,
+)
 from .int8_loading import COMPUTE_DTYPES, Int8LoadOptions, load_diffusion_model_int8, load_text_encoder_int8
 from .int8_lora import LORA_MODES
 from .node_checks import file_listed, require_choices, require_prompt_choices
@@ -40,7 +46,9 @@ def _shared_inputs() -> list[Any]:
             "compute_dtype",
             options=list(COMPUTE_DTYPES),
             default="default",
-            tooltip="Dtype the layers compute in; 'default' lets ComfyUI pick for the device.",
+            tooltip="Dtype the layers compute in; 'default' lets ComfyUI pick for the device. ComfyUI "
+            "runs text encoders in float32 whatever this says: for them it sets how the weights that are "
+            "not INT8 are held.",
         ),
         io.Combo.Input(
             "path",
@@ -211,7 +219,8 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
             embedding_directory=folder_paths.get_folder_paths("embeddings"),
             on_cpu=device == "cpu",
         )
-        return io.NodeOutput(clip, ui=_report(options, clip.cond_stage_model))
+        note = text_encoder_dtype_note(COMPUTE_DTYPES[options.compute_dtype])
+        return io.NodeOutput(clip, ui=_report(options, clip.cond_stage_model, note))
 
 
 class LeanVideoCheckpointLoaderINT8(io.ComfyNode):
