@@ -612,3 +612,18 @@ def test_a_model_of_another_kind_under_an_int8_loader_is_invalid_as_the_loader_s
         "LeanVideoTextEncoderLoaderINT8 would refuse it: an LTXV diffusion model; load it with Load "
         "Diffusion Model (INT8)"
     )
+    # a diffusion model alone where Load Checkpoint (INT8) reads: it needs the VAE beside it
+    (models / "checkpoints").mkdir()
+    dit = {"model.diffusion_model.transformer_blocks.0.attn1.to_q.weight": torch.zeros(4, 4)}
+    save_file(dit, str(models / "checkpoints" / "dit-only.safetensors"))
+    save_file(
+        {**dit, "vae.decoder.conv_in.weight": torch.zeros(4)}, str(models / "checkpoints" / "c.safetensors")
+    )
+    workflow = {
+        str(n): {"class_type": "LeanVideoCheckpointLoaderINT8", "inputs": {"ckpt_name": name}}
+        for n, name in enumerate(("dit-only.safetensors", "c.safetensors"), start=1)
+    }
+    path.write_text(json.dumps(workflow), encoding="utf-8")
+    by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
+    assert (by_node["1"].status, by_node["2"].status) == ("invalid", "present")
+    assert (by_node["1"].hint or "").startswith("LeanVideoCheckpointLoaderINT8 would refuse it: holds no VAE")

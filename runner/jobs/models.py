@@ -234,6 +234,11 @@ INT8_LOADERS: dict[str, bool] = {
 }
 
 
+CHECKPOINT_LOADER = "LeanVideoCheckpointLoaderINT8"
+# Where a checkpoint's VAE is, by the model configs of ComfyUI v0.3.75 (``vae_key_prefix``)
+VAE_PREFIXES = ("vae.", "first_stage_model.", "pretransform.model.", "conditioner.embedders.1.encoder.")
+
+
 def int8_layout_problem(path: Path, class_type: str) -> str | None:
     """What the node pack's INT8 loader ``class_type`` would refuse in ``path``'s header (a format it
     does not know or is newer than it, an int8 weight without its scale or with one of the wrong shape,
@@ -259,6 +264,16 @@ def int8_layout_problem(path: Path, class_type: str) -> str | None:
         # by its keys, as the loaders tell it
         wanted = "diffusion model" if dit else "text encoder"
         misplaced = describe_misplaced(keys or list(header.dtypes), source=str(path), wanted=wanted)
+        if (
+            not misplaced
+            and class_type == CHECKPOINT_LOADER
+            and not any(key.startswith(VAE_PREFIXES) for key in header.dtypes)
+        ):
+            misplaced = (  # the loader's words, short of its model config's exact prefix
+                "holds no VAE (no tensor starts with any of ComfyUI's VAE prefixes, "
+                f"{', '.join(VAE_PREFIXES)}); it is a diffusion model alone: load it with Load Diffusion "
+                "Model (INT8) and its VAE with Load VAE"
+            )
     except Int8FormatError as error:
         misplaced = str(error)
     return f"{class_type} would refuse it: {misplaced.removeprefix(f'{path}: ')}" if misplaced else None
