@@ -489,3 +489,21 @@ def test_the_editors_own_widget_inputs_are_not_warned_about() -> None:
     assert [(p.node_id, p.input_name, p.kind) for p in validate_workflow(workflow, object_info)] == [
         ("1", "preview", "warning")
     ]
+
+
+def test_an_image_not_in_the_input_folder_names_where_a_leanvideo_server_reads_it() -> None:
+    """A server that `leanvideo serve` started reads images from its own folder, not from the input/
+    of the ComfyUI it runs (a user's own ComfyUI included), which was all the message named."""
+    object_info = {
+        "LoadImage": {"input": {"required": {"image": [[], {"image_upload": True}]}}, "output": ["IMAGE"]},
+        "PreviewImage": {"input": {"required": {"images": ["IMAGE"]}}, "output_node": True},
+    }
+    workflow = {
+        "1": {"class_type": "LoadImage", "inputs": {"image": "start.png"}},
+        "2": {"class_type": "PreviewImage", "inputs": {"images": ["1", 0]}},
+    }
+    [problem] = validate_workflow(workflow, object_info)
+    assert str(problem).startswith(
+        "node 1 (LoadImage) input 'image': file 'start.png' does not exist in the server's input folder"
+    )
+    assert "a server leanvideo started has its own, .workspace/servers/<port>/base/input/" in str(problem)

@@ -232,8 +232,9 @@ def _check_value(node_id: str, class_type: str, name: str, spec: list[Any], valu
                 class_type,
                 name,
                 f"file {value!r} does not exist in the server's input folder: put it there (ComfyUI's "
-                "input/, or upload it in the editor's Load Image node); the shipped workflows' images are "
-                "in workflows/input/",
+                "input/; a server leanvideo started has its own, .workspace/servers/<port>/base/input/), or "
+                "upload it in the editor's Load Image node; the shipped workflows' images are in "
+                "workflows/input/",
             )
         ]
     try:
