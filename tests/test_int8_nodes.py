@@ -226,6 +226,11 @@ def test_a_dropdown_value_that_is_no_choice_is_named_with_the_choices(comfy_serv
     [error] = answer.json()["node_errors"][patch]["errors"]
     assert error["details"].startswith("mode - 'flash' is not one of ['auto', 'sdpa', 'sage', 'sageattn_qk")
     workflow[patch]["inputs"]["mode"] = "sageattn_qk_int8_pv_fp16_cuda"
+    # the runner's own check takes it too: the menu lists every variant (it refused one not installed)
+    from runner.graph.validate import validate_workflow
+
+    object_info = httpx.get(f"{comfy_server.url}/object_info", timeout=60).json()
+    assert not [problem for problem in validate_workflow(workflow, object_info) if problem.node_id == patch]
     with ComfyClient(comfy_server.url) as client:
         result = run_prompt(client, workflow, timeout=300)
     assert "attention left unchanged" in result.outputs[patch]["text"][0]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from leanvideo.attention_ops import (
+    SAGE_VARIANTS,
     SDPA_BACKEND,
     AttentionBackend,
     AttentionOverride,
@@ -259,7 +260,10 @@ def test_a_broken_sageattention_is_reported_as_a_failed_import(
     assert backend is SDPA_BACKEND and plan.reason == f"sageattention failed to import: {error}: PyTorch SDPA"
     backend, plan = resolve_backend("sage", cuda_available=True)
     assert backend is None and plan.reason.startswith(f"sageattention failed to import: {error}")
-    assert available_modes() == ["auto", "sdpa", "sage"]
+    # every variant is in the menu, installed or not: a workflow saved where one is runs here unpatched
+    assert available_modes() == ["auto", "sdpa", "sage", *SAGE_VARIANTS]
+    backend, plan = resolve_backend(SAGE_VARIANTS[-1], cuda_available=True)
+    assert backend is None and plan.backend == "original"
 
 
 @pytest.mark.parametrize(

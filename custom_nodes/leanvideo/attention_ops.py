@@ -127,10 +127,10 @@ def import_sage() -> tuple[Any | None, str | None]:
 
 
 def available_modes() -> list[str]:
-    """Modes for the node's menu: auto, sdpa, sage, then the sage variants the installed package has."""
-    module, _ = import_sage()
-    variants = [name for name in SAGE_VARIANTS if module is not None and hasattr(module, name)]
-    return [AUTO, SDPA, SAGE, *variants]
+    """Modes for the node's menu: auto, sdpa, sage, then every SageAttention variant, installed here or
+    not (ComfyUI's menus are what a node accepts: a workflow saved where a variant is installed runs
+    elsewhere, `leanvideo run` included, with the attention left unchanged, and the report says so)."""
+    return [AUTO, SDPA, SAGE, *SAGE_VARIANTS]
 
 
 def make_sage_backend(module: Any, function_name: str) -> AttentionBackend:

@@ -9,7 +9,7 @@ from typing import Any
 
 from comfy_api.latest import io
 
-from .attention_ops import AUTO, SAGE, SAGE_VARIANTS, SDPA, available_modes, patch_attention
+from .attention_ops import AUTO, available_modes, patch_attention
 from .memory_ops import FreeMode, release_models
 from .node_checks import choice_problem, require_linked_input
 
@@ -121,8 +121,8 @@ class LeanVideoPatchAttention(io.ComfyNode):
                     default=AUTO,
                     tooltip=(
                         "auto: SageAttention on CUDA when installed, else PyTorch SDPA. sdpa: PyTorch. "
-                        "sage (and its variants, listed when installed): the sageattention package "
-                        "(CUDA + Triton)."
+                        "sage and its variants: the sageattention package (CUDA + Triton); one this "
+                        "machine lacks leaves the attention unchanged, and the report says why."
                     ),
                 ),
             ],
@@ -131,10 +131,9 @@ class LeanVideoPatchAttention(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, mode: str | None = None) -> bool | str:
-        # every mode there is, installed here or not: a workflow saved where a SageAttention variant is
-        # installed runs elsewhere with the attention left unchanged, and the node's report says so
-        known = [AUTO, SDPA, SAGE, *SAGE_VARIANTS]
-        return True if mode is None or mode in known else f"{mode!r} is not one of {known}"
+        # every mode there is, installed here or not (the menu lists them all): a workflow saved where a
+        # SageAttention variant is installed runs elsewhere with the attention left unchanged
+        return choice_problem(cls, named=False, mode=mode)
 
     @classmethod
     def execute(cls, model: Any, mode: str) -> io.NodeOutput:
