@@ -138,7 +138,7 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
         )
     assert "not run yet" not in report
     [noted] = [e for e in events[second_run.prompt_id] if e["kind"] == "int8_kernels"]
-    assert noted["report"] == report
+    assert noted["report"] == report and noted["node_id"] == "2"  # which loader, of the prompt's several
     # only this model's choices: the server's table holds every model's, other layouts of these shapes too
     listed = [line for line in report.splitlines() if " → " in line]
     assert listed and all("row+convrot256 →" in line for line in listed), listed

@@ -51,6 +51,16 @@ def _telemetry() -> Any:
     return getattr(getattr(PromptServer, "instance", None), "leanvideo_telemetry", None)
 
 
+def _running_node() -> str | None:
+    """The id of the node ComfyUI is running (its execution context), or None outside a prompt."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return None
+    context = get_executing_context()
+    return None if context is None else str(context.node_id)
+
+
 def make_dispatcher(path: str, environ: Mapping[str, str], *, table: Path | None = None) -> KernelDispatcher:
     """The dispatcher for one loader run: ``path`` is the node's input, ``environ`` the environment."""
     telemetry = _telemetry()
@@ -88,7 +98,10 @@ def report_kernels(
             for key, choice in dispatcher.choices().items()
             if weight_shape_of(key) in shapes
         }
-        telemetry.note_event("int8_kernels", {"mode": dispatcher.mode(), "report": text, "choices": choices})
+        event = {"mode": dispatcher.mode(), "report": text, "choices": choices}
+        if (running := _running_node()) is not None:  # which loader: a prompt may have several
+            event["node_id"] = running
+        telemetry.note_event("int8_kernels", event)
     if token is not None:
         _resend_on_choice(dispatcher, token, report)
     return text
