@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,44 @@ def test_the_attempt_a_dead_worker_left_is_counted_and_logged_in_the_jobs_record
     lost, done = job.record["attempt_log"]
     assert lost == {"attempt": 1, "server": fake.url, "status": "lost", "fault": "worker", "seconds": None}
     assert (done["attempt"], done["status"], done["server"]) == (2, "success", fake.url)
+
+
+def test_a_dead_workers_prompt_comes_off_before_its_job_waits_for_a_server(tmp_path: Path) -> None:
+    """A worker restarted after a kill -9: its recovered job took the orphan off only once it had a
+    server slot, so a newer job was sent to that server first, queued behind the orphan, and the orphan
+    ran to its end. Now the orphan is taken off while every slot is busy, before the job waits."""
+    import threading
+
+    from runner.batch.pool import ServerPool
+    from runner.batch.worker import JobRunner, LeftForLater
+
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake:
+        job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
+        orphan = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", fake.url)
+        fake.running.add("0rphan00-0000")
+        pool = ServerPool([fake.url], per_server=1, probe=lambda url: True)
+        busy = pool.acquire()  # a newer job holds the only slot
+        runner = JobRunner(pool, "w")
+        ended: list[BaseException] = []
+
+        def attempt() -> None:
+            try:
+                runner.attempt(dict(job), 1)
+            except BaseException as exc:
+                ended.append(exc)
+
+        waiting = threading.Thread(target=attempt, daemon=True)
+        waiting.start()
+        deadline = time.monotonic() + 10
+        try:
+            while ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) not in fake.calls:
+                assert time.monotonic() < deadline, fake.calls
+                time.sleep(0.05)
+            assert ("POST /queue", {"delete": ["0rphan00-0000"]}) in fake.calls  # the slot still busy
+        finally:
+            runner.draining.set()  # the worker stops: the waiting job leaves for later
+            waiting.join(timeout=10)
+            pool.release(busy)
+    assert len(ended) == 1 and isinstance(ended[0], LeftForLater)
+    assert not orphan.exists()

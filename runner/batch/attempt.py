@@ -167,6 +167,7 @@ def run_attempt(
     attempt: int,
     cancelled: Callable[[], bool] | None = None,
     in_flight: InFlight | None = None,
+    lost: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
     ``cancelled`` is asked (at most every :data:`CANCEL_CHECK_S`, as the prompt's events arrive)
@@ -174,12 +175,16 @@ def run_attempt(
     ``in_flight`` holds the prompt while it is submitted or running; once it is closed (the worker is
     stopping) nothing is submitted and the prompt it still holds interrupts itself at its next event.
 
+    ``lost``: what :func:`take_off_orphans` returned for the job, when the caller took a dead worker's
+    prompts off already (before waiting for a server); None: it is done here.
+
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
     began = time.monotonic()
     # A dead worker's prompt of this job must not run on beside it. It ran, so it counts as an attempt
     # (the outcome's "lost" lists it, and this attempt's number comes after it).
-    lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
+    if lost is None:
+        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
     base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt + len(lost)}
     outcome = _attempt(job, server, base, began, cancelled, in_flight)
     return {**outcome, "lost": lost} if lost else outcome

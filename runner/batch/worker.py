@@ -45,13 +45,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from dbos import DBOS
 
-from runner.batch.attempt import InFlight, inspect_folder, output_fault, run_attempt
+from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch
+from runner.batch.orphans import take_off_orphans
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
     APP_NAME,
@@ -126,6 +128,9 @@ class JobRunner:
         if problem is not None:  # checked before a server is taken
             return output_fault(job, server=None, worker=self.worker_id, attempt=attempt, message=problem)
         left = f"job {job['job_id']}: the worker stopped before it took a server"
+        # a dead worker's prompt of this job comes off its server before this job waits for one: left
+        # there, it ran on while newer jobs queued behind it on that server
+        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
         try:
             server = self.pool.acquire(self.draining)
         except ServerError:
@@ -146,6 +151,7 @@ class JobRunner:
                 attempt=attempt,
                 cancelled=lambda: _is_cancelled(workflow_id),
                 in_flight=self.in_flight,
+                lost=lost,
             )
             failed = outcome.get("fault") == "server"
             return outcome
