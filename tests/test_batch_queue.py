@@ -287,6 +287,38 @@ def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_pa
     assert job.state == "queued" and worker.handed_back == 1  # unfinished: any worker runs it again
 
 
+def test_ctrl_c_again_while_running_jobs_finish_stops_now_and_hands_them_back(tmp_path: Path) -> None:
+    """A second Ctrl-C during the grace: the stop ended there (exit 130), the prompt kept computing,
+    and the job stayed `running` under a worker that was gone until that worker id ran again."""
+    import _thread
+
+    async def endless(fake: FakeComfy, pid: str) -> None:
+        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+        for step in range(1, 600):
+            if pid not in fake.running:
+                return
+            await fake.send(
+                {"type": "progress", "data": {"prompt_id": pid, "node": "2", "value": step, "max": 600}}
+            )
+            await asyncio.sleep(0.1)
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with FakeComfy(endless) as fake, open_client(db_url) as client:
+        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=120) as worker:
+            submit_batch(client, "g", [prepared("long")], BatchSettings(out_dir=tmp_path / "out"))
+            deadline = time.monotonic() + 20
+            while not any(call[0] == "POST /prompt" for call in fake.calls):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            again = threading.Timer(1.5, _thread.interrupt_main)  # while the stop waits out the grace
+            again.start()
+            stopping = time.monotonic()
+        assert time.monotonic() - stopping < 30  # not the 120 s of grace
+        assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
+        (job,) = list_jobs(client, "g")
+    assert job.state == "queued" and worker.handed_back == 1  # unfinished: any worker runs it again
+
+
 def test_results_and_verbs_refuse_what_they_cannot_use(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -306,10 +306,19 @@ class BatchWorker:
             self.runner.stop.set()
         self._quiet.shut_down = True
         try:
-            DBOS.destroy(workflow_completion_timeout_sec=grace)
+            try:
+                DBOS.destroy(workflow_completion_timeout_sec=grace)
+            except KeyboardInterrupt:  # Ctrl-C again while running jobs finish: stop now, as --grace 0
+                logger.warning(
+                    "worker %s: stopping now: the running jobs' prompts are taken off their servers and "
+                    "the jobs go back on the queue",
+                    self.worker_id,
+                )
+                self.runner.stop.set()
+                DBOS.destroy(workflow_completion_timeout_sec=0)  # what the interrupted destroy left
             # DBOS is down: nothing more is recorded. Jobs still running stay unfinished; their prompts
             # come off the servers, none starts any more, and only then may another worker take this id
-            # (and those jobs). Interrupted inside destroy, the id stays held until this process ends.
+            # (and those jobs). Interrupted a third time, the id stays held until this process ends.
             left = self.runner.in_flight.close()
             self.runner.stop.set()
             _cancel_left_prompts(left, self.worker_id)

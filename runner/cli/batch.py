@@ -197,8 +197,9 @@ def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
         wait = f"{running} running job(s) are taken off their servers (--grace 0)"
     else:
         wait = "no job is running on a server"
+    again = "; Ctrl-C again stops now" if running and grace > 0 else ""
     err.print(
-        f"stopping: {wait}; jobs not finished then go back on the queue for the next worker",
+        f"stopping: {wait}; jobs not finished then go back on the queue for the next worker{again}",
         highlight=False,
     )
 
