@@ -356,6 +356,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--name", ""], "batch name '': 1-80 letters"),
         (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
         (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
+        (["--db", "mysql://a:secret@h/db"], "--db 'mysql://a:***@h/db': expected sqlite:///PATH"),
         (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),
         (["--server", "http://127.0.0.1:9"], "--server: http://127.0.0.1:9 is given twice"),
         (["--server", "http://127.0.0.1:9/"], "--server: http://127.0.0.1:9 is given twice"),
@@ -528,3 +529,16 @@ def test_a_worker_counts_each_batchs_jobs_on_its_servers_apart(tmp_path: Path) -
             release.set()
             wait_for_final(client, "mine")
         assert [j.state for j in list_jobs(client, "first") + list_jobs(client, "mine")] == ["success"] * 2
+
+
+def test_a_database_password_is_starred_out_wherever_the_url_gives_it() -> None:
+    """As a connection parameter too (libpq's ``?password=``): `batch status --db "…?password=X"`
+    printed it in clear when the database could not be opened."""
+    from runner.batch.queue import redact_db_url
+
+    assert redact_db_url("postgresql://lv:s3cret@db:5432/q") == "postgresql://lv:***@db:5432/q"
+    assert (
+        redact_db_url("postgresql://lv@db/q?sslmode=require&PASSWORD=s3cret&x=1")
+        == "postgresql://lv@db/q?sslmode=require&PASSWORD=***&x=1"
+    )
+    assert redact_db_url("sqlite:////tmp/q.sqlite") == "sqlite:////tmp/q.sqlite"

@@ -98,7 +98,9 @@ def resolve_db_url(given: str | None, workspace_root: Path) -> str:
     url = given or os.environ.get(DB_ENV) or f"sqlite:///{(workspace_root / DEFAULT_DB_NAME).resolve()}"
     where = "--db" if given else f"${DB_ENV}"
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
-        raise UsageError(f"{where} {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+        raise UsageError(
+            f"{where} {redact_db_url(url)!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+        )
     database = sqlite_file(url)
     named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
     if named and database is not None and not database.parent.is_dir():  # a typo: a queue no one reads
@@ -357,5 +359,7 @@ def hand_back_jobs(client: DBOSClient, worker_id: str) -> list[str]:
 
 
 def redact_db_url(url: str) -> str:
-    """``url`` with its password starred out, for messages."""
-    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", url)
+    """``url`` with its password starred out, for messages: in the user part (``user:secret@``) and as a
+    connection parameter (``?password=secret``, libpq's name for it)."""
+    url = re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
