@@ -542,3 +542,23 @@ def test_a_database_password_is_starred_out_wherever_the_url_gives_it() -> None:
         == "postgresql://lv@db/q?sslmode=require&PASSWORD=***&x=1"
     )
     assert redact_db_url("sqlite:////tmp/q.sqlite") == "sqlite:////tmp/q.sqlite"
+
+
+def test_a_python_whose_sqlite_cannot_hold_the_queue_is_said_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under Python 3.12+ DBOS stamps SQLite rows with unixepoch('subsec'), which SQLite has from 3.42:
+    with Python 3.13 linking SQLite 3.40, every `batch submit` ended in an IntegrityError traceback."""
+    from runner.batch import queue
+    from runner.errors import WorkspaceError
+
+    assert queue.sqlite_problem((3, 11, 7), "3.40.1") is None
+    assert queue.sqlite_problem((3, 13, 0), "3.42.0") is None
+    said = queue.sqlite_problem((3, 13, 0), "3.40.1")
+    assert said is not None and "this Python (3.13.0) links SQLite 3.40.1" in said
+    monkeypatch.setattr(queue, "sqlite_problem", lambda: said)
+    db = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    with pytest.raises(WorkspaceError, match=r"needs SQLite 3.42 or newer under Python 3.12") as refused:
+        queue.resolve_db_url(db, tmp_path)
+    assert refused.value.exit_code == 3 and not (tmp_path / "q.sqlite").exists()
+    assert queue.resolve_db_url("postgresql://lv@db/q", tmp_path) == "postgresql://lv@db/q"  # unaffected

@@ -26,6 +26,8 @@ import json
 import logging
 import os
 import re
+import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from dbos import DBOS, DBOSClient, EnqueueOptions
 from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
-from runner.errors import LeanVideoError, UsageError
+from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.local.out_folder import check_out_folder
 
 logger = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ def resolve_db_url(given: str | None, workspace_root: Path) -> str:
             f"{where} {redact_db_url(url)!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
         )
     database = sqlite_file(url)
+    if database is not None and (problem := sqlite_problem()) is not None:
+        raise WorkspaceError(f"{where} {url!r}: {problem}")
     named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
     if named and database is not None and not database.parent.is_dir():  # a typo: a queue no one reads
         raise UsageError(
@@ -109,6 +113,26 @@ def resolve_db_url(given: str | None, workspace_root: Path) -> str:
             "sqlite:////absolute/file.sqlite)"
         )
     return url
+
+
+# DBOS stamps a SQLite queue's rows with unixepoch('subsec') under Python 3.12+, which SQLite has from 3.42
+SUBSEC_SQLITE = (3, 42, 0)
+
+
+def sqlite_problem(
+    python: tuple[int, ...] = sys.version_info[:3], sqlite: str = sqlite3.sqlite_version
+) -> str | None:
+    """Why this Python cannot keep the queue in SQLite (every insert failed with ``NOT NULL constraint
+    failed: workflow_status.created_at``), or None."""
+    linked = tuple(int(part) for part in sqlite.split(".")[:3])
+    if python[:2] < (3, 12) or linked >= SUBSEC_SQLITE:
+        return None
+    return (
+        f"a batch queue in SQLite needs SQLite 3.42 or newer under Python 3.12 and later (DBOS stamps its "
+        f"rows with unixepoch('subsec')); this Python ({'.'.join(map(str, python[:3]))}) links SQLite "
+        f"{sqlite}: install LeanVideo with Python 3.11 (python3.11 install.py), or keep the queue in "
+        "PostgreSQL (--db postgresql://USER@HOST:PORT/DB)"
+    )
 
 
 def sqlite_file(db_url: str) -> Path | None:
