@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -216,9 +217,22 @@ def options_for_a_workspace(args: argparse.Namespace) -> list[str]:
     return given + (["--venv"] if args.venv != REPO / ".venv" else [])
 
 
+def _stop_as_ctrl_c() -> None:
+    """SIGTERM (``timeout``, CI, docker) and SIGHUP (a closed ssh session; not under nohup) stop the
+    install as Ctrl-C does: the running pip is killed, temporary folders are removed, exit 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, interrupt)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.monotonic()
+    _stop_as_ctrl_c()
     try:
         if args.manager or is_manager_layout(REPO):
             if ignored := options_for_a_workspace(args):

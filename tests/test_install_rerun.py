@@ -42,6 +42,8 @@ def test_a_moved_venv_is_said_to_be_one(
     (venv_dir / "bin" / "python").symlink_to(sys.executable)
     (venv_dir / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\n")
     (venv_dir / "bin" / "pip").write_text("#!/old/place/.venv/bin/python\nimport pip\n")
+    (venv_dir / "lib" / "python3" / "site-packages" / "pip").mkdir(parents=True)
+    (venv_dir / "lib" / "python3" / "site-packages" / "pip" / "__init__.py").write_text("")
     assert python_env.venv_made_at(venv_dir) == Path("/old/place/.venv")
     assert python_env.ensure_python(venv_dir) == venv_dir / "bin" / "python"
     err = capsys.readouterr().err
@@ -49,6 +51,25 @@ def test_a_moved_venv_is_said_to_be_one(
     (venv_dir / "bin" / "pip").write_text(f"#!{venv_dir}/bin/python\nimport pip\n")  # where it was made
     python_env.ensure_python(venv_dir)
     assert "moved since" not in capsys.readouterr().err
+
+
+def test_a_venv_cut_short_before_it_had_pip_gets_pip_on_the_next_run(
+    inst: ModuleType,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C while install.py created the venv left its python without pip; every later run failed in
+    `pip download` ("No module named pip") with advice about the package index."""
+    import subprocess
+    import venv
+
+    venv_dir = tmp_path / ".venv"
+    venv.EnvBuilder(with_pip=False).create(venv_dir)
+    python = python_env.ensure_python(venv_dir)
+    assert "has no pip (its creation was cut short?): adding it" in capsys.readouterr().out
+    assert subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True).returncode == 0
+    python_env.ensure_python(venv_dir)
+    assert "no pip" not in capsys.readouterr().out
 
 
 def test_a_venv_that_lost_its_pyvenv_cfg_or_is_a_file_is_refused(

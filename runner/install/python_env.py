@@ -135,7 +135,13 @@ def ensure_python(venv_dir: Path | None) -> Path:
         check_disk(venv_dir, DISK_WITH_TORCH, "a new venv with torch")
         say(f"creating the venv {venv_dir}…")
         venv.EnvBuilder(with_pip=True).create(venv_dir)
-    elif (made_at := venv_made_at(venv_dir)) is not None and made_at.resolve() != venv_dir.resolve():
+        return python
+    if os.name != "nt" and not any(venv_dir.glob("lib*/python*/site-packages/pip/__init__.py")):
+        # a venv whose creation was cut short (Ctrl-C) has its python and no pip: every later step failed
+        say(f"the venv {venv_dir} has no pip (its creation was cut short?): adding it")
+        if run_command([str(python), "-m", "ensurepip", "--default-pip"], capture_output=True).returncode:
+            raise InstallError(f"{venv_dir} has no pip and ensurepip failed: remove {venv_dir} and run again")
+    if (made_at := venv_made_at(venv_dir)) is not None and made_at.resolve() != venv_dir.resolve():
         warn(
             f"the venv {venv_dir} was made at {made_at} and moved since: its scripts (pip, pytest, "
             f"activate) still point there; `leanvideo` is made again now, for the rest remove {venv_dir} "
