@@ -2,9 +2,10 @@
 
 Test tiers: every test is in exactly one, given by its marker.
 
-- ``unit``: no server, no ComfyUI (in this process or a child), no network; fast (under a minute in
-  all). Not written on tests: :func:`pytest_collection_modifyitems` gives it to every test not marked
-  with another tier, and refuses a test that asks for ``workspace`` (the installed ComfyUI) unmarked.
+- ``unit``: no server, no ComfyUI (in this process or a child), no network; fast (about 3 minutes in
+  all on two cores). Not written on tests: :func:`pytest_collection_modifyitems` gives it to every test
+  not marked with another tier, and refuses a test that asks for ``workspace`` (the installed ComfyUI)
+  unmarked.
 - ``integration``: needs the installed workspace: starts the real pinned ComfyUI server or a ComfyUI
   child process, imports ComfyUI, or builds from the package index.
 - ``browser``: drives the graph editor of a real server in headless Chromium.
