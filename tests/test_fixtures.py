@@ -391,3 +391,26 @@ def test_a_model_of_yours_under_a_tiny_name_in_your_comfyuis_models_is_refused(t
     save_file({"w": torch.zeros(2)}, str(ours.text_encoder), {STAMP_KEY: "2"})
     with pytest.raises(ShadowedFixturesError, match=r"clip_l.safetensors: another tiny model than"):
         check_not_shadowed(models, ours)
+
+
+def test_a_full_disk_while_writing_a_tiny_model_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fixtures` and `demo` on a full disk said only `error: No space left on device`: a write's
+    OSError names no file. Nothing of the file is left (it is written beside and renamed)."""
+    import errno
+
+    import runner.fixtures as fixtures_module
+    from runner.cli.main import main
+
+    def full_disk(source: Path, copy: Path, *, family: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    models = tmp_path / "models"
+    monkeypatch.setattr(fixtures_module, "_write_float_fixtures", lambda *args: None)
+    monkeypatch.setattr(fixtures_module, "int8_copy_is_current", lambda source, copy: False)
+    monkeypatch.setattr(fixtures_module, "write_int8_copy", full_disk)
+    assert main(["fixtures", str(models)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    first_copy = fixtures_module.fixture_set(models).int8_checkpoint
+    assert "No space left on device" in err and str(first_copy) in err, err

@@ -127,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     fixtures = sub.add_parser(
         "fixtures",
         help="write the deterministic tiny random-weight models",
-        epilog="exit codes: 0 written or already current, 2 DIR unusable or a model of yours under a "
-        "fixture's name (never written over), 3 not installed, 130 interrupted (nothing half-written)",
+        epilog="exit codes: 0 written or already current, 1 a file could not be written (a full disk: the "
+        "file named), 2 DIR unusable or a model of yours under a fixture's name (never written over), 3 not "
+        "installed, 130 interrupted (nothing half-written)",
     )
     fixtures.add_argument(
         "dir", nargs="?", type=given_path, help="models folder (default <workspace>/models)"
