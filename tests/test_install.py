@@ -419,6 +419,20 @@ def test_low_disk_names_the_path_and_the_free_space(inst: ModuleType, tmp_path: 
     install_comfy.check_disk(tmp_path, install_comfy.DISK_WITHOUT_TORCH, "ComfyUI", usage=usage)
 
 
+def test_a_folder_that_cannot_be_written_is_not_called_a_full_disk(
+    inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only --workspace (0 bytes free there) was "not enough disk space … 0.0 GB free"."""
+    import os
+
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: False if Path(path) == tmp_path else real_access(path, mode)
+    )
+    with pytest.raises(inst.InstallError, match=rf"cannot write at {tmp_path} for torch \(permission denied"):
+        install_comfy.check_disk(tmp_path / "ws", python_env.DISK_WITH_TORCH, "torch")
+
+
 def test_main_stops_on_low_disk_before_creating_the_venv(
     inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

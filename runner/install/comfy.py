@@ -48,10 +48,17 @@ def run_command(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[st
 
 
 def check_disk(path: Path, need: int, what: str, usage: Callable[[Path], Any] | None = None) -> None:
-    """Raise InstallError if the filesystem holding `path` has less than `need` bytes free."""
+    """Raise InstallError if `path` cannot be written (a read-only disk, a folder of another user) or the
+    filesystem holding it has less than `need` bytes free."""
     probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
+    if not os.access(probe, os.W_OK):  # said as itself, not as a full disk (a read-only one has 0 free)
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY) if hasattr(os, "statvfs") else False
+        why = "its file system is read-only" if read_only else "permission denied for this user"
+        raise InstallError(
+            f"cannot write at {probe} for {what} ({why}); point --venv/--workspace at a folder you can write"
+        )
     free = (usage or shutil.disk_usage)(probe).free
     if free < need:
         raise InstallError(
