@@ -274,10 +274,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = "verified" if record["verified"] else "NOT verified"
     comfy = f"{record['comfyui']} (v{record['comfyui_version']}, {record['source']}, {state})"
     say(f"ready in {time.monotonic() - t0:.1f} s: python {record['python']}, ComfyUI {comfy}")
-    if opts.workspace != (REPO / ".workspace").absolute() and not os.environ.get(WORKSPACE_ENV):
-        where = shlex.quote(str(opts.workspace))
-        say(f"this workspace is not the default: run leanvideo with {WORKSPACE_ENV}={where}")
+    if (hint := workspace_hint(opts.workspace, os.environ.get(WORKSPACE_ENV))) is not None:
+        say(hint)
     return 0
+
+
+def workspace_hint(used: Path, given: str | None) -> str | None:
+    """What to tell a user whose ``leanvideo`` would not find the workspace ``used`` by itself: one not
+    the default, or ``$LEANVIDEO_WORKSPACE`` (``given``) naming another or a relative path (leanvideo
+    resolves it against the folder it runs in); None when it will."""
+    where = f"{WORKSPACE_ENV}={shlex.quote(str(used))}"
+    if given:
+        named = Path(given).expanduser()
+        if not named.is_absolute() or named.absolute() != used:
+            return f"{WORKSPACE_ENV}={given} is not the workspace used here: run leanvideo with {where}"
+        return None
+    if used != (REPO / ".workspace").absolute():
+        return f"this workspace is not the default: run leanvideo with {where}"
+    return None
 
 
 if __name__ == "__main__":

@@ -574,3 +574,19 @@ def test_a_comfyui_whose_version_cannot_be_read_is_refused_before_the_pack_is_li
         inst.install(opts)
     assert not (comfy / "custom_nodes" / "leanvideo").exists()
     assert not (comfy / "custom_nodes" / "leanvideo").is_symlink()
+
+
+def test_the_workspace_hint_names_the_variable_leanvideo_needs(inst: ModuleType, tmp_path: Path) -> None:
+    """`LEANVIDEO_WORKSPACE=/x install.py --workspace /y` installed into /y without a word, and a relative
+    variable was resolved against the repository, where leanvideo later resolved it elsewhere."""
+    default = (inst.REPO / ".workspace").absolute()
+    assert inst.workspace_hint(default, None) is None
+    assert inst.workspace_hint(tmp_path, str(tmp_path)) is None
+    assert inst.workspace_hint(tmp_path, None) == (
+        f"this workspace is not the default: run leanvideo with LEANVIDEO_WORKSPACE={tmp_path}"
+    )
+    assert inst.workspace_hint(tmp_path / "y", str(tmp_path / "x")) == (
+        f"LEANVIDEO_WORKSPACE={tmp_path / 'x'} is not the workspace used here: run leanvideo with "
+        f"LEANVIDEO_WORKSPACE={tmp_path / 'y'}"
+    )
+    assert inst.workspace_hint(tmp_path / "relws", "relws") is not None  # relative: said with the absolute
