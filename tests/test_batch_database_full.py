@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.batch_bench import write_jobs
-from runner.batch.database_full import DatabaseFullWatch, full_disk_message
+from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet, full_disk_message
 from runner.local.server import ComfyServer
 from tests.batch_helpers import assert_exactly_once, jobs_of, run_batch, start_batch, wait_until
 
@@ -59,6 +59,41 @@ def test_the_records_of_a_full_database_disk_are_recognised_kept_once_and_droppe
     assert watch.failure is None and all(watch.filter(r) for r in others)
     assert [watch.filter(r) for r in (step, queue_thread, postgres)] == [False, False, False]
     assert watch.failure == "RuntimeError: (sqlite3.OperationalError) database or disk is full"  # the first
+
+
+def test_a_database_that_does_not_answer_is_said_once_a_minute_not_per_retry(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL stopped for 30 s mid-batch: DBOS's threads logged every retry with its traceback
+    (3,800 lines, 58 tracebacks); nothing was lost. Now one line says it, at most once a minute."""
+    from runner.batch import database_full
+
+    said = logging.getLogger("test.outage")
+    quiet = DatabaseOutageQuiet(said, "postgresql://lv:***@127.0.0.1:5544/q")
+    refused = RuntimeError(
+        '(psycopg.OperationalError) connection failed: connection to server at "127.0.0.1", port 5544 '
+        "failed: Connection refused"
+    )
+    outage = [
+        _record("Exception encountered in queue thread: " + str(refused)),
+        _record("Exception encountered in background workflow:", refused),
+        _record("step failed", RuntimeError("FATAL: terminating connection due to administrator command")),
+    ]
+    others = [
+        _record("workflow abc is no longer owned by this execution"),
+        _record("step failed", ValueError()),
+    ]
+    clock = [1000.0]
+    monkeypatch.setattr(database_full.time, "monotonic", lambda: clock[0])
+    with caplog.at_level(logging.WARNING, logger="test.outage"):
+        assert [quiet.filter(r) for r in outage * 20] == [False] * 60
+        assert all(quiet.filter(r) for r in others)
+        clock[0] += 61
+        assert not quiet.filter(outage[0])
+    lines = [r.getMessage() for r in caplog.records if r.name == "test.outage"]
+    assert len(lines) == 2 and quiet.dropped == 61
+    assert lines[0].startswith("the batch database postgresql://lv:***@127.0.0.1:5544/q does not answer (")
+    assert "Connection refused" in lines[0] and "retrying" in lines[0]
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 # What a full disk says: SQLite's SQLITE_FULL; PostgreSQL's disk_full ("could not extend file …: No
 # space left on device", "could not write to file …"), psycopg's DiskFull
@@ -31,6 +32,11 @@ _CHAIN_DEPTH = 8  # how far along an exception's causes to look
 def full_disk_message(record: logging.LogRecord) -> str | None:
     """The line of ``record`` (its message, or an exception in its chain) that says the database's disk
     is full; ``None`` for any other record."""
+    return _line_with(record, FULL_MARKERS)
+
+
+def _line_with(record: logging.LogRecord, markers: tuple[str, ...]) -> str | None:
+    """The first line of ``record``'s message or of an exception in its chain holding one of ``markers``."""
     texts = [record.getMessage()]
     error = record.exc_info[1] if record.exc_info else None
     for _ in range(_CHAIN_DEPTH):
@@ -40,7 +46,7 @@ def full_disk_message(record: logging.LogRecord) -> str | None:
         error = error.__cause__ or error.__context__
     for text in texts:
         for line in text.splitlines():
-            if any(marker in line for marker in FULL_MARKERS):
+            if any(marker in line for marker in markers):
                 return line.strip()
     return None
 
@@ -65,4 +71,53 @@ class DatabaseFullWatch(logging.Filter):
         with self._lock:
             if self._failure is None:
                 self._failure = line
+        return False
+
+
+# What a database that does not answer says (PostgreSQL stopped, restarting, or the network to it cut):
+# psycopg's and SQLAlchemy's connection errors, and the server's own words when it shuts down
+OUTAGE_MARKERS = (
+    "connection failed",
+    "Connection refused",
+    "could not connect",
+    "server closed the connection",
+    "terminating connection",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "consuming input failed",
+    "connection is closed",
+)
+OUTAGE_SAY_EVERY_S = 60.0
+
+
+class DatabaseOutageQuiet(logging.Filter):
+    """Drops DBOS's records of a database that does not answer (it retries each write, and each of its
+    threads logs every failure with its traceback: a 30 s PostgreSQL restart printed 3,800 lines) and
+    says instead, at most once a minute, one line on ``logger``; nothing is lost: DBOS retries."""
+
+    def __init__(self, logger: logging.Logger, database: str) -> None:
+        super().__init__()
+        self._logger = logger
+        self._database = database
+        self._lock = threading.Lock()
+        self._said_at: float | None = None
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        line = _line_with(record, OUTAGE_MARKERS)
+        if line is None:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            self.dropped += 1
+            say = self._said_at is None or now - self._said_at >= OUTAGE_SAY_EVERY_S
+            if say:
+                self._said_at = now
+        if say:
+            self._logger.warning(
+                "the batch database %s does not answer (%s); retrying: jobs on servers run on, and what "
+                "they did is recorded once it answers",
+                self._database,
+                line[:200],
+            )
         return False

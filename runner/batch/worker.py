@@ -52,7 +52,7 @@ from typing import Any
 from dbos import DBOS
 
 from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
-from runner.batch.database_full import DatabaseFullWatch
+from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet
 from runner.batch.orphans import take_off_orphans
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
@@ -257,6 +257,8 @@ class BatchWorker:
         self.runner = JobRunner(pool, self.worker_id)
         self._quiet = _CancelledJobNoise()
         self._full = DatabaseFullWatch()
+        self._down = DatabaseOutageQuiet(logger, redact_db_url(db_url))
+        self._filters: tuple[logging.Filter, ...] = (self._quiet, self._full, self._down)
         self._held = contextlib.ExitStack()
         self.handed_back = 0  # unfinished jobs put back on the queue when the worker stopped
 
@@ -264,8 +266,8 @@ class BatchWorker:
         self._held.enter_context(hold_worker_id(self.worker_id, self.db_url))  # refused when held
         try:
             register_job_workflow(self.runner)
-            logging.getLogger("dbos").addFilter(self._quiet)
-            logging.getLogger("dbos").addFilter(self._full)
+            for dbos_filter in self._filters:
+                logging.getLogger("dbos").addFilter(dbos_filter)
             DBOS(
                 config={
                     "name": APP_NAME,
@@ -284,8 +286,7 @@ class BatchWorker:
             )
         except BaseException:
             DBOS.destroy()
-            logging.getLogger("dbos").removeFilter(self._quiet)
-            logging.getLogger("dbos").removeFilter(self._full)
+            self._remove_filters()
             self._held.close()
             raise
         logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
@@ -329,8 +330,11 @@ class BatchWorker:
             # Jobs still running log their failure to record later, from their own threads: the filter
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):
-                logging.getLogger("dbos").removeFilter(self._quiet)
-                logging.getLogger("dbos").removeFilter(self._full)
+                self._remove_filters()
+
+    def _remove_filters(self) -> None:
+        for dbos_filter in self._filters:
+            logging.getLogger("dbos").removeFilter(dbos_filter)
 
     def _hand_back(self) -> None:
         """The jobs this worker left unfinished back on the queue for any worker (see
