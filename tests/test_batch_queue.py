@@ -36,7 +36,7 @@ from runner.batch.queue import (
 )
 from runner.batch.worker import BatchWorker
 from runner.cli.main import main
-from runner.errors import UsageError
+from runner.errors import ServerError, UsageError
 from runner.local.ports import pick_free_port
 from tests.fake_server import VIDEO_BYTES, WORKFLOW, FakeComfy, now_ms
 
@@ -463,8 +463,11 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
     db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
     out = tmp_path / "out"
     nobody = f"http://127.0.0.1:{pick_free_port()}"  # nothing listens there
+    answers = iter([True])  # it answered as the worker started (a worker takes no job before), then went
+    pool = ServerPool([nobody], per_server=1, probe=lambda url: next(answers, False))
     with open_client(db_url) as client:
-        with BatchWorker(db_url, ServerPool([nobody], per_server=1), worker_id="w1", grace=60) as worker:
+        with BatchWorker(db_url, pool, worker_id="w1", grace=60) as worker:
+            pool.release(pool.acquire(), server_failed=True, reason="it went away")
             submit_batch(client, "d", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
             deadline = time.monotonic() + 20
             while [j.state for j in list_jobs(client, "d")] != ["running", "running"]:  # both taken
@@ -484,6 +487,44 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
         jobs = list_jobs(client, "d")
     assert [(j.job_id, j.state) for j in jobs] == [("a", "success"), ("b", "success")]
     assert len(posted) == 2 and all(job.record and job.record["attempts"] == 1 for job in jobs)
+
+
+def test_a_worker_takes_no_job_before_one_of_its_servers_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose only server was down (a typo, a server not started yet) took jobs off the shared
+    queue and held them, `running` under its id, while another worker's servers sat idle."""
+    import threading
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    nobody = f"http://127.0.0.1:{pick_free_port()}"
+    worker = BatchWorker(db_url, ServerPool([nobody], per_server=1), worker_id="w1", grace=5)
+    ended: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            worker.__enter__()
+        except BaseException as exc:
+            ended.append(exc)
+
+    with open_client(db_url) as client:
+        submit_batch(client, "n", [prepared("a")], BatchSettings(out_dir=tmp_path / "out"))
+        with caplog.at_level(logging.WARNING, logger="runner.batch.worker"):
+            waiting = threading.Thread(target=start, daemon=True)
+            waiting.start()
+            time.sleep(7)  # past the first wait: it says so, and takes nothing
+            assert [j.state for j in list_jobs(client, "n")] == ["queued"] and waiting.is_alive()
+            worker.runner.draining.set()  # given up on
+            waiting.join(timeout=20)
+        assert len(ended) == 1 and isinstance(ended[0], ServerError)
+        said = f"worker w1: none of its servers ({nobody}) answers; it takes no job until one does"
+        assert said in caplog.text
+        with (
+            FakeComfy(lambda fake, pid: _finish(fake, pid)) as fake,
+            BatchWorker(db_url, ServerPool([fake.url], per_server=1), worker_id="w2", grace=30),
+        ):
+            wait_for_final(client, "n")
+        assert [j.state for j in list_jobs(client, "n")] == ["success"]
 
 
 async def _finish(fake: FakeComfy, pid: str) -> None:

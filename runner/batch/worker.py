@@ -80,6 +80,9 @@ HAND_BACK_WAIT_S = 10.0  # on stop, how long attempts whose prompts came off get
 LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
 
+FIRST_ANSWER_WAIT_S = 5.0  # how long a starting worker waits for a server before saying none answers
+
+
 class LeftForLater(BaseException):
     """Raised out of a job whose worker began stopping before the job took a server. A BaseException on
     purpose: DBOS records only what derives from Exception, so neither the step nor the job is
@@ -265,6 +268,7 @@ class BatchWorker:
     def __enter__(self) -> BatchWorker:
         self._held.enter_context(hold_worker_id(self.worker_id, self.db_url))  # refused when held
         try:
+            self._wait_for_a_server()
             register_job_workflow(self.runner)
             for dbos_filter in self._filters:
                 logging.getLogger("dbos").addFilter(dbos_filter)
@@ -331,6 +335,26 @@ class BatchWorker:
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):
                 self._remove_filters()
+
+    def _wait_for_a_server(self) -> None:
+        """Return once a server of the pool answers: a worker whose servers were all down took jobs off
+        the shared queue and held them, while other workers sat idle."""
+        quick = threading.Event()
+        timer = threading.Timer(FIRST_ANSWER_WAIT_S, quick.set)
+        timer.start()
+        try:
+            url = self.pool.acquire(quick)
+        except ServerError:
+            logger.warning(
+                "worker %s: none of its servers (%s) answers; it takes no job until one does",
+                self.worker_id,
+                ", ".join(self.pool.urls),
+            )
+            url = self.pool.acquire(self.runner.draining)  # set: given up (a test), Ctrl-C raises instead
+            logger.warning("worker %s: %s answers; taking jobs", self.worker_id, url)
+        finally:
+            timer.cancel()
+        self.pool.release(url)
 
     def _remove_filters(self) -> None:
         for dbos_filter in self._filters:
