@@ -85,6 +85,8 @@ def _run_two_workers(fleets: list[list[str]], tmp_path: Path) -> None:
             for worker in workers:
                 os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C: finish running jobs (none) and stop
             assert [worker.wait(timeout=60) for worker in workers] == [0, 0]
+            for log in logs:  # each says it ended, and that nothing went back (every job had ended)
+                assert log.read_text(encoding="utf-8").rstrip().endswith("stopped"), log.read_text()[-2000:]
             jobs = jobs_of(db_url, "shared")
         finally:
             for worker in workers:

@@ -53,8 +53,18 @@ def test_a_batch_is_queued_once_cancelled_and_requeued(tmp_path: Path) -> None:
     with open_client(db_url) as client:
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 2
         assert submit_batch(client, "b", [prepared("a"), prepared("b", 2)], settings) == 0
-        with pytest.raises(UsageError, match="already has jobs with the ids b but other settings"):
+        with pytest.raises(
+            UsageError, match=r"already has jobs with the ids b but other settings \(workflow "
+        ):
             submit_batch(client, "b", [prepared("a"), prepared("b", 3)], settings)
+        # which setting differs is named: it said all six whatever differed
+        elsewhere = BatchSettings(out_dir=tmp_path / "other", timeout=60)
+        with pytest.raises(UsageError) as refused:
+            submit_batch(client, "b", [prepared("a"), prepared("b", 2)], elsewhere)
+        assert (
+            f"other settings (--out: {tmp_path / 'out'} then, {tmp_path / 'other'} now, --timeout); submit "
+            "under another --name" in str(refused.value)
+        )
         assert [(j.job_id, j.state) for j in list_jobs(client, "b")] == [("a", "queued"), ("b", "queued")]
         assert cancel_batch(client, "b") == 2
         assert {j.state for j in list_jobs(client, "b")} == {"cancelled"}
@@ -342,7 +352,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
     assert main(["batch", "results", "m", "--out", str(ours), *db]) == 0  # its own manifest: refreshed
     for verb in ("cancel", "retry", "status"):
         assert main(["batch", verb, "nosuch", *db]) == 1
-        assert "no batch named 'nosuch'" in capsys.readouterr().err
+        assert f"no batch named 'nosuch' in {db_url}" in capsys.readouterr().err.replace("\n", "")
 
 
 @pytest.mark.parametrize(
@@ -575,7 +585,7 @@ def test_a_worker_counts_each_batchs_jobs_on_its_servers_apart(tmp_path: Path) -
 def test_a_database_password_is_starred_out_wherever_the_url_gives_it() -> None:
     """As a connection parameter too (libpq's ``?password=``): `batch status --db "…?password=X"`
     printed it in clear when the database could not be opened."""
-    from runner.batch.queue import redact_db_url
+    from runner.batch.database_url import redact_db_url
 
     assert redact_db_url("postgresql://lv:s3cret@db:5432/q") == "postgresql://lv:***@db:5432/q"
     assert (
@@ -590,7 +600,7 @@ def test_a_python_whose_sqlite_cannot_hold_the_queue_is_said_before_anything_run
 ) -> None:
     """Under Python 3.12+ DBOS stamps SQLite rows with unixepoch('subsec'), which SQLite has from 3.42:
     with Python 3.13 linking SQLite 3.40, every `batch submit` ended in an IntegrityError traceback."""
-    from runner.batch import queue
+    from runner.batch import database_url as queue
     from runner.errors import WorkspaceError
 
     assert queue.sqlite_problem((3, 11, 7), "3.40.1") is None

@@ -24,10 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import sqlite3
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,9 +34,10 @@ from typing import Any
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
 from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
+from runner.batch.database_url import redact_db_url, sqlite_file
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
-from runner.errors import LeanVideoError, UsageError, WorkspaceError
+from runner.errors import LeanVideoError, UsageError
 from runner.local.out_folder import check_out_folder
 
 logger = logging.getLogger(__name__)
@@ -48,8 +46,6 @@ APP_NAME = "leanvideo"
 APP_VERSION = "leanvideo-batch-1"  # the job spec's format: workers dequeue only their own version
 QUEUE = "leanvideo-batch"
 JOB_WORKFLOW = "leanvideo.batch.job"
-DB_ENV = "LEANVIDEO_DB"
-DEFAULT_DB_NAME = "batch.sqlite"
 ID_QUERY_SLICE = 500  # workflow ids per query (SQLite allows 32766 variables, older builds 999)
 BATCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
@@ -93,53 +89,6 @@ class JobState:
     completed_ms: int | None
     error: str | None = None
     worker: str | None = None  # the DBOS executor that holds or last held the job
-
-
-def resolve_db_url(given: str | None, workspace_root: Path) -> str:
-    """``given``, else ``$LEANVIDEO_DB``, else a SQLite file in the workspace."""
-    url = given or os.environ.get(DB_ENV) or f"sqlite:///{(workspace_root / DEFAULT_DB_NAME).resolve()}"
-    where = "--db" if given else f"${DB_ENV}"
-    if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
-        raise UsageError(
-            f"{where} {redact_db_url(url)!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
-        )
-    database = sqlite_file(url)
-    if database is not None and (problem := sqlite_problem()) is not None:
-        raise WorkspaceError(f"{where} {url!r}: {problem}")
-    named = given or os.environ.get(DB_ENV)  # the workspace's own is made with the workspace
-    if named and database is not None and not database.parent.is_dir():  # a typo: a queue no one reads
-        raise UsageError(
-            f"{where} {url!r}: the folder {database.parent} does not exist (sqlite:///relative/file.sqlite, "
-            "sqlite:////absolute/file.sqlite)"
-        )
-    return url
-
-
-# DBOS stamps a SQLite queue's rows with unixepoch('subsec') under Python 3.12+, which SQLite has from 3.42
-SUBSEC_SQLITE = (3, 42, 0)
-
-
-def sqlite_problem(
-    python: tuple[int, ...] = sys.version_info[:3], sqlite: str = sqlite3.sqlite_version
-) -> str | None:
-    """Why this Python cannot keep the queue in SQLite (every insert failed with ``NOT NULL constraint
-    failed: workflow_status.created_at``), or None."""
-    linked = tuple(int(part) for part in sqlite.split(".")[:3])
-    if python[:2] < (3, 12) or linked >= SUBSEC_SQLITE:
-        return None
-    return (
-        f"a batch queue in SQLite needs SQLite 3.42 or newer under Python 3.12 and later (DBOS stamps its "
-        f"rows with unixepoch('subsec')); this Python ({'.'.join(map(str, python[:3]))}) links SQLite "
-        f"{sqlite}: install LeanVideo with Python 3.11 (python3.11 install.py), or keep the queue in "
-        "PostgreSQL (--db postgresql://USER@HOST:PORT/DB)"
-    )
-
-
-def sqlite_file(db_url: str) -> Path | None:
-    """The database file of a ``sqlite:///PATH[?options]`` URL; None for another database."""
-    if not db_url.startswith("sqlite:///"):
-        return None
-    return Path(db_url.removeprefix("sqlite:///").partition("?")[0])
 
 
 def check_batch_name(name: str, *, where: str = "batch name") -> str:
@@ -211,10 +160,10 @@ def submit_batch(
         and existing[f"{name}/{s['job_id']}"] != s["digest"]
     ]  # fmt: skip
     if clashes:
+        differ = _settings_that_differ(client, name, next(s for s in specs if s["job_id"] == clashes[0]))
         raise UsageError(
             f"batch {name!r} already has jobs with the ids {', '.join(clashes[:10])} but other settings "
-            "(workflow, overrides, --out, --timeout, --max-attempts or --health-timeout); submit under "
-            "another --name"
+            f"({differ}); submit under another --name"
         )
     fresh = [s["job_id"] for s in specs if f"{name}/{s['job_id']}" not in existing]
     if existing and fresh and not add:
@@ -253,6 +202,34 @@ def submit_batch(
         queued += 1
     logger.info("batch %s: %d job(s) queued, %d already there", name, queued, len(specs) - queued)
     return queued
+
+
+# A job's settings, as a user gives them, in the order they are named when a resubmission differs
+SETTING_NAMES = {
+    "workflow": "workflow file",
+    "prompt": "workflow content",
+    "overrides": "overrides",
+    "out_dir": "--out",
+    "timeout": "--timeout",
+    "max_attempts": "--max-attempts",
+    "health_timeout": "--health-timeout",
+    "line": "line in the jobs file",
+}
+
+
+def _settings_that_differ(client: DBOSClient, name: str, spec: dict[str, Any]) -> str:
+    """Which settings of ``spec`` differ from those its job was queued with (said as the user gives
+    them: ``--out``, ``overrides``, …); the whole list when they cannot be read."""
+    queued = client.list_workflows(workflow_ids=[f"{name}/{spec['job_id']}"], load_output=False)
+    before = (
+        queued[0].input["args"][0] if queued and queued[0].input and queued[0].input.get("args") else None
+    )
+    if not isinstance(before, dict):
+        return "workflow, overrides, --out, --timeout, --max-attempts or --health-timeout"
+    differ = [said for key, said in SETTING_NAMES.items() if before.get(key) != spec.get(key)]
+    if "out_dir" in [key for key in SETTING_NAMES if before.get(key) != spec.get(key)]:
+        differ[differ.index("--out")] = f"--out: {before.get('out_dir')} then, {spec['out_dir']} now"
+    return ", ".join(differ) or "the queued job's format"
 
 
 def list_jobs(client: DBOSClient, name: str) -> list[JobState]:
@@ -312,6 +289,10 @@ def _finished_after_cancel(client: DBOSClient, workflow_ids: list[str]) -> dict[
     return finished
 
 
+class NoSuchBatchError(LeanVideoError):
+    """No job of the batch named is in the database (the CLI adds which database)."""
+
+
 def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
     """:func:`list_jobs` of a batch that must exist.
 
@@ -320,7 +301,7 @@ def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
     """
     jobs = list_jobs(client, name)
     if not jobs:
-        raise LeanVideoError(f"no batch named {name!r} in this database")
+        raise NoSuchBatchError(f"no batch named {name!r} in this database")
     return jobs
 
 
@@ -380,10 +361,3 @@ def hand_back_jobs(client: DBOSClient, worker_id: str) -> list[str]:
     if ids:
         client.resume_workflows(ids, queue_name=QUEUE)
     return ids
-
-
-def redact_db_url(url: str) -> str:
-    """``url`` with its password starred out, for messages: in the user part (``user:secret@``) and as a
-    connection parameter (``?password=secret``, libpq's name for it)."""
-    url = re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", url)
-    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)

@@ -53,6 +53,7 @@ from dbos import DBOS
 
 from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet
+from runner.batch.database_url import redact_db_url
 from runner.batch.orphans import take_off_orphans
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
@@ -62,7 +63,6 @@ from runner.batch.queue import (
     QUEUE,
     hand_back_jobs,
     open_client,
-    redact_db_url,
 )
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
 from runner.errors import LeanVideoError, ServerError

@@ -17,20 +17,19 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from runner.batch.database_url import redact_db_url, resolve_db_url, sqlite_file
 from runner.batch.jobs_file import load_batch
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
     BatchSettings,
     JobState,
+    NoSuchBatchError,
     batch_jobs,
     cancel_batch,
     check_batch_name,
     list_jobs,
     open_client,
-    redact_db_url,
-    resolve_db_url,
     retry_batch,
-    sqlite_file,
     submit_batch,
 )
 from runner.batch.results import BatchSummary, job_row, summarize, write_manifest
@@ -56,6 +55,18 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     database = sqlite_file(db_url)
     if database is not None and not database.exists():  # not made by a verb that only reads
         raise LeanVideoError(f"no batch named {name!r}: there is no batch database at {database} yet")
+    try:
+        return _read_verb(args, verb, name, db_url, console, err)
+    except NoSuchBatchError as exc:  # which database: a Postgres one is not said anywhere else
+        raise NoSuchBatchError(
+            f"{str(exc).removesuffix(' in this database')} in {redact_db_url(db_url)}"
+        ) from None
+
+
+def _read_verb(
+    args: argparse.Namespace, verb: str, name: str, db_url: str, console: Console, err: Console
+) -> int:
+    """``status``, ``results``, ``cancel`` or ``retry`` of the batch ``name``."""
     with open_client(db_url) as client:
         if verb == "status":
             jobs = batch_jobs(client, name)
@@ -184,6 +195,10 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
                 time.sleep(REFRESH_S)
         except KeyboardInterrupt:
             _say_stopping(err, worker, args.grace)
+    if worker.handed_back:
+        err.print(f"stopped: {worker.handed_back} unfinished job(s) went back on the queue", highlight=False)
+    else:
+        err.print("stopped", highlight=False)
     return 0
 
 

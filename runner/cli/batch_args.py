@@ -92,7 +92,10 @@ def add_batch_parser(sub: Any) -> None:
 
 _at_least_one = number_type(int, "whole number", least=1, rule="at least 1")
 _whole_seconds = number_type(int, "whole number of seconds", least=0, rule="0 or more seconds")
-READ_VERB_CODES = "exit codes: 0 done, 1 no batch of that name (or the database cannot be used), 2 usage"
+READ_VERB_CODES = (
+    "exit codes: 0 done (for status: the batch shown, whatever state it is in), 1 no batch of that name "
+    "(or the database cannot be used), 2 usage"
+)
 
 
 def _servers(parser: argparse.ArgumentParser, *, required: bool) -> None:

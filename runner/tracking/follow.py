@@ -142,7 +142,7 @@ def _reconcile(client: ComfyClient, prompt_id: str) -> dict[str, Any] | None:
         return entry
     raise PromptLostError(
         f"the server at {client.base_url} no longer knows prompt {prompt_id}: neither /history nor "
-        "/queue lists it (the server was probably restarted); submit it again"
+        "/queue lists it (the server was probably restarted)"
     )
 
 
