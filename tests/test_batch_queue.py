@@ -613,3 +613,26 @@ def test_a_python_whose_sqlite_cannot_hold_the_queue_is_said_before_anything_run
         queue.resolve_db_url(db, tmp_path)
     assert refused.value.exit_code == 3 and not (tmp_path / "q.sqlite").exists()
     assert queue.resolve_db_url("postgresql://lv@db/q", tmp_path) == "postgresql://lv@db/q"  # unaffected
+
+
+def test_a_prompt_that_batch_cancel_interrupted_elsewhere_is_cancelled_not_a_workflow_fault(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`batch cancel` on another machine takes the prompt off its server, whose "interrupted" can reach
+    the worker before its own check of the queue: it was logged as a workflow fault."""
+    cancelled = {"now": False}
+
+    async def cancelled_elsewhere(fake: FakeComfy, pid: str) -> None:
+        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+        await asyncio.sleep(0.2)
+        cancelled["now"] = True  # the queue says so, and the server is told to interrupt the prompt
+        fake.finish(pid, status="interrupted", outputs={})
+        data = {"prompt_id": pid, "node_id": "2", "node_type": "KSampler", "executed": []}
+        await fake.send({"type": "execution_interrupted", "data": data})
+        await fake.send({"type": "executing", "data": {"prompt_id": pid, "node": None}})  # as ComfyUI ends
+
+    job = job_spec("c", prepared("a"), BatchSettings(out_dir=tmp_path / "out", timeout=30, health_timeout=5))
+    with FakeComfy(cancelled_elsewhere) as fake, caplog.at_level(logging.INFO, logger="runner.batch"):
+        outcome = run_attempt(job, fake.url, worker="w", attempt=1, cancelled=lambda: cancelled["now"])
+    assert outcome["fault"] == "cancelled", outcome
+    assert not [r for r in caplog.records if "workflow fault" in r.getMessage()], caplog.text

@@ -233,6 +233,8 @@ def _attempt(
     except LeanVideoError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
+        if fault != "cancelled" and _was_cancelled(cancelled):  # `batch cancel` elsewhere took the prompt
+            fault = "cancelled"  # off the server, which said "interrupted": no one's fault
         if in_flight is not None and in_flight.closed:  # the worker stopped and took the prompt off
             logger.info("job %s on %s: stopped with the worker; it runs again with that worker id", *where)
         else:
@@ -267,6 +269,14 @@ def _attempt(
     (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     drop_note(partial)
     return _publish(job, partial, record)
+
+
+def _was_cancelled(cancelled: Callable[[], bool] | None) -> bool:
+    """Whether the job was cancelled, by ``cancelled()``; False when it cannot tell (DBOS down)."""
+    try:
+        return cancelled is not None and cancelled()
+    except Exception:  # the database cannot say: the fault stays as the server gave it
+        return False
 
 
 def _stop_when(cancelled: Callable[[], bool]) -> Callable[[ClientEvent], None]:
