@@ -268,28 +268,34 @@ def test_cancel_interrupts_a_running_job_on_its_server(tmp_path: Path) -> None:
     assert not [line for line in said if "no longer owned" in line], said
 
 
+async def _endless(fake: FakeComfy, pid: str) -> None:
+    """A prompt that samples (a step every 0.1 s) until it is taken off the server."""
+    await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
+    for step in range(1, 600):
+        if pid not in fake.running:
+            return
+        await fake.send(
+            {"type": "progress", "data": {"prompt_id": pid, "node": "2", "value": step, "max": 600}}
+        )
+        await asyncio.sleep(0.1)
+
+
+def _submit_one_long_job(client: DBOSClient, fake: FakeComfy, out: Path) -> None:
+    """Queue batch ``g``'s one job and return once the worker has sent its prompt to ``fake``."""
+    submit_batch(client, "g", [prepared("long")], BatchSettings(out_dir=out))
+    deadline = time.monotonic() + 20
+    while not any(call[0] == "POST /prompt" for call in fake.calls):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_a_worker_stopped_without_grace_takes_its_prompts_off_the_servers(tmp_path: Path) -> None:
     """``--grace 0`` (or a grace that ran out): the job stays unfinished and goes back on the queue, so
     the prompt it left is interrupted on its server instead of keeping it busy for nothing."""
-
-    async def endless(fake: FakeComfy, pid: str) -> None:
-        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
-        for step in range(1, 600):
-            if pid not in fake.running:
-                return
-            await fake.send(
-                {"type": "progress", "data": {"prompt_id": pid, "node": "2", "value": step, "max": 600}}
-            )
-            await asyncio.sleep(0.1)
-
     db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
-    with FakeComfy(endless) as fake, open_client(db_url) as client:
+    with FakeComfy(_endless) as fake, open_client(db_url) as client:
         with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=0) as worker:
-            submit_batch(client, "g", [prepared("long")], BatchSettings(out_dir=tmp_path / "out"))
-            deadline = time.monotonic() + 20
-            while not any(call[0] == "POST /prompt" for call in fake.calls):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            _submit_one_long_job(client, fake, tmp_path / "out")
             time.sleep(0.5)
         assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
         assert not worker.runner.in_flight  # the attempt saw its prompt end (and recorded nothing)
@@ -302,24 +308,10 @@ def test_ctrl_c_again_while_running_jobs_finish_stops_now_and_hands_them_back(tm
     and the job stayed `running` under a worker that was gone until that worker id ran again."""
     import _thread
 
-    async def endless(fake: FakeComfy, pid: str) -> None:
-        await fake.send({"type": "execution_start", "data": {"prompt_id": pid, "timestamp": now_ms()}})
-        for step in range(1, 600):
-            if pid not in fake.running:
-                return
-            await fake.send(
-                {"type": "progress", "data": {"prompt_id": pid, "node": "2", "value": step, "max": 600}}
-            )
-            await asyncio.sleep(0.1)
-
     db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
-    with FakeComfy(endless) as fake, open_client(db_url) as client:
+    with FakeComfy(_endless) as fake, open_client(db_url) as client:
         with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=120) as worker:
-            submit_batch(client, "g", [prepared("long")], BatchSettings(out_dir=tmp_path / "out"))
-            deadline = time.monotonic() + 20
-            while not any(call[0] == "POST /prompt" for call in fake.calls):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            _submit_one_long_job(client, fake, tmp_path / "out")
             again = threading.Timer(1.5, _thread.interrupt_main)  # while the stop waits out the grace
             again.start()
             stopping = time.monotonic()
