@@ -19,6 +19,7 @@ Exit codes: 0 done; 1 InstallError (the message says what to do); 2 a bad argume
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -264,7 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.force,
             workspace_comfyui=args.workspace_comfyui,
         )
-        record = install(opts)
+        made = not opts.workspace.exists()
+        try:
+            record = install(opts)
+        except BaseException:
+            if made:  # a workspace this run made and left empty (a failed first step) is not left behind
+                with contextlib.suppress(OSError):
+                    opts.workspace.rmdir()
+            raise
     except (InstallError, OSError, subprocess.SubprocessError) as exc:  # OSError: permissions, a full disk…
         print(f"[leanvideo] error: {exc}", file=sys.stderr)
         return 1

@@ -590,3 +590,21 @@ def test_the_workspace_hint_names_the_variable_leanvideo_needs(inst: ModuleType,
         f"LEANVIDEO_WORKSPACE={tmp_path / 'y'}"
     )
     assert inst.workspace_hint(tmp_path / "relws", "relws") is not None  # relative: said with the absolute
+
+
+def test_a_failed_first_install_leaves_no_empty_workspace_behind(
+    inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`install.py --source git --workspace X` offline failed clearly but left an empty X."""
+
+    def fails_after_making_the_folder(opts: Any) -> dict[str, Any]:
+        opts.workspace.mkdir(parents=True)
+        raise inst.InstallError("github.com unreachable")
+
+    monkeypatch.setattr(inst, "install", fails_after_making_the_folder)
+    assert inst.main(["--workspace", str(tmp_path / "ws"), "--no-venv"]) == 1
+    assert not (tmp_path / "ws").exists()
+    (tmp_path / "kept").mkdir()  # a workspace that was there before is left as it was
+    monkeypatch.setattr(inst, "install", lambda opts: (_ for _ in ()).throw(inst.InstallError("no")))
+    assert inst.main(["--workspace", str(tmp_path / "kept"), "--no-venv"]) == 1
+    assert (tmp_path / "kept").is_dir()
