@@ -527,3 +527,61 @@ def test_settings_a_library_user_gets_wrong_are_usage_errors_said_at_once() -> N
         with pytest.raises(UsageError) as caught:
             RunOptions(**bad)  # type: ignore[arg-type]
         assert isinstance(caught.value, ValueError) and caught.value.exit_code == 2
+
+
+def test_a_download_stopped_or_failed_after_the_prompt_finished_leaves_a_partial_record_and_no_cut_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C or SIGTERM during the download left a cut-off MP4 under its own name and no run.json
+    (`--json` printed a bare error); a server gone during it left an empty run folder."""
+    import runner.tracking.outputs as outputs
+
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    real = outputs._stream_once
+
+    def stopped_midway(client: Any, item: dict[str, Any], target: Path) -> int:
+        target.write_bytes(b"\0" * 1024)  # the first megabyte of a large video, say
+        raise KeyboardInterrupt
+
+    with FakeComfy(lambda fake, pid: finish_normally(fake, pid)) as fake:
+        monkeypatch.setattr(outputs, "_stream_once", stopped_midway)
+        with pytest.raises(PromptCancelledError, match="finished on the server; the download") as caught:
+            run_workflow(path, RunOptions(server=fake.url, out_dir=tmp_path / "out", validate=False))
+        run_dir = Path(caught.value.record_path).parent
+        assert sorted(p.name for p in run_dir.iterdir()) == ["run.json"]  # no cut-off clip_00001_.mp4
+        record = json.loads(Path(caught.value.record_path).read_text())
+        assert record["partial"] is True and record["status"] == "success" and record["outputs"] == []
+        assert record["error"]["message"].startswith("outputs not all downloaded (0 were): prompt ")
+
+        def gone(client: Any, item: dict[str, Any], target: Path) -> int:
+            raise ServerError("GET /view for 'clip_00001_.mp4' answered 500")
+
+        monkeypatch.setattr(outputs, "_stream_once", gone)
+        with pytest.raises(ServerError, match="answered 500") as failed:
+            run_workflow(path, RunOptions(server=fake.url, out_dir=tmp_path / "again", validate=False))
+        assert failed.value.record_path is not None and failed.value.exit_code == 4
+        monkeypatch.setattr(outputs, "_stream_once", real)
+
+
+def test_a_stalled_download_is_tried_again_where_other_timeouts_are_not() -> None:
+    """A download whose server paused mid-body (SIGSTOP) timed out once and the finished prompt's run
+    failed; other requests still end at their first timeout (a hung server must not hold `run`)."""
+    import httpx
+
+    calls: list[int] = []
+
+    def stalls_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ReadTimeout("timed out")
+        return "the file"
+
+    with ComfyClient("http://127.0.0.1:9", retry=RetryPolicy(retries=3, base_delay_s=0.01)) as comfy:
+        fail = lambda error, attempts: ServerError(str(error))  # noqa: E731
+        assert comfy.retrying("GET /view", stalls_once, (httpx.TransportError,), fail, retry_timeouts=True)
+        assert len(calls) == 2
+        calls.clear()
+        with pytest.raises(ServerError, match="timed out"):
+            comfy.retrying("GET /queue", stalls_once, (httpx.TransportError,), fail)
+        assert len(calls) == 1

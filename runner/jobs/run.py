@@ -24,7 +24,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runner.errors import LeanVideoError, OutputWriteError, ServerError, UsageError, WorkflowError
+from runner.errors import (
+    LeanVideoError,
+    OutputWriteError,
+    PromptCancelledError,
+    ServerError,
+    UsageError,
+    WorkflowError,
+)
 from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
@@ -198,16 +205,27 @@ def _write(
     applied: list[Override],
     run_dir: Path,
 ) -> tuple[Path, dict[str, Any], list[OutputFile]]:
-    """Download the outputs and write the record; on a failed prompt, whatever can be had."""
+    """Download the outputs and write the record; on a failed prompt, whatever can be had. A download
+    of a finished prompt's outputs that fails (the server gone or paused, a full disk) or is stopped
+    (Ctrl-C, SIGTERM) still writes a partial record, of the files it got, before the error goes on."""
     files: list[OutputFile] = []
     telemetry: dict[str, Any] = {"available": False, "reason": f"prompt {result.status}"}
     try:
         telemetry = client.read_telemetry(result.prompt_id)
-        files = download_outputs(client, result.outputs, run_dir)
+        download_outputs(client, result.outputs, run_dir, done=files)
     except ServerError as exc:
         if result.status == "success":
-            raise
+            raise _outputs_missing(exc, result, files, workflow, path, environment, applied, run_dir) from exc
         logger.warning("partial run %s: could not fetch outputs: %s", result.prompt_id, exc)
+    except (OutputWriteError, KeyboardInterrupt) as stop:
+        error = (
+            stop
+            if isinstance(stop, LeanVideoError)
+            else PromptCancelledError(
+                f"prompt {result.prompt_id} finished on the server; the download of its outputs was stopped"
+            )
+        )
+        raise _outputs_missing(error, result, files, workflow, path, environment, applied, run_dir) from stop
     result.retries = client.retries_made
     record = build_run_record(
         result,
@@ -220,3 +238,33 @@ def _write(
         telemetry=telemetry,
     )
     return write_run_record(record, run_dir / RECORD_NAME), record, files
+
+
+def _outputs_missing(
+    error: LeanVideoError,
+    result: PromptResult,
+    files: list[OutputFile],
+    workflow: dict[str, Any],
+    path: Path,
+    environment: dict[str, Any],
+    applied: list[Override],
+    run_dir: Path,
+) -> LeanVideoError:
+    """``error``, with the partial record of a finished prompt whose outputs did not all arrive (the
+    files it got are listed; the rest are still in the server's output folder) written for it."""
+    result.partial = True
+    result.error = {
+        "node_id": None,
+        "class_type": None,
+        "exception_type": type(error).__name__,
+        "message": f"outputs not all downloaded ({len(files)} were): {error}",
+    }
+    record = build_run_record(
+        result, workflow, path, environment, files, overrides=applied, seeds=find_seeds(workflow)
+    )
+    try:
+        error.record_path = write_run_record(record, run_dir / RECORD_NAME)
+    except OutputWriteError as unwritten:  # the disk is full: the error itself says more
+        logger.warning("no partial run record: %s", unwritten)
+    error.result = result
+    return error

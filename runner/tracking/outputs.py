@@ -113,6 +113,7 @@ def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
         lambda: _stream_to(client, item, target),
         (httpx.TransportError, _ShortRead),
         fail,
+        retry_timeouts=True,  # a stalled download (a paused server) comes back: the prompt's work is done
     )
 
 
@@ -128,6 +129,9 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
         target.unlink(missing_ok=True)
         raise
     except FileExistsError:  # the name was taken meanwhile: nothing of ours to remove
+        raise
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM mid-download: no cut-off file under the output's name
+        target.unlink(missing_ok=True)
         raise
     except OSError as exc:  # the disk filled up, the folder turned read-only
         target.unlink(missing_ok=True)
@@ -164,16 +168,23 @@ def download_file(
 
 
 def download_outputs(
-    client: ComfyClient, outputs: dict[str, Any], run_dir: Path, *, prefix: str = ""
+    client: ComfyClient,
+    outputs: dict[str, Any],
+    run_dir: Path,
+    *,
+    prefix: str = "",
+    done: list[OutputFile] | None = None,
 ) -> list[OutputFile]:
     """Download, size-check, hash and (for videos) probe every output file into ``run_dir``, each under
     its server name (``prefix`` before it); a name taken gets ``_1``, ``_2`` …: nothing is overwritten.
+
+    ``done`` (when given) gets each file as it is downloaded: what a download that fails later leaves.
 
     Raises:
         ServerError: a download failed or came back short.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    files: list[OutputFile] = []
+    files: list[OutputFile] = [] if done is None else done
     for node_id, kind, item in list_output_items(outputs):
         item = {"type": "output", **item}
         name = prefix + Path(item["filename"]).name

@@ -95,23 +95,30 @@ class ComfyClient:
         operation: Callable[[], T],
         errors: tuple[type[Exception], ...],
         fail: Callable[[Exception, int], Exception],
+        *,
+        retry_timeouts: bool = False,
     ) -> T:
         """``operation()``, repeated after each of ``errors`` (a cut connection) as the retry policy
-        and the deadline allow; when they do not, ``fail(error, attempts made)`` is raised."""
+        and the deadline allow; when they do not, ``fail(error, attempts made)`` is raised. A timeout
+        is repeated only with ``retry_timeouts`` (a download, whose server may have paused)."""
         attempt = 0
         while True:
             try:
                 return operation()
             except errors as exc:
-                if not self._retry_after(attempt, what, exc):
+                if not self._retry_after(attempt, what, exc, retry_timeouts=retry_timeouts):
                     raise fail(exc, attempt + 1) from exc
                 attempt += 1
 
-    def _retry_after(self, attempt: int, what: str, error: Exception) -> bool:
+    def _retry_after(
+        self, attempt: int, what: str, error: Exception, *, retry_timeouts: bool = False
+    ) -> bool:
         """After the network cut ``what`` (retry number ``attempt`` would be next, from 0): replace the
         connection pool, wait the backoff and return True; False when the retries or the deadline are
-        used up."""
-        if attempt >= self.retry.retries or isinstance(error, httpx.TimeoutException):
+        used up, or for a timeout unless ``retry_timeouts``."""
+        if attempt >= self.retry.retries or (
+            isinstance(error, httpx.TimeoutException) and not retry_timeouts
+        ):
             return False  # a timeout is no cut: the request already waited its whole timeout
         delay = self.retry.delay(attempt, self._rng)
         if self.deadline is not None and time.monotonic() + delay >= self.deadline:
@@ -360,7 +367,7 @@ def _why(error: Exception) -> str:
         waited = error.request.extensions.get("timeout", {}).get("read")
     except RuntimeError:  # an exception raised without its request
         waited = None
-    within = f" within {waited:g} s" if isinstance(waited, (int, float)) else ""
+    within = f" within {waited:.3g} s" if isinstance(waited, (int, float)) else ""  # 9.97, not 9.97081
     if isinstance(error, httpx.ConnectTimeout):
         return f"the connection was not taken{within} (a wrong address, or a firewall dropping it?)"
     return f"it took the connection but did not answer{within} (a hung or paused server?)"
