@@ -585,3 +585,24 @@ def test_a_stalled_download_is_tried_again_where_other_timeouts_are_not() -> Non
         with pytest.raises(ServerError, match="timed out"):
             comfy.retrying("GET /queue", stalls_once, (httpx.TransportError,), fail)
         assert len(calls) == 1
+
+
+def test_the_cancel_requests_of_a_stop_wait_seconds_not_minutes_on_a_paused_server() -> None:
+    """SIGTERM to `run` while its server was paused (SIGSTOP): each cancel request waited its 30 s, and
+    the command outlived a supervisor's grace (docker stop, timeout -k) by minutes. Fault injection a
+    real server cannot give on demand: a socket that accepts, then is silent."""
+    import socket
+
+    from runner.tracking.events import PromptTracker
+    from runner.tracking.prompt import _abandon
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        tracker = PromptTracker("p-1", dict(WORKFLOW))
+        with ComfyClient(url) as comfy:  # its own requests wait 30 s
+            began = time.monotonic()
+            result, stopped = _abandon(comfy, tracker, time.time(), began, 0, "cancelled")
+    assert time.monotonic() - began < 10  # two cancel requests and a last look, 2 s each at most
+    assert not stopped and result.partial and result.status == "cancelled"

@@ -108,6 +108,8 @@ def run_prompt(
         raise
     except FollowTimeout as late:
         if late.unreachable is not None:  # it went away mid-prompt and had not come back: no timeout
+            with client.quick(CANCEL_REQUEST_TIMEOUT_S) as quick:  # best effort: a paused server takes
+                quick.cancel(prompt_id)  # the requests in when it resumes, and does not run it on
             lost = ServerUnreachableError(
                 f"lost ComfyUI at {client.base_url} while it ran prompt {prompt_id}, and it had not come "
                 f"back when the {timeout:g} s timeout ran out: {late.unreachable}"
@@ -132,6 +134,12 @@ def run_prompt(
     if result.status != "success":
         raise PromptFailedError(describe_failure(result), result)
     return result
+
+
+# How long each request of a stop (cancel, then the prompt's last state) may wait: a server that is
+# paused takes them in when it resumes, and the command must end within a supervisor's grace (docker
+# stop, timeout -k: about 10 s)
+CANCEL_REQUEST_TIMEOUT_S = 2.0
 
 
 def _record_lost(
@@ -174,15 +182,16 @@ def _abandon(
     took the cancel requests."""
     logger.warning("cancelling prompt %s on %s (%s)", tracker.prompt_id, client.base_url, status)
     running = tracker.current_node
-    stopped = client.cancel(tracker.prompt_id)
     entry: dict[str, Any] | None = None
-    with contextlib.suppress(ServerError):
-        give_up = time.monotonic() + 5.0
-        while entry is None and time.monotonic() < give_up:
-            entry = client.history_entry(tracker.prompt_id)
-            if entry is None and not client.is_queued(tracker.prompt_id):
-                break
-            time.sleep(0.05)
+    with client.quick(CANCEL_REQUEST_TIMEOUT_S) as quick:  # a paused server held each request 30 s
+        stopped = quick.cancel(tracker.prompt_id)
+        with contextlib.suppress(ServerError):
+            give_up = time.monotonic() + 5.0
+            while entry is None and time.monotonic() < give_up:
+                entry = quick.history_entry(tracker.prompt_id)
+                if entry is None and not quick.is_queued(tracker.prompt_id):
+                    break
+                time.sleep(0.05)
     if entry is not None:
         tracker.apply_history(entry)
     tracker.status = status

@@ -89,6 +89,18 @@ class ComfyClient:
     def close(self) -> None:
         self._http.close()
 
+    def quick(self, timeout_s: float) -> ComfyClient:
+        """A client of the same server, headers and client id whose requests wait at most
+        ``timeout_s`` and are not repeated: for the cancel requests a stop sends, which a paused server
+        must not hold for 30 s each (it takes them in when it resumes)."""
+        return ComfyClient(
+            self.base_url,
+            client_id=self.client_id,
+            http_timeout=timeout_s,
+            headers=self.headers,
+            retry=RetryPolicy(retries=0),
+        )
+
     def retrying(
         self,
         what: str,
