@@ -226,9 +226,11 @@ def _settings_that_differ(client: DBOSClient, name: str, spec: dict[str, Any]) -
     )
     if not isinstance(before, dict):
         return "workflow, overrides, --out, --timeout, --max-attempts or --health-timeout"
-    differ = [said for key, said in SETTING_NAMES.items() if before.get(key) != spec.get(key)]
-    if "out_dir" in [key for key in SETTING_NAMES if before.get(key) != spec.get(key)]:
-        differ[differ.index("--out")] = f"--out: {before.get('out_dir')} then, {spec['out_dir']} now"
+    differ = [
+        f"--out: {before.get('out_dir')} then, {spec['out_dir']} now" if key == "out_dir" else said
+        for key, said in SETTING_NAMES.items()
+        if before.get(key) != spec.get(key)
+    ]
     return ", ".join(differ) or "the queued job's format"
 
 
