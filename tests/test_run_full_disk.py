@@ -21,7 +21,8 @@ def test_a_full_disk_while_downloading_names_the_file_and_leaves_no_half_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The prompt ran, the download hits a full disk: an error naming the file and where the server
-    keeps it, and nothing half-written under the output's name (a cut-off MP4 looks like a result)."""
+    keeps it, nothing half-written under the output's name (a cut-off MP4 looks like a result), and a
+    partial record of what did not arrive."""
     real_open = Path.open
 
     def full_disk(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
@@ -38,8 +39,11 @@ def test_a_full_disk_while_downloading_names_the_file_and_leaves_no_half_file(
     [run_dir] = (tmp_path / "out").iterdir()
     assert f"cannot write {run_dir / 'clip_00001_.mp4'} (No space left on device)" in str(raised.value)
     assert "still in the server's output folder as video/clip_00001_.mp4" in str(raised.value)
-    assert list(run_dir.iterdir()) == []
-    assert raised.value.exit_code == 1
+    # nothing of the video; a partial record says what did not arrive (`--json` prints it)
+    assert [p.name for p in run_dir.iterdir()] == ["run.json"] and raised.value.exit_code == 1
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["partial"] is True and record["outputs"] == []
+    assert record["error"]["message"].startswith("outputs not all downloaded (0 were): cannot write ")
 
 
 def test_a_full_disk_while_writing_the_record_leaves_no_half_record(
