@@ -30,7 +30,7 @@ import folder_paths
 import torch
 
 from .int8.dispatch import ENV_KERNEL, KernelDispatcher, forced_kernel
-from .int8.dispatch_report import weight_shape_of
+from .int8.dispatch_report import of_shapes
 from .int8.kernel_table import Choice
 from .int8.linear import kernel_of_route
 from .int8_ops import int8_weight_shapes
@@ -93,11 +93,7 @@ def report_kernels(
     text = report()
     telemetry = _telemetry()
     if telemetry is not None:
-        choices = {  # this model's: the dispatcher's table holds every model's of the server
-            key: choice.as_dict()
-            for key, choice in dispatcher.choices().items()
-            if weight_shape_of(key) in shapes
-        }
+        choices = {key: choice.as_dict() for key, choice in of_shapes(dispatcher.choices(), shapes).items()}
         event = {"mode": dispatcher.mode(), "report": text, "choices": choices}
         if (running := _running_node()) is not None:  # which loader: a prompt may have several
             event["node_id"] = running

@@ -20,6 +20,16 @@ def weight_shape_of(key: str) -> WeightShape:
     return shape_class.out_features, shape_class.in_features, shape_class.layout
 
 
+def of_shapes(choices: dict[str, Choice], weight_shapes: set[WeightShape] | None) -> dict[str, Choice]:
+    """The ``choices`` of ``weight_shapes`` only (every one when None): one model's, of the table that
+    holds every model's of the server."""
+    return {
+        key: choice
+        for key, choice in choices.items()
+        if weight_shapes is None or weight_shape_of(key) in weight_shapes
+    }
+
+
 def summarize(
     mode: str,
     choices: dict[str, Choice],
@@ -32,13 +42,8 @@ def summarize(
     one model's, the table holding every model's of the server), a reason every shape shares said once,
     shapes of ``weight_shapes`` with no choice yet counted, and the ``table`` file."""
     lines = [f"INT8 kernels: {mode}"]
-    listed: list[tuple[str, Choice]] = []
-    known: set[WeightShape] = set()
-    for key, choice in sorted(choices.items()):
-        shape = weight_shape_of(key)
-        if weight_shapes is None or shape in weight_shapes:
-            known.add(shape)
-            listed.append((key, choice))
+    listed = sorted(of_shapes(choices, weight_shapes).items())
+    known = {weight_shape_of(key) for key, _ in listed}
     # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
     shared: list[tuple[str, str]] = []
     if len(listed) > 1:
