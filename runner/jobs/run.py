@@ -210,22 +210,37 @@ def _write(
     (Ctrl-C, SIGTERM) still writes a partial record, of the files it got, before the error goes on."""
     files: list[OutputFile] = []
     telemetry: dict[str, Any] = {"available": False, "reason": f"prompt {result.status}"}
+    failure: LeanVideoError | None = None  # why a finished prompt's outputs did not all arrive
+    cause: KeyboardInterrupt | None = None  # what stopped the download, when that was a signal
     try:
         telemetry = client.read_telemetry(result.prompt_id)
         download_outputs(client, result.outputs, run_dir, done=files)
     except ServerError as exc:
         if result.status == "success":
-            raise _outputs_missing(exc, result, files, workflow, path, environment, applied, run_dir) from exc
-        logger.warning("partial run %s: could not fetch outputs: %s", result.prompt_id, exc)
-    except (OutputWriteError, KeyboardInterrupt) as stop:
-        error = (
-            stop
-            if isinstance(stop, LeanVideoError)
-            else PromptCancelledError(
+            failure = exc
+        else:
+            logger.warning("partial run %s: could not fetch outputs: %s", result.prompt_id, exc)
+    except OutputWriteError as unwritten:  # a full disk: the file and where the server keeps it named
+        if result.status != "success":  # a failed prompt's record keeps its own error (the caller's)
+            raise
+        failure = unwritten
+    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM mid-download
+        if result.status != "success":
+            raise
+        failure, cause = (
+            PromptCancelledError(
                 f"prompt {result.prompt_id} finished on the server; the download of its outputs was stopped"
-            )
+            ),
+            stop,
         )
-        raise _outputs_missing(error, result, files, workflow, path, environment, applied, run_dir) from stop
+    if failure is not None:
+        result.partial = True
+        result.error = {
+            "node_id": None,
+            "class_type": None,
+            "exception_type": type(failure).__name__,
+            "message": f"outputs not all downloaded ({len(files)} were): {failure}",
+        }
     result.retries = client.retries_made
     record = build_run_record(
         result,
@@ -237,34 +252,13 @@ def _write(
         seeds=find_seeds(workflow),
         telemetry=telemetry,
     )
-    return write_run_record(record, run_dir / RECORD_NAME), record, files
-
-
-def _outputs_missing(
-    error: LeanVideoError,
-    result: PromptResult,
-    files: list[OutputFile],
-    workflow: dict[str, Any],
-    path: Path,
-    environment: dict[str, Any],
-    applied: list[Override],
-    run_dir: Path,
-) -> LeanVideoError:
-    """``error``, with the partial record of a finished prompt whose outputs did not all arrive (the
-    files it got are listed; the rest are still in the server's output folder) written for it."""
-    result.partial = True
-    result.error = {
-        "node_id": None,
-        "class_type": None,
-        "exception_type": type(error).__name__,
-        "message": f"outputs not all downloaded ({len(files)} were): {error}",
-    }
-    record = build_run_record(
-        result, workflow, path, environment, files, overrides=applied, seeds=find_seeds(workflow)
-    )
+    if failure is None:
+        return write_run_record(record, run_dir / RECORD_NAME), record, files
     try:
-        error.record_path = write_run_record(record, run_dir / RECORD_NAME)
-    except OutputWriteError as unwritten:  # the disk is full: the error itself says more
+        failure.record_path = write_run_record(record, run_dir / RECORD_NAME)
+    except OutputWriteError as unwritten:  # the disk is full: the failure itself says more
         logger.warning("no partial run record: %s", unwritten)
-    error.result = result
-    return error
+    failure.result = result
+    if cause is not None:
+        raise failure from cause
+    raise failure
