@@ -292,7 +292,11 @@ def _finished_after_cancel(client: DBOSClient, workflow_ids: list[str]) -> dict[
 
 
 class NoSuchBatchError(LeanVideoError):
-    """No job of the batch named is in the database (the CLI adds which database)."""
+    """No job of batch ``name`` is in the database (``where``: which, when the caller knows)."""
+
+    def __init__(self, name: str, where: str = "this database") -> None:
+        super().__init__(f"no batch named {name!r} in {where}")
+        self.name = name
 
 
 def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
@@ -303,7 +307,7 @@ def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
     """
     jobs = list_jobs(client, name)
     if not jobs:
-        raise NoSuchBatchError(f"no batch named {name!r} in this database")
+        raise NoSuchBatchError(name)
     return jobs
 
 

@@ -58,9 +58,7 @@ def run_batch_command(args: argparse.Namespace, console: Console, err: Console) 
     try:
         return _read_verb(args, verb, name, db_url, console, err)
     except NoSuchBatchError as exc:  # which database: a Postgres one is not said anywhere else
-        raise NoSuchBatchError(
-            f"{str(exc).removesuffix(' in this database')} in {redact_db_url(db_url)}"
-        ) from None
+        raise NoSuchBatchError(exc.name, redact_db_url(db_url)) from None
 
 
 def _read_verb(

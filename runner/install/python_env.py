@@ -177,10 +177,12 @@ def setup_python(
     stamp = input_stamp([*(repo / f for f in PIP_INPUTS), comfy / "requirements.txt"], pin_digest, python)
     probe = probe_python(python, requirement_names(comfy / "requirements.txt"))
     check_python((probe["python"][0], probe["python"][1]))
-    if probe["missing"] and old_stamp is not None:  # installed before: something went missing since
-        say(f"missing from {python}: {', '.join(probe['missing'])} (ComfyUI needs them); installing again")
-    elif probe["missing"]:
-        pass  # a first install: everything is missing, and the steps below say what they install
+    if probe["missing"]:
+        if old_stamp is not None:  # installed before: something went missing since (a first install
+            # misses everything, and the steps below say what they install)
+            say(
+                f"missing from {python}: {', '.join(probe['missing'])} (ComfyUI needs them); installing again"
+            )
     elif not force and old_stamp == stamp and probe["torch"] and probe["leanvideo"]:
         say(f"python environment up to date (stamp matches; torch {probe['torch']})")
         return stamp

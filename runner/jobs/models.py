@@ -376,14 +376,17 @@ def _locate(models_dir: Path, folder: str | None, name: str) -> Path | None:
 def _locate_extra(extra: Mapping[str, Sequence[Path]], folder: str | None, name: str) -> Path | None:
     """The file ``name`` in the ``extra`` folders of ``folder`` (or its aliases; any when unknown)."""
     subdirs = MODEL_FOLDERS.get(folder, (folder,)) if folder else tuple(extra)
-    inside = os.path.relpath(os.path.join("/", name), "/")
-    places = (base / inside for subdir in subdirs for base in extra.get(subdir, ()))
+    places = (base / _inside(name) for subdir in subdirs for base in extra.get(subdir, ()))
     return next((place for place in places if place.is_file()), None)
 
 
 def _candidates(models_dir: Path, folder: str | None, name: str) -> list[Path]:
     """Where ``name`` of ``folder`` (or its aliases; any folder when unknown) would be, in order."""
     subdirs = MODEL_FOLDERS.get(folder, (folder,)) if folder else ALL_FOLDERS
-    # As ComfyUI reads the name: "../" cannot climb out of the folder (symlinked files still count)
-    inside = os.path.relpath(os.path.join("/", name), "/")
-    return [models_dir / subdir / inside for subdir in subdirs]
+    return [models_dir / subdir / _inside(name) for subdir in subdirs]
+
+
+def _inside(name: str) -> str:
+    """``name`` as ComfyUI reads it in a models folder: "../" cannot climb out of the folder (symlinked
+    files still count)."""
+    return os.path.relpath(os.path.join("/", name), "/")
