@@ -47,6 +47,12 @@ async def start_and_enter_node_2(fake: FakeComfy, pid: str) -> None:
     await fake.send(msg("progress", pid, node="2", value=1, max=3))
 
 
+async def vanish_in_node_2(fake: FakeComfy, pid: str) -> None:
+    """The server goes away (killed: the OOM killer) while node 2 samples."""
+    await start_and_enter_node_2(fake, pid)
+    await fake.vanish()
+
+
 async def finish_normally(fake: FakeComfy, pid: str) -> None:
     await fake.send(msg("progress", pid, node="2", value=2, max=3))
     await fake.send(msg("progress", pid, node="2", value=3, max=3))
@@ -106,12 +112,8 @@ def test_socket_drop_mid_run_resumes_following_without_duplicates(tmp_path: Path
 
 
 def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
-    async def script(fake: FakeComfy, pid: str) -> None:
-        await start_and_enter_node_2(fake, pid)
-        await fake.vanish()
-
     with (
-        FakeComfy(script) as fake,
+        FakeComfy(vanish_in_node_2) as fake,
         client(fake, reconnect_timeout=0.8) as comfy,
         pytest.raises(ServerUnreachableError, match="could not reconnect") as caught,
     ):
@@ -127,13 +129,8 @@ def test_a_vanished_server_raises_unreachable_with_a_partial_result() -> None:
 def test_a_server_gone_when_the_timeout_runs_out_is_unreachable_not_a_timeout() -> None:
     """Killed mid-prompt (the OOM killer) with --timeout shorter than the reconnect window: it was said as
     a timeout whose cancel requests went unanswered (exit 7); it is a lost server (exit 4)."""
-
-    async def script(fake: FakeComfy, pid: str) -> None:
-        await start_and_enter_node_2(fake, pid)
-        await fake.vanish()
-
     with (
-        FakeComfy(script) as fake,
+        FakeComfy(vanish_in_node_2) as fake,
         client(fake, reconnect_timeout=30) as comfy,
         pytest.raises(
             ServerUnreachableError, match=r"had not come back when the 1\.5 s timeout ran out"
