@@ -76,6 +76,27 @@ def test_a_waiting_job_gives_up_when_the_worker_stops() -> None:
         pool.acquire(stop)
 
 
+def test_the_pool_says_how_long_every_server_has_been_out_with_nothing_on_it() -> None:
+    """What a worker stands down on (``BatchWorker.check_servers``): not while one server is in, not
+    probed yet, or still holds a job, and counted from the last one to go out."""
+    probe = FakeProbe({A, B})
+    pool = ServerPool([A, B], per_server=1, probe=probe)
+    assert pool.all_out_for() is None  # not probed yet
+    a, b = pool.acquire(), pool.acquire()
+    probe.answering.clear()
+    pool.release(a, server_failed=True, reason="test")
+    assert pool.all_out_for() is None  # the other one is in, with a job on it
+    time.sleep(0.3)
+    pool.release(b, server_failed=True, reason="test")
+    out = pool.all_out_for()
+    assert out is not None and out < 0.2  # from the last one out, not the first
+    time.sleep(0.3)
+    assert (pool.all_out_for() or 0) >= 0.3
+    probe.answering.add(A)
+    assert pool.acquire() == A  # probed back in
+    assert pool.all_out_for() is None
+
+
 def test_bad_pools_are_refused() -> None:
     with pytest.raises(ValueError, match="listed twice"):
         ServerPool([A, A])
@@ -135,7 +156,7 @@ def test_only_expected_dbos_tracebacks_are_dropped() -> None:
     import logging
     import sys
 
-    from runner.batch.worker import _CancelledJobNoise
+    from runner.batch.job_noise import CancelledJobNoise
 
     def record(error: BaseException) -> logging.LogRecord:
         try:
@@ -147,7 +168,7 @@ def test_only_expected_dbos_tracebacks_are_dropped() -> None:
         pass
 
     late = RuntimeError("DBOS Error: System database accessed before DBOS was launched")
-    noise = _CancelledJobNoise()
+    noise = CancelledJobNoise()
     assert not noise.filter(record(DBOSAwaitedWorkflowCancelledError("cancelled")))
     assert noise.filter(record(late)) and noise.filter(record(ValueError("a real fault")))
     noise.shut_down = True

@@ -448,9 +448,9 @@ def test_a_job_stopped_mid_prompt_names_the_node_that_was_running(error: str, fa
 def test_a_left_prompt_the_server_did_not_take_off_is_not_said_taken_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from runner.batch.worker import _cancel_left_prompts
+    from runner.batch.orphans import cancel_left_prompts
 
-    _cancel_left_prompts({"p-1": "http://127.0.0.1:9"}, "w-1")  # nothing listens there
+    cancel_left_prompts({"p-1": "http://127.0.0.1:9"}, "w-1")  # nothing listens there
     assert "prompt p-1 on http://127.0.0.1:9 not taken off (the server did not answer)" in caplog.text
     assert "taken off the server" not in caplog.text
 
@@ -489,6 +489,78 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
         jobs = list_jobs(client, "d")
     assert [(j.job_id, j.state) for j in jobs] == [("a", "success"), ("b", "success")]
     assert len(posted) == 2 and all(job.record and job.record["attempts"] == 1 for job in jobs)
+
+
+def test_a_worker_whose_servers_all_went_away_gives_its_jobs_back_and_takes_jobs_once_one_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose only server died mid-batch held the jobs it had taken (a slot and the next one)
+    while they waited for that server to come back, however long: a batch shared with other workers
+    never ended although their servers sat idle. It now gives them back, then runs jobs again once its
+    server answers (its job workflow still bound to it: DBOS keeps registrations across a relaunch)."""
+    from runner.batch.pool import probe_server
+
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+    fake = FakeComfy(lambda fake, pid: _finish(fake, pid))  # not serving yet: its port is free
+    url = f"http://127.0.0.1:{fake.port}"
+    answers = iter([True])  # it answered as the worker started, then went
+    pool = ServerPool([url], per_server=1, probe=lambda u: next(answers, False) or probe_server(u))
+    worker = BatchWorker(db_url, pool, worker_id="w1", grace=60, stand_down_after=2)
+    done, failed = threading.Event(), []
+
+    def watch() -> None:  # what the CLI's loop does
+        try:
+            while not done.is_set():
+                worker.check_servers()  # returns at once, or once stood down and a server answers
+                time.sleep(0.1)
+        except BaseException as exc:
+            failed.append(exc)
+
+    with open_client(db_url) as client, caplog.at_level(logging.WARNING):
+        with worker:
+            pool.release(pool.acquire(), server_failed=True, reason="it went away")
+            submit_batch(client, "g", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=tmp_path))
+            deadline = time.monotonic() + 20
+            while [j.state for j in list_jobs(client, "g")] != ["running", "running"]:  # both held
+                assert time.monotonic() < deadline, list_jobs(client, "g")
+                time.sleep(0.1)
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            while [j.state for j in list_jobs(client, "g")] != ["queued", "queued"]:  # given back
+                assert time.monotonic() < deadline + 20, list_jobs(client, "g")
+                time.sleep(0.1)
+            assert worker.stood_down == 1
+            with fake:  # its server is back: it takes the jobs again and runs them
+                wait_for_final(client, "g")
+                posted = [call for call in fake.calls if call[0] == "POST /prompt"]
+            done.set()
+            watcher.join(timeout=20)
+        assert not failed
+        said = f"worker w1: none of its servers ({url}) has answered for 2 s: 2 job(s) it held went back"
+        assert said in caplog.text
+        jobs = list_jobs(client, "g")
+    assert [(j.job_id, j.state) for j in jobs] == [("a", "success"), ("b", "success")]
+    assert len(posted) == 2 and all(job.record and job.record["attempts"] == 1 for job in jobs)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_registering_the_job_workflow_again_is_not_warned_about() -> None:
+    """A worker registers its job workflow each time it launches DBOS (after a stand-down too, so the
+    workflow runs on its new pool state); DBOS's warning about a second registration of a name was
+    printed to the worker's terminal."""
+    from runner.batch.worker import JobRunner, register_job_workflow
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("dbos").addHandler(handler)  # DBOS's logger does not reach pytest's capture
+    try:
+        pool = ServerPool(["http://127.0.0.1:9"])
+        register_job_workflow(JobRunner(pool, "w1"))
+        register_job_workflow(JobRunner(pool, "w1"))
+    finally:
+        logging.getLogger("dbos").removeHandler(handler)
+    assert not [line for line in said if "registration" in line], said
 
 
 def test_a_worker_takes_no_job_before_one_of_its_servers_answers(

@@ -6,7 +6,8 @@ becomes the job's (:func:`drop_note`), and goes with the folder when the attempt
 in the middle of a job (SIGKILL, a power cut) leaves both the folder and, on its server, the prompt,
 which would keep that GPU busy for a result nobody records while the job runs again. So before a job's
 attempt, :func:`take_off_orphans` cancels each prompt noted for that job (queue delete, then interrupt;
-best effort) and removes its folder.
+best effort) and removes its folder. :func:`cancel_left_prompts` takes off the prompts a worker that
+stops early (``--grace`` ran out) leaves running.
 
 Example::
 
@@ -94,3 +95,23 @@ def _take_off(server: str, prompt_id: str) -> str:
     except Exception:  # a bad note or a gone server must not stop the job from running again
         logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
     return "could not be taken off (the server did not answer)"
+
+
+def cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
+    """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
+    servers: DBOS is shut down, so their jobs stay unfinished and go back on the queue, and a prompt
+    left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
+    for prompt_id, server in in_flight.items():
+        try:
+            with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
+                taken = client.cancel(prompt_id)  # says itself which request the server did not take
+        except Exception:  # one server's trouble must not leave the other prompts running
+            logger.exception("could not cancel prompt %s on %s", prompt_id, server)
+            continue
+        logger.warning(
+            "prompt %s on %s %s; its job goes back on the queue (worker %s stopped)",
+            prompt_id,
+            server,
+            "taken off the server" if taken else "not taken off (the server did not answer): it may run on",
+            worker_id,
+        )

@@ -68,6 +68,7 @@ class _State:
         self.failures = 0
         self.next_probe = 0.0
         self.probing = False
+        self.out_since: float | None = None  # when it last went out (monotonic); None while in
 
 
 class ServerPool:
@@ -145,6 +146,15 @@ class ServerPool:
                 for s in self._states.values()
             ]
 
+    def all_out_for(self) -> float | None:
+        """Seconds for which every server has been out with no job on it (none answers, nothing runs),
+        or ``None`` while one is in, not probed yet, or still holds a job."""
+        with self._cond:
+            states = list(self._states.values())
+            if any(s.healthy is not False or s.running or s.out_since is None for s in states):
+                return None
+            return time.monotonic() - max(s.out_since for s in states if s.out_since is not None)
+
     def _free_server(self) -> _State | None:
         free = [s for s in self._states.values() if s.healthy and s.running < self.per_server]
         return min(free, key=lambda s: s.running, default=None)
@@ -175,7 +185,7 @@ class ServerPool:
             if answered:
                 if state.healthy is False:
                     logger.warning("server %s answers again; back in the pool", state.url)
-                state.healthy, state.failures = True, 0
+                state.healthy, state.failures, state.out_since = True, 0, None
             else:
                 self._take_out(state, "no answer to GET /system_stats")
             self._cond.notify_all()
@@ -185,6 +195,8 @@ class ServerPool:
         delay = min(self._max_backoff, FIRST_BACKOFF_S * 2 ** (state.failures - 1))
         # Said once when it goes out; each probe that finds it still out is a detail
         log = logger.info if state.healthy is False else logger.warning
+        if state.healthy is not False:
+            state.out_since = time.monotonic()
         state.healthy = False
         state.next_probe = time.monotonic() + delay
         log("server %s out (%s); next probe in %.0f s", state.url, reason, delay)

@@ -10,7 +10,8 @@ so what DBOS records is the outcome of each attempt:
 
 - an attempt that fails because its **server** stopped answering is followed by another, on the
   least busy healthy server (the failed one is out of the pool until a probe answers), up to the
-  job's ``max_attempts``;
+  job's ``max_attempts``; when every server has been out :data:`STAND_DOWN_S`, the worker gives its
+  jobs back to the queue until one answers (:meth:`BatchWorker.check_servers`);
 - a **workflow** fault or a **timeout** ends the job as failed, with the node id and message;
 - the job's **result record** is the workflow's output: exactly one per job id, with every attempt in
   its ``attempt_log``, also one whose worker died while its prompt ran (``"status": "lost"``, fault
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections import Counter
@@ -54,7 +54,8 @@ from dbos import DBOS
 from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet
 from runner.batch.database_url import redact_db_url
-from runner.batch.orphans import take_off_orphans
+from runner.batch.job_noise import CancelledJobNoise, is_cancelled
+from runner.batch.orphans import cancel_left_prompts, take_off_orphans
 from runner.batch.pool import ServerPool
 from runner.batch.queue import (
     APP_NAME,
@@ -66,21 +67,19 @@ from runner.batch.queue import (
 )
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
 from runner.errors import LeanVideoError, ServerError
-from runner.transport.client import ComfyClient
-from runner.transport.retry import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
 POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
-CANCEL_TIMEOUT_S = 5.0  # per request, when a stopping worker takes its left prompts off their servers
 HAND_BACK_WAIT_S = 10.0  # on stop, how long attempts whose prompts came off get to see it, before hand-back
 # An attempt whose worker died while its prompt was out (found by the next attempt's orphan check)
 LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
 
 FIRST_ANSWER_WAIT_S = 5.0  # how long a starting worker waits for a server before saying none answers
+STAND_DOWN_S = 60.0  # none of its servers answering this long, a worker gives its jobs back (check_servers)
 
 
 class LeftForLater(BaseException):
@@ -152,7 +151,7 @@ class JobRunner:
                 server,
                 worker=self.worker_id,
                 attempt=attempt,
-                cancelled=lambda: _is_cancelled(workflow_id),
+                cancelled=lambda: is_cancelled(workflow_id),
                 in_flight=self.in_flight,
                 lost=lost,
             )
@@ -169,75 +168,25 @@ class JobRunner:
             return self._on_servers[batch]
 
 
-def _cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
-    """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
-    servers: DBOS is shut down, so their jobs stay unfinished and go back on the queue, and a prompt
-    left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
-    for prompt_id, server in in_flight.items():
-        try:
-            with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
-                taken = client.cancel(prompt_id)  # says itself which request the server did not take
-        except Exception:  # one server's trouble must not leave the other prompts running
-            logger.exception("could not cancel prompt %s on %s", prompt_id, server)
-            continue
-        logger.warning(
-            "prompt %s on %s %s; its job goes back on the queue (worker %s stopped)",
-            prompt_id,
-            server,
-            "taken off the server" if taken else "not taken off (the server did not answer): it may run on",
-            worker_id,
-        )
-
-
-def _is_cancelled(workflow_id: str | None, *, quiet: bool = False) -> bool:
-    """Whether ``batch cancel`` cancelled the job workflow (DBOS itself stops it only between steps);
-    ``quiet``: ``False`` where DBOS cannot tell (shut down, its database gone)."""
-    if workflow_id is None:
-        return False
-    try:
-        status = DBOS.get_workflow_status(workflow_id)
-    except Exception:
-        if quiet:
-            return False
-        raise
-    return status is not None and status.status == "CANCELLED"
+def _not_a_registration_again(record: logging.LogRecord) -> bool:
+    return f"registration of function '{JOB_WORKFLOW}'" not in record.getMessage()
 
 
 def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Register the job workflow, bound to ``runner``, under :data:`JOB_WORKFLOW` (again: the last
     registration in a process wins, which is how a second worker in one process gets its pool)."""
 
-    @DBOS.workflow(name=JOB_WORKFLOW)
-    def run_batch_job(job: dict[str, Any]) -> dict[str, Any]:
-        return runner.run_job(job)
+    dbos_log = logging.getLogger("dbos")
+    dbos_log.addFilter(_not_a_registration_again)  # DBOS warns of each after the first; this one is meant
+    try:
 
+        @DBOS.workflow(name=JOB_WORKFLOW)
+        def run_batch_job(job: dict[str, Any]) -> dict[str, Any]:
+            return runner.run_job(job)
+
+    finally:
+        dbos_log.removeFilter(_not_a_registration_again)
     return run_batch_job
-
-
-class _CancelledJobNoise(logging.Filter):
-    """Drops DBOS's tracebacks that are expected: for workflows that ``batch cancel`` cancelled, and,
-    once the worker shut DBOS down before its jobs ended (``--grace`` ran out), for those jobs' threads
-    failing to record what they did (they go back on the queue). DBOS's warning that a workflow "is no
-    longer owned by this execution" is dropped for a workflow that was cancelled (expected after
-    ``batch cancel``, and printed into the live progress view) and kept otherwise: two machines given
-    one --worker-id (which no local lock can see) cause it too."""
-
-    NAMES = ("DBOSAwaitedWorkflowCancelledError", "DBOSWorkflowCancelledError")
-    SHUT_DOWN = "accessed before DBOS was launched"
-    NOT_OWNED = re.compile(r"Workflow (\S+) (?:outcome was not recorded: the workflow )?is no longer owned")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.shut_down = False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if error is None:
-            not_owned = self.NOT_OWNED.match(record.getMessage())
-            return not_owned is None or not _is_cancelled(not_owned.group(1), quiet=True)
-        if self.shut_down and any(self.SHUT_DOWN in str(e) for e in (error, error.__context__) if e):
-            return False
-        return type(error).__name__ not in self.NAMES
 
 
 class BatchWorker:
@@ -251,25 +200,68 @@ class BatchWorker:
         worker_id: str | None = None,
         grace: int = DEFAULT_GRACE_S,
         log_level: str = "WARNING",
+        stand_down_after: float = STAND_DOWN_S,
     ) -> None:
         self.db_url = db_url
         self.pool = pool
         self.worker_id = worker_id or default_worker_id(pool.urls)
         self.grace = grace
         self.log_level = log_level
+        self.stand_down_after = stand_down_after
         self.runner = JobRunner(pool, self.worker_id)
-        self._quiet = _CancelledJobNoise()
+        self._quiet = CancelledJobNoise()
         self._full = DatabaseFullWatch()
         self._down = DatabaseOutageQuiet(logger, redact_db_url(db_url))
         self._filters: tuple[logging.Filter, ...] = (self._quiet, self._full, self._down)
         self._held = contextlib.ExitStack()
+        self._launched = False
         self.handed_back = 0  # unfinished jobs put back on the queue when the worker stopped
+        self.stood_down = 0  # times it gave its jobs back because none of its servers answered
 
     def __enter__(self) -> BatchWorker:
+        self._start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop taking jobs, give running ones ``grace`` seconds (none when the database can no longer be
+        written: they could not record what they did), then shut DBOS down and hand what is unfinished
+        back to the queue (with a full database, it waits for a worker of this id)."""
+        if self._launched:  # not when Ctrl-C came while a stood-down worker waited for a server
+            self.handed_back = self._stop(0 if self._full.failure is not None else self.grace)
+
+    def check_servers(self) -> None:
+        """Stand down when none of the pool's servers has answered for ``stand_down_after`` seconds and
+        no job is on one: the jobs this worker took go back on the queue, for workers whose servers
+        answer (they waited here, held, until one of these came back), and it takes jobs again once
+        one of its servers answers. Returns at once otherwise; while standing down, not before then."""
+        out = self.pool.all_out_for()
+        if out is None or out < self.stand_down_after:
+            return
+        handed = self._stop(0)
+        self.stood_down += 1
+        logger.warning(
+            "worker %s: none of its servers (%s) has answered for %.0f s: %d job(s) it held went back "
+            "on the queue for other workers",
+            self.worker_id,
+            ", ".join(self.pool.urls),
+            self.stand_down_after,
+            handed,
+        )
+        self.runner = JobRunner(self.pool, self.worker_id)  # _start binds the job workflow to it
+        self._start()
+
+    def _start(self) -> None:
+        """Launch DBOS once a server answers, holding the worker id; taking jobs from then on."""
         self._held.enter_context(hold_worker_id(self.worker_id, self.db_url))  # refused when held
         try:
             self._wait_for_a_server()
             register_job_workflow(self.runner)
+            self._quiet.shut_down = False
             for dbos_filter in self._filters:
                 logging.getLogger("dbos").addFilter(dbos_filter)
             DBOS(
@@ -293,23 +285,18 @@ class BatchWorker:
             self._remove_filters()
             self._held.close()
             raise
+        self._launched = True
         logger.info("worker %s takes up to %d job(s) from %s", self.worker_id, self.pool.slots, QUEUE)
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop taking jobs, give running ones ``grace`` seconds (none when the database can no longer be
-        written: they could not record what they did), then shut DBOS down and hand what is unfinished
-        back to the queue (with a full database, it waits for a worker of this id)."""
-        grace = 0 if self._full.failure is not None else self.grace
+    def _stop(self, grace: int) -> int:
+        """Shut DBOS down after ``grace`` seconds for running jobs, their prompts off the servers, and
+        hand the unfinished jobs back; how many went back."""
+        self._launched = False
         self.runner.draining.set()  # jobs waiting for a server leave now; those on one get the grace
         if grace <= 0:
             self.runner.stop.set()
         self._quiet.shut_down = True
+        handed = 0
         try:
             try:
                 DBOS.destroy(workflow_completion_timeout_sec=grace)
@@ -326,15 +313,16 @@ class BatchWorker:
             # (and those jobs). Interrupted a third time, the id stays held until this process ends.
             left = self.runner.in_flight.close()
             self.runner.stop.set()
-            _cancel_left_prompts(left, self.worker_id)
+            cancel_left_prompts(left, self.worker_id)
             if self._full.failure is None:  # a full database takes no write: they wait for this id
-                self._hand_back()
+                handed = self._hand_back()
             self._held.close()
         finally:
             # Jobs still running log their failure to record later, from their own threads: the filter
             # stays for them (it drops only those records)
             if not any(server.running for server in self.pool.snapshot()):
                 self._remove_filters()
+        return handed
 
     def _wait_for_a_server(self) -> None:
         """Return once a server of the pool answers: a worker whose servers were all down took jobs off
@@ -360,7 +348,7 @@ class BatchWorker:
         for dbos_filter in self._filters:
             logging.getLogger("dbos").removeFilter(dbos_filter)
 
-    def _hand_back(self) -> None:
+    def _hand_back(self) -> int:
         """The jobs this worker left unfinished back on the queue for any worker (see
         :func:`~runner.batch.queue.hand_back_jobs`); on failure they wait for a worker of this id."""
         deadline = time.monotonic() + HAND_BACK_WAIT_S  # attempts whose prompts were taken off end first
@@ -373,10 +361,10 @@ class BatchWorker:
             logger.exception(
                 "worker %s: could not hand its unfinished jobs back to the queue", self.worker_id
             )
-            return
+            return 0
         if ids:
             logger.info("worker %s handed %d unfinished job(s) back to the queue", self.worker_id, len(ids))
-        self.handed_back = len(ids)
+        return len(ids)
 
     def running_jobs(self, batch: str | None = None) -> int:
         """Jobs whose prompts are out on servers now (``batch``'s only, when given): those a stop gives

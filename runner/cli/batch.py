@@ -140,6 +140,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                 try:
                     while True:
                         worker.check_database()
+                        worker.check_servers()
                         states = list_jobs(client, name)
                         summary = summarize(states)
                         first_done = first_done if first_done is not None else summary.finished
@@ -190,6 +191,7 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
         try:
             while True:
                 worker.check_database()
+                worker.check_servers()
                 time.sleep(REFRESH_S)
         except KeyboardInterrupt:
             _say_stopping(err, worker, args.grace)
