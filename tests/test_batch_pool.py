@@ -138,10 +138,15 @@ def test_a_folder_of_another_batch_or_of_the_user_is_never_taken_for_the_jobs(tm
     assert "holds the results of another job (batch 'mon'); choose" in str(occupant_problem(tue))
     changed = occupant_problem({**mon, "digest": "changed"})  # same batch and job, another spec
     assert "holds the results of another job (other settings)" in str(changed)
-    partial, record = _finished_run(tmp_path, tue, 2)
+    partial, record = _finished_run(tmp_path, tue, 2, status="success", seconds=4.2)
+    record["files"] = [{"name": "video.mp4", "path": str(tmp_path / "1" / "video.mp4"), "bytes": 5}]
     outcome = _publish(tue, partial, record)
     assert (outcome["status"], outcome["fault"]) == ("failed", "output")
     assert f"this run's files are in {partial}" in outcome["error"]["message"]
+    # the prompt ran: the record says which, how long, and where its files are (it said 0 s and none)
+    assert (outcome["prompt_id"], outcome["seconds"], outcome["batch"]) == ("p2", 4.2, "tue")
+    assert [f["path"] for f in outcome["files"]] == [str(partial / "video.mp4")]
+    assert json.loads((partial / RESULT_NAME).read_text()) == outcome  # it said success
     assert (partial / "video.mp4").read_bytes() == b"run 2"  # kept, not deleted
     assert (tmp_path / "1" / "video.mp4").read_bytes() == b"run 1"  # mon's, untouched
     mine = tmp_path / "3"

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -301,15 +302,21 @@ def _publish(job: dict[str, Any], partial: Path, record: dict[str, Any]) -> dict
         os.rename(partial, final)  # fails on a non-empty target: a job's folder is never replaced
     except OSError:
         kept, problem = inspect_folder(job)
-        if kept is None:
+        if kept is None:  # the prompt ran: its id, time and files (where they stay) are the record's
             problem = problem or f"cannot rename {partial} to {final}"
-            return output_fault(
+            fault = output_fault(
                 job,
                 server=record["server"],
                 worker=record["worker"],
                 attempt=record["attempt"],
                 message=f"{problem}; this run's files are in {partial}",
             )
+            files = [{**f, "path": str(partial / f["name"])} for f in record.get("files", [])]
+            outcome = {**record, **fault, "prompt_id": record["prompt_id"], "files": files}
+            outcome["seconds"] = record.get("seconds", 0.0)
+            with contextlib.suppress(OSError):  # its result.json said success, naming files not there
+                (partial / RESULT_NAME).write_text(json.dumps(outcome, indent=2) + "\n", encoding="utf-8")
+            return outcome
         logger.warning("job %s already has its results in %s; discarding this run's", record["job_id"], final)
         shutil.rmtree(partial, ignore_errors=True)
         return kept
