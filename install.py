@@ -40,6 +40,7 @@ from runner.install.comfy import (
     say,
     validate_comfyui,
 )
+from runner.install.lock import LOCK_NAME, install_lock
 from runner.install.pin import PIN_FILE, InstallError, load_pin, record_pin
 from runner.install.python_env import (
     check_python,
@@ -265,14 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.force,
             workspace_comfyui=args.workspace_comfyui,
         )
-        made = not opts.workspace.exists()
-        try:
-            record = install(opts)
-        except BaseException:
-            if made:  # a workspace this run made and left empty (a failed first step) is not left behind
-                with contextlib.suppress(OSError):
-                    opts.workspace.rmdir()
-            raise
+        with install_lock(REPO / LOCK_NAME):  # a second run at once waits, then finds the first's work
+            made = not opts.workspace.exists()
+            try:
+                record = install(opts)
+            except BaseException:
+                if made:  # a workspace this run made and left empty (a failed first step) is not left
+                    with contextlib.suppress(OSError):
+                        opts.workspace.rmdir()
+                raise
     except (InstallError, OSError, subprocess.SubprocessError) as exc:  # OSError: permissions, a full disk…
         print(f"[leanvideo] error: {exc}", file=sys.stderr)
         return 1
