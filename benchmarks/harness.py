@@ -32,6 +32,7 @@ from typing import Any
 
 from benchmarks import modes
 from benchmarks.bench_servers import not_with_server, open_server, server_state_dir
+from benchmarks.caveats import comparison_caveats
 from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant, variant_slug
 from benchmarks.preflight import baseline_problems, matrix_problems
 from benchmarks.protocol import (
@@ -44,7 +45,6 @@ from benchmarks.protocol import (
 )
 from benchmarks.report import (
     PlotError,
-    comparison_caveats,
     render_csv,
     render_markdown,
     run_context,

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.caveats import attention_flags
 from benchmarks.matrix import ORDERS, Matrix, Variant
 from runner.errors import (
     PromptCancelledError,
@@ -202,6 +203,7 @@ def measure_from_record(
         # path=auto timed its INT8 kernels in this run (first use of a layer shape on this server, and
         # on a GPU int_mm_fused's compile): its time holds that, a later run's does not
         flags.append("int8_first_use")
+    flags += attention_flags(telemetry)
     available = bool(telemetry.get("available"))
     nvml_start = telemetry.get("nvml_used_start_bytes") if available else None
     memory_start = nvml_start if nvml_start is not None else telemetry.get("rss_start_bytes")

@@ -23,10 +23,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.caveats import significance_notes
 from benchmarks.matrix import Matrix
 from benchmarks.modes import DECODED_VIDEO
 from benchmarks.results import VariantResult
-from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary, repeats_for_significance
+from benchmarks.stats import SIGNIFICANCE_LEVEL, SPREAD_WARNING_RATIO, Summary
 
 if TYPE_CHECKING:  # the harness imports this module
     from benchmarks.harness import BenchSettings
@@ -88,19 +89,26 @@ def format_row(result: VariantResult) -> list[str]:
     if result.skipped is not None or result.total is None:
         return [result.name, "skipped", "–", "–", "–", "–", "–", "–", f"skipped: {result.skipped}"]
     total = result.total
-    time_cell = f"{_seconds(total.median)} [{_seconds(total.p10)}–{_seconds(total.p90)}]"
+    alone = total.n < 2  # one run: no spread, no interval (they would read 0 % and [x–x])
+    time_cell = f"{_seconds(total.median)} " + (
+        "(n=1)" if alone else f"[{_seconds(total.p10)}–{_seconds(total.p90)}]"
+    )
     speed = result.speedup
     test = result.significance
     if speed is None:
         speed_cell = "–"
     elif test is None:  # the baseline: speed-up 1 by definition, no interval against itself
         speed_cell = "1.00× (baseline)"
+    elif alone or test.n_baseline < 2:
+        speed_cell = f"{speed.ratio:.2f}× (n=1: no interval) n.s."
     else:
         speed_cell = f"{speed.ratio:.2f}× [{speed.low:.2f}–{speed.high:.2f}]" + (
             "" if test.significant else " n.s."
         )
     energy = f"{result.energy_wh.median:.2f} Wh" if result.energy_wh else "n/a"
-    spread = f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
+    spread = (
+        "n/a (n=1)" if alone else f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
+    )
     notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
     decoded = " (on decoded video)" if result.quality and result.quality.get("on") == DECODED_VIDEO else ""
     if result.quality and result.quality["psnr_db"] >= IDENTICAL_PSNR_DB:
@@ -118,54 +126,6 @@ def format_row(result: VariantResult) -> list[str]:
         _p_value(test.p_value) if test else "–",
         "; ".join(notes),
     ]
-
-
-def comparison_caveats(matrix: Matrix, results: Sequence[VariantResult]) -> list[str]:
-    """Report lines a reader of the speed-ups must see: a quality reference or baseline not measured,
-    variants timed on another server than the baseline's (launch flags), so in another time window."""
-    lines = []
-    reference = next((r for r in results if r.name == matrix.reference), None)
-    if reference is not None and reference.total is None and reference.name != matrix.baseline:
-        why = reference.skipped or reference.failed or "no measured run"
-        lines.append(f"no PSNR/SSIM: the quality reference “{reference.name}” was not measured ({why})")
-    base = next((r for r in results if r.name == matrix.baseline), None)
-    if base is not None and base.total is None:
-        why = base.skipped or base.failed or "no measured run"
-        lines.append(f"**no speed-up: the baseline “{base.name}” was not measured ({why})**")
-        return lines
-    measured = {r.name for r in results if r.total is not None}
-    base_args = next((v.server_args for v in matrix.variants if v.name == matrix.baseline), ())
-    other = [v.name for v in matrix.variants if v.server_args != base_args and v.name in measured]
-    if other:
-        lines.append(
-            f"{', '.join(other)}: timed on another server than the baseline (launch flags need one), so "
-            "the speed-up compares two time windows, and a change of the machine's load between them "
-            "counts as speed-up (its CI and p do not see it): check in the phase table that the phases "
-            "its launch flags do not touch stayed put"
-        )
-    return lines
-
-
-def significance_notes(results: Sequence[VariantResult]) -> list[str]:
-    """One line per pair of sample sizes whose smallest possible p is not below the level."""
-    notes = []
-    seen: set[tuple[int, int]] = set()
-    for result in results:
-        test = result.significance
-        if test is None or test.can_be_significant or (test.n_baseline, test.n_variant) in seen:
-            continue
-        seen.add((test.n_baseline, test.n_variant))
-        sizes = (
-            f"n={test.n_variant} per variant"
-            if test.n_baseline == test.n_variant
-            else f"n={test.n_baseline} baseline and n={test.n_variant} variant runs"
-        )
-        notes.append(
-            f"with {sizes} no difference can reach p < {test.level:g} (the smallest possible two-sided "
-            f"Mann-Whitney p is {test.p_floor:.3f}), however large it is; use --repeats ≥ "
-            f"{repeats_for_significance(test.level)}"
-        )
-    return notes
 
 
 def mode_headline(mode: str, verdict: dict[str, Any]) -> dict[str, Any]:
@@ -291,7 +251,7 @@ def render_csv(results: Sequence[VariantResult]) -> str:
                 r.skipped or "",
                 r.failed or "",
                 t.n if t else 0,
-                *((t.median, t.p10, t.p90, t.stdev, t.spread_warning) if t else ("",) * 5),
+                *((t.median, t.p10, t.p90, t.stdev if t.n > 1 else "", t.spread_warning) if t else ("",) * 5),
                 *((s.ratio, s.low, s.high) if s else ("",) * 3),
                 *((u.p_value, u.method, u.p_floor) if u else ("",) * 3),
                 r.energy_wh.median if r.energy_wh else "",

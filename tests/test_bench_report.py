@@ -7,6 +7,7 @@ import io
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -307,7 +308,7 @@ def test_bench_exits_6_when_a_variant_failed() -> None:
 
 
 def test_the_report_says_when_speed_ups_cannot_be_read_as_usual() -> None:
-    from benchmarks.report import comparison_caveats
+    from benchmarks.caveats import comparison_caveats
 
     variants = (
         SimpleNamespace(name="base", server_args=()),
@@ -447,3 +448,47 @@ def test_ctrl_c_in_a_load_test_cancels_the_running_prompts_and_starts_no_job(
     finally:
         signal.signal(signal.SIGINT, previous)
     assert len(started) == 2 and len(cancelled) == 2
+
+
+def test_one_run_per_variant_shows_no_spread_and_no_interval() -> None:
+    """n=1 read as perfectly precise: spread "0.0 %" and "1.37× [1.37–1.37]" (the first H200 tables)."""
+    base = build_variant_result("base", [_run("base", 0, 10.0)], [10.0], is_baseline=True)
+    fast = build_variant_result("fast", [_run("fast", 0, 8.0)], [10.0])
+    rows = {line.split("|")[1].strip(): line for line in render_markdown_rows([base, fast])}
+    assert "10.00 s (n=1)" in rows["base"] and "n/a (n=1)" in rows["base"]
+    assert "1.25× (n=1: no interval) n.s." in rows["fast"] and "0.0 %" not in rows["fast"]
+    table = list(csv.DictReader(io.StringIO(render_csv([base, fast]))))
+    assert [row["total_stdev_s"] for row in table] == ["", ""]
+    three = _results()[:2]  # n=3: the interval and spread as before
+    assert "[" in render_markdown_rows(three)[1].split("|")[3]
+
+
+def render_markdown_rows(results: list[Any]) -> list[str]:
+    from benchmarks.report import format_row
+
+    return ["| " + " | ".join(format_row(result)) + " |" for result in results]
+
+
+def test_what_patch_attention_did_is_in_each_runs_flags_and_an_unpatched_one_is_called_out() -> None:
+    """A variant whose Patch Attention left the attention unchanged (SageAttention not installed) was
+    a measured row with a speed-up and nothing in its notes."""
+    from benchmarks.caveats import attention_flags, comparison_caveats
+
+    unchanged = {"kind": "attention", "key": "not patched: sageattention is not installed: attention left "
+                 "unchanged", "calls": 1, "outcome": "not patched"}  # fmt: skip
+    ran = {"kind": "attention", "key": "sdpa", "calls": 32, "outcome": "ran"}
+    other = {"kind": "int8_kernels", "key": "x"}
+    assert attention_flags({"events": [other, ran]}) == ["attention ran: sdpa"]
+    flags = attention_flags({"events": [unchanged]})
+    assert flags == ["attention not patched (sageattention is not installed: attention left unchanged)"]
+    record = {"timing": {"wall_s": 2.0}, "telemetry": {"events": [unchanged]}}
+    measure = measure_from_record(record, Path("run.json"), "sage", 0, False)
+    assert measure.flags == tuple(flags)
+    base, fast, _ = _results()
+    sage = build_variant_result("sage", [replace(r, flags=tuple(flags)) for r in fast.runs], [10.0, 10.2])
+    same = (SimpleNamespace(name="base", server_args=()), SimpleNamespace(name="sage", server_args=()))
+    matrix = SimpleNamespace(baseline="base", reference="base", variants=same)
+    assert comparison_caveats(matrix, [base, sage]) == [
+        f"**sage: {flags[0]}: its speed-up is not the attention's**"
+    ]
+    assert f"{flags[0]} ×3" in render_markdown_rows([sage])[0]
