@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchmarks.matrix import Variant
@@ -60,16 +60,40 @@ def matrix_problems(
     return problems
 
 
-def baseline_problems(baseline: Variant, runnable: list[Variant], on_cpu: bool) -> list[str]:
+def baseline_problems(
+    baseline: Variant, runnable: list[Variant], on_cpu: bool, variants: Sequence[Variant] = ()
+) -> list[str]:
     """The baseline, when it is not among the ``runnable`` variants: skipped, it would leave every
-    speed-up (and ``--soak``/``--load``, run on its server) out, after all the other runs."""
-    if baseline in runnable:
-        return []
-    if on_cpu and baseline.skip_on_cpu:
-        why = f"on CPU: {baseline.skip_on_cpu}"
-    else:
-        why = f"it needs server flags {' '.join(baseline.server_args)}, not with --server"
-    return [f"the baseline {baseline.name!r} would be skipped ({why}): choose another with --baseline"]
+    speed-up (and ``--soak``/``--load``, run on its server) out, after all the other runs. And the
+    baseline alone runnable of ``variants`` (the matrix's, after ``--variant``): a table of one row,
+    nothing compared, that exited 0."""
+    if baseline not in runnable:
+        why = _why_not_here(baseline, on_cpu)
+        why = why if why.startswith("on CPU") else f"it {why}"
+        return [f"the baseline {baseline.name!r} would be skipped ({why}): choose another with --baseline"]
+    others = [variant for variant in variants if variant is not baseline]
+    if others and not any(variant is not baseline for variant in runnable):
+        whys = [(variant.name, _why_not_here(variant, on_cpu)) for variant in others]
+        reasons = "; ".join(
+            f"{name!r} {'is skipped ' if why.startswith('on CPU') else ''}{why}" for name, why in whys
+        )
+        flagged = any(not (on_cpu and variant.skip_on_cpu) for variant in others)
+        without = (
+            "run the bench without --server (it starts a server with each variant's flags) or "
+            if flagged
+            else ""
+        )
+        return [
+            f"only the baseline {baseline.name!r} can run here, so nothing would be compared ({reasons}): "
+            f"{without}choose variants that run here"
+        ]
+    return []
+
+
+def _why_not_here(variant: Variant, on_cpu: bool) -> str:
+    if on_cpu and variant.skip_on_cpu:
+        return f"on CPU: {variant.skip_on_cpu}"
+    return f"needs server flags {' '.join(variant.server_args)}, not with --server"
 
 
 def _override_problems(

@@ -399,6 +399,18 @@ def test_a_baseline_that_would_be_skipped_is_a_problem_before_any_run() -> None:
     ]
     (said,) = baseline_problems(flagged, plain, on_cpu=False)
     assert f"(it needs server flags {' '.join(flagged.server_args)}, not with --server)" in said
+    # the baseline alone runnable of the variants asked for (--variant of flagged ones, with --server):
+    # a table of one row, nothing compared, that exited 0
+    base = plain[0]
+    (said,) = baseline_problems(base, [base], on_cpu=False, variants=[base, flagged])
+    assert said == (
+        f"only the baseline {base.name!r} can run here, so nothing would be compared ({flagged.name!r} "
+        f"needs server flags {' '.join(flagged.server_args)}, not with --server): run the bench without "
+        "--server (it starts a server with each variant's flags) or choose variants that run here"
+    )
+    (said,) = baseline_problems(base, [base], on_cpu=True, variants=[base, compiled])
+    assert said.endswith(f"is skipped on CPU: {compiled.skip_on_cpu}): choose variants that run here")
+    assert baseline_problems(base, plain, on_cpu=False, variants=[*plain, flagged]) == []
 
 
 def test_a_server_group_the_budget_did_not_reach_is_said_with_its_variants(
