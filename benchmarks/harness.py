@@ -253,8 +253,8 @@ def _run_on_server(
         ]
         here = group[0].server_args
         problems = matrix_problems(runnable, base, object_info, settings.overrides, server_args=here)
-        baseline = matrix.variant(matrix.baseline)
-        if problems := baseline_problems(baseline, runnable, on_cpu, matrix.variants) + problems:
+        first = matrix.variant(matrix.baseline)
+        if problems := baseline_problems(first, runnable, on_cpu, matrix.variants) + problems:
             listed = "\n  ".join(problems)
             raise WorkflowError(f"{matrix.path}: {len(problems)} problem(s); nothing was run:\n  {listed}")
     extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]

@@ -357,4 +357,16 @@ def run_context(matrix: Matrix, settings: BenchSettings, environment: dict[str, 
         ),
         f"device {device.get('name')} ({device.get('type')}), torch {environment.get('pytorch_version')}, "
         f"ComfyUI {environment.get('comfyui_version')}, LeanVideo {environment.get('leanvideo_version')}",
+        *([_given_server(settings.servers, environment)] if settings.servers else []),
     ]
+
+
+def _given_server(servers: Sequence[str], environment: dict[str, Any]) -> str:
+    """What a server given with ``--server`` was launched with: the variants without launch flags ran on
+    it as it is (a flag such as ``--async-offload`` there is in every row)."""
+    argv = environment.get("comfyui_argv") or []
+    flags = " ".join(str(arg) for arg in argv[1:]) if isinstance(argv, list) else ""
+    return (
+        f"server {', '.join(servers)} (--server) launched with `{flags or 'no flags'}`: every variant run "
+        "ran on it as it is, these flags included"
+    )

@@ -492,3 +492,22 @@ def test_what_patch_attention_did_is_in_each_runs_flags_and_an_unpatched_one_is_
         f"**sage: {flags[0]}: its speed-up is not the attention's**"
     ]
     assert f"{flags[0]} ×3" in render_markdown_rows([sage])[0]
+
+
+def test_the_report_says_what_a_server_given_with_server_was_launched_with() -> None:
+    """Its launch flags are in every row (an `--async-offload` there made the baseline non-blocking),
+    and were only in bench.json's environment."""
+    from benchmarks.harness import BenchSettings
+    from benchmarks.matrix import load_matrix
+    from benchmarks.report import run_context
+
+    matrix = load_matrix(REPO_ROOT / "benchmarks" / "seed_table_tiny.toml")
+    given = BenchSettings(out_dir=Path("out"), servers=("http://127.0.0.1:8427",))
+    environment = {"comfyui_argv": ["main.py", "--cpu", "--async-offload", "--port", "8427"]}
+    lines = run_context(matrix, given, environment)
+    assert lines[-1] == (
+        "server http://127.0.0.1:8427 (--server) launched with `--cpu --async-offload --port 8427`: every "
+        "variant run ran on it as it is, these flags included"
+    )
+    started = run_context(matrix, BenchSettings(out_dir=Path("out")), environment)
+    assert not any("--server" in line for line in started)  # the bench's own servers: flags per variant
