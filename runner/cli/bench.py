@@ -67,9 +67,9 @@ def add_bench_parser(subparsers: Any) -> None:
             "defeat, memory check) and write bench.json, report.md, report.csv, plots and run records."
         ),
         epilog="exit codes: 0 every variant measured, 1 nothing measured, 2 usage (an --out, --port or "
-        "option that cannot be used), 3 not installed, 4 a server lost (reports written), 5 matrix or --set "
-        "rejected (nothing run), 6 a variant failed (reports written), 7 --budget-s ran out first, "
-        "130 interrupted (docs/benchmarks.md)",
+        "option that cannot be used), 3 not installed, 4 a server lost (reports of the runs made written) "
+        "or unreachable, 5 matrix or --set rejected (nothing run), 6 a variant failed (reports written), "
+        "7 --budget-s ran out first, 130 interrupted (docs/benchmarks.md)",
     )
     parser.add_argument("matrix", type=Path, help="matrix file (see docs/benchmarks.md)")
     parser.add_argument(
