@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -52,8 +51,9 @@ from benchmarks.report import (
 )
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, check_out_unused, write_document
+from benchmarks.variant_workflow import write_variant_workflow
 from runner.errors import ServerError, WorkflowError
-from runner.graph.workflow import Override, apply_overrides, load_workflow, parse_override
+from runner.graph.workflow import load_workflow, parse_override
 from runner.jobs.run import collect_environment
 from runner.transport.client import ComfyClient
 
@@ -139,8 +139,18 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
     base = load_workflow(matrix.workflow)  # an unreadable workflow fails before any server starts
     measured = _Measured()
-    for server_args, group in _group_by_server_args(matrix.variants):
-        _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
+    try:
+        for server_args, group in _group_by_server_args(matrix.variants):
+            _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
+    except KeyboardInterrupt:  # the groups measured before are reported: a long table is not all lost
+        if measured.runs:
+            measured.server_lost.append(INTERRUPTED)
+            for variant in matrix.variants:
+                if variant.name not in (*measured.runs, *measured.failed, *measured.skipped):
+                    measured.skipped[variant.name] = "interrupted before its measured runs"
+            written = _write_reports(matrix, settings, measured)
+            say(f"interrupted: the report of the runs made is in {written.markdown_path}")
+        raise
     for name, error in measured.failed.items():
         say(f"{name}: failed ({error})")
     _say_unrun_launch_checks(matrix, settings, measured)
@@ -224,6 +234,7 @@ def _run_group(
                 logger.warning("could not read %s: %s", log, exc)
 
 
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM): the variants after it were not run"
 SERVER_NOT_STARTED = "the server did not start"  # how a server lost before it answered is told
 LOGS_NOT_CHECKED = "not checked: a server given with --server writes its log where the bench cannot see it"
 
@@ -375,24 +386,9 @@ def _prepare_jobs(
             say(f"{variant.name}: skipped ({measured.skipped[variant.name]})")
             continue
         try:
-            path, applied = _write_variant_workflow(variant, base, object_info, out)
+            path, applied = write_variant_workflow(variant, base, object_info, out)
         except WorkflowError as error:
             measured.failed[variant.name] = f"WorkflowError before its runs: {one_line(error)}"
             continue
         jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name), tuple(applied)))
     return jobs
-
-
-def _write_variant_workflow(
-    variant: Variant, base: dict[str, Any], object_info: dict[str, Any], out: Path
-) -> tuple[Path, list[Override]]:
-    """The workflow the variant runs, its nodes inserted and its overrides (``--set`` included) applied,
-    so ``leanvideo run`` or ``workflow diff`` of the file sees what ran; and those overrides with the
-    matrix workflow's values they replaced (each run records them; it does not apply them again)."""
-    workflow = variant.build_workflow(base)
-    applied = apply_overrides(workflow, list(variant.overrides), object_info)
-    modes.add_lossless_capture(workflow, object_info)  # the quality checks compare frames, not H.264
-    path = out / "workflows" / f"{variant_slug(variant.name)}.api.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
-    return path, applied

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import harness, modes
+from benchmarks import harness, modes, variant_workflow
 from benchmarks.harness import BenchSettings
 from benchmarks.matrix import load_matrix
 from benchmarks.protocol import SERVER_LOST, VariantRun
@@ -24,15 +24,15 @@ def test_a_variant_whose_own_set_is_refused_fails_alone(
 ) -> None:
     matrix = load_matrix(TINY)
     group = [matrix.variant("20-step baseline"), matrix.variant("8-step distill")]
-    real = harness._write_variant_workflow
+    real = harness.write_variant_workflow
 
     def write(variant: Any, base: Any, object_info: Any, out: Path) -> Any:
         if variant.name == "8-step distill":
             raise WorkflowError("node 11 (SamplerCustom) has no input 'cfgg'")
         return real(variant, base, object_info, out)
 
-    monkeypatch.setattr(harness, "_write_variant_workflow", write)
-    monkeypatch.setattr(harness, "apply_overrides", lambda workflow, specs, info: [])
+    monkeypatch.setattr(harness, "write_variant_workflow", write)
+    monkeypatch.setattr(variant_workflow, "apply_overrides", lambda workflow, specs, info: [])
     measured = harness._Measured()
     jobs = harness._prepare_jobs(group, {}, {}, tmp_path, False, measured, print)
     assert [job.variant.name for job in jobs] == ["20-step baseline"]
@@ -87,3 +87,42 @@ def test_a_server_lost_in_the_soak_says_so_and_no_load_test_starts(
     assert found["soak"]["verdict"].startswith(f"not finished: {SERVER_LOST} in run 3")
     assert found["load"]["verdict"] == f"not run: {SERVER_LOST} in the soak"
     assert told == [f"{SERVER_LOST} in run 3 of 20-step baseline: connection refused (soak)"]
+
+
+def test_an_interrupted_bench_reports_the_groups_it_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C or SIGTERM in the second server's group threw the first group's runs away: no report, and
+    its --out could not be used again."""
+    matrix = load_matrix(TINY)
+
+    def run_group(matrix: Any, settings: Any, base: Any, server_args: Any, group: Any, measured: Any,
+                  *rest: Any) -> None:  # fmt: skip
+        if server_args:
+            raise KeyboardInterrupt  # the second group: interrupted in its first run
+        for variant in group:
+            if variant.skip_on_cpu:
+                measured.skipped[variant.name] = "on CPU: too slow"
+                continue
+            measured.runs[variant.name] = [_measure(variant.name, i) for i in range(2)]
+
+    monkeypatch.setattr(harness, "_run_group", run_group)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        harness.run_matrix(matrix, BenchSettings(out_dir=tmp_path, plots=False), said.append)
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert f"**{harness.INTERRUPTED}**" in report
+    assert "skipped: interrupted before its measured runs" in report  # the flagged group's variants
+    assert "| 8-step distill | 2.50 s" in report
+    assert said == [f"interrupted: the report of the runs made is in {tmp_path / 'report.md'}"]
+    assert (tmp_path / "bench.json").is_file()
+
+
+def _measure(variant: str, index: int) -> Any:
+    from benchmarks.protocol import RunMeasure
+
+    return RunMeasure(
+        variant=variant, index=index, warmup=False, total_s=2.0 + index, server_s=None, phases={},
+        step_s=None, peak_vram_bytes=None, peak_rss_bytes=None, energy_wh=None, memory_start_bytes=None,
+        memory_kind="rss", record_path=f"runs/{index}/run.json", output_path=None,
+    )  # fmt: skip
