@@ -485,6 +485,9 @@ def test_the_editors_own_widget_inputs_are_not_warned_about() -> None:
         "2": {"class_type": "PreviewAudio", "inputs": {"audio": ["1", 0], "audioUI": ""}},
     }
     assert validate_workflow(workflow, object_info) == []
+    # the editor's video preview, on any node that showed a video (exported after a run)
+    workflow["2"]["inputs"]["video-preview"] = ""
+    assert validate_workflow(workflow, object_info) == []
     workflow["1"]["inputs"]["preview"] = ""
     assert [(p.node_id, p.input_name, p.kind) for p in validate_workflow(workflow, object_info)] == [
         ("1", "preview", "warning")

@@ -18,6 +18,7 @@ from typing import Any
 from runner.errors import WorkflowError
 from runner.graph.suggest import MODEL_SUFFIXES, close_hint, unknown_node_hint
 from runner.graph.workflow import (
+    FRONTEND_PREVIEW_WIDGETS,
     FRONTEND_WIDGETS,
     ObjectInfo,
     Workflow,
@@ -82,7 +83,9 @@ def validate_workflow(
                 problems.append(Problem(node_id, class_type, name, f"required input is missing{why}"))
         for name, value in inputs.items():
             spec = input_spec(object_info, class_type, name)
-            if spec is None and FRONTEND_WIDGETS.get(class_type) == name:
+            if spec is None and (
+                FRONTEND_WIDGETS.get(class_type) == name or name in FRONTEND_PREVIEW_WIDGETS
+            ):
                 continue  # what the editor submits for its own widget there (convert writes it too)
             if spec is None:
                 problems.append(

@@ -44,6 +44,8 @@ FRONTEND_WIDGETS = {
     **dict.fromkeys(("Preview3D", "SaveGLB"), "image"),
     "PreviewAny": "preview",
 }
+# ... and to any node once it shows a video (its DOM preview, in the API export after a run)
+FRONTEND_PREVIEW_WIDGETS = frozenset({"video-preview"})
 
 
 @dataclass(frozen=True)
