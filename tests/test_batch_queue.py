@@ -10,6 +10,7 @@ import copy
 import io
 import json
 import logging
+import signal
 import threading
 import time
 from pathlib import Path
@@ -309,15 +310,21 @@ def test_ctrl_c_again_while_running_jobs_finish_stops_now_and_hands_them_back(tm
     import _thread
 
     db_url = f"sqlite:///{tmp_path / 'q.sqlite'}"
-    with FakeComfy(_endless) as fake, open_client(db_url) as client:
-        with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=120) as worker:
-            _submit_one_long_job(client, fake, tmp_path / "out")
-            again = threading.Timer(1.5, _thread.interrupt_main)  # while the stop waits out the grace
-            again.start()
-            stopping = time.monotonic()
-        assert time.monotonic() - stopping < 30  # not the 120 s of grace
-        assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
-        (job,) = list_jobs(client, "g")
+    # As the CLI has it; pytest started in the background (`pytest &`, nohup) inherits SIGINT ignored,
+    # and interrupt_main() then does nothing
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with FakeComfy(_endless) as fake, open_client(db_url) as client:
+            with BatchWorker(db_url, ServerPool([fake.url], per_server=1), grace=120) as worker:
+                _submit_one_long_job(client, fake, tmp_path / "out")
+                again = threading.Timer(1.5, _thread.interrupt_main)  # while the stop waits out the grace
+                again.start()
+                stopping = time.monotonic()
+            assert time.monotonic() - stopping < 30  # not the 120 s of grace
+            assert any(call[0] == "POST /interrupt" for call in fake.calls), fake.calls
+            (job,) = list_jobs(client, "g")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert job.state == "queued" and worker.handed_back == 1  # unfinished: any worker runs it again
 
 
