@@ -36,6 +36,12 @@ LOAD_JS = """async (ui) => {
 }"""
 
 
+BOX_JS = """() => { const b = document.querySelector('.leanvideo-report');
+  return b && {display: b.style.display, node: b.leanvideoNode, z: b.style.zIndex, text: b.textContent}; }"""
+SELECT_JS = """(id) => { const c = window.app.canvas; const node = c.graph.getNodeById(id); c.deselectAll?.();
+  c.selectNode(node); c.centerOnNode(node); c.setDirty(true, true); }"""
+
+
 @pytest.fixture(scope="module")
 def editor_url(comfy_server: ComfyServer) -> str:
     """The server's editor, told the first-run tutorial is done so no templates dialog covers the graph."""
@@ -157,13 +163,33 @@ def test_the_nodes_reports_show_in_the_editor_once_they_ran(
             "() => window.app.graph.serialize().nodes.map((n) => [n.widgets_values, n.size])"
         )
         ARTIFACTS.mkdir(exist_ok=True)
-        page.evaluate(  # a selected node shows its report under it
-            "(id) => { const node = window.app.graph.getNodeById(id); window.app.canvas.selectNode(node);"
-            " window.app.canvas.centerOnNode(node); window.app.canvas.setDirty(true, true); }",
-            next(i for i, kind in reported.items() if kind == "LeanVideoFreeVRAM"),
+        page.evaluate(  # a node selected alone shows its report under it
+            SELECT_JS, next(i for i, kind in reported.items() if kind == "LeanVideoFreeVRAM")
         )
         page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / "ltxv_tiny_t2v_int8.reports.png"))
+        free_vram = next(i for i, kind in reported.items() if kind == "LeanVideoFreeVRAM")
+        shown = page.evaluate(BOX_JS)  # a page element over the canvas: no node or text box covers it
+        assert (shown["display"], shown["node"], shown["z"]) == ("block", free_vram, "1000"), shown
+        assert "unloaded" in shown["text"]
+        page.evaluate("() => { window.app.canvas.selectItems(); window.app.canvas.setDirty(true, true); }")
+        page.wait_for_timeout(300)
+        assert page.evaluate(BOX_JS)["display"] == "none"  # many selected: one box would cover another
+        # the nodes made again from the workflow (another tab and back): the editor's outputs have them
+        page.evaluate("async () => { await window.app.loadGraphData(window.app.graph.serialize(), false); }")
+        page.evaluate(SELECT_JS, free_vram)
+        page.wait_for_function(f"() => ({BOX_JS})().node === {free_vram}", timeout=10_000)
+        # a loader that runs again and fails shows no report of the run before
+        checkpoint = next(i for i, kind in reported.items() if kind == "LeanVideoCheckpointLoaderINT8")
+        page.evaluate(
+            "(id) => { const n = window.app.graph.getNodeById(id); const w = (name) => n.widgets.find("
+            "(x) => x.name === name); w('ckpt_name').value = 'ltxv-tiny.safetensors';"
+            " w('quantize_on_load').value = false; }",
+            checkpoint,
+        )
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        forgotten = "(id) => window.app.graph.getNodeById(id).leanvideoReport === null"
+        page.wait_for_function(forgotten, arg=checkpoint, timeout=60_000)
     by_type = {reported[int(node_id)]: "\n".join(lines) for node_id, lines in reports.items()}
     assert "unloaded" in by_type["LeanVideoFreeVRAM"], by_type
     assert "attention: auto → sdpa" in by_type["LeanVideoPatchAttention"], by_type
