@@ -44,6 +44,10 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     assert all(info["output_tooltips"]), f"{node_id}: an output has no tooltip"
     routes = ["auto", "w8a16", "int_mm", "int_mm_fused", "kitchen", "onednn", "w8a8"]
     assert required["path"][1]["options"] == routes
+    # ComfyUI's float32 text encoders are said where they apply only (the DiT loader said it too)
+    said = "runs text encoders in float32" in required["compute_dtype"][1]["tooltip"]
+    assert said == (output == "CLIP")
+    assert "fp8" in required["quantize_on_load"][1]["tooltip"]
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:

@@ -40,15 +40,19 @@ def _options(
     )
 
 
-def _shared_inputs() -> list[Any]:
+def _shared_inputs(*, text_encoder: bool = False) -> list[Any]:
+    held = (
+        " ComfyUI runs text encoders in float32 whatever this says: here it sets how the weights that "
+        "are not INT8 are held."
+        if text_encoder
+        else ""
+    )
     return [
         io.Combo.Input(
             "compute_dtype",
             options=list(COMPUTE_DTYPES),
             default="default",
-            tooltip="Dtype the layers compute in; 'default' lets ComfyUI pick for the device. ComfyUI "
-            "runs text encoders in float32 whatever this says: for them it sets how the weights that are "
-            "not INT8 are held.",
+            tooltip=f"Dtype the layers compute in; 'default' lets ComfyUI pick for the device.{held}",
         ),
         io.Combo.Input(
             "path",
@@ -68,8 +72,9 @@ def _shared_inputs() -> list[Any]:
         io.Boolean.Input(
             "quantize_on_load",
             default=True,
-            tooltip="Quantize plain bf16/fp16/fp32 files to INT8 while loading (sensitive layers stay "
-            "in high precision). Files already in INT8 are read as they are.",
+            tooltip="Quantize plain bf16/fp16/fp32 or fp8 files to INT8 while loading (sensitive layers "
+            "stay in high precision). Files already in INT8 are read as they are; off, a file that is not "
+            "INT8 is refused.",
         ),
         io.Boolean.Input(
             "convrot",
@@ -179,7 +184,7 @@ class LeanVideoTextEncoderLoaderINT8(io.ComfyNode):
                     "wan: UMT5-XXL); the names are ComfyUI's text encoder types (Load CLIP's, and flux and "
                     "hunyuan_video from DualCLIPLoader's), for the encoders this loader quantizes.",
                 ),
-                *_shared_inputs(),
+                *_shared_inputs(text_encoder=True),
                 io.Combo.Input(
                     "device",
                     options=["default", "cpu"],
