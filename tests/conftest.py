@@ -30,7 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -109,6 +109,23 @@ def server_config(workspace: Workspace, tmp_path: Path, free_port: int) -> Serve
 def tiny_models(workspace: Workspace) -> FixtureSet:
     """The tiny random-weight models in the workspace's models folder (written once, then reused)."""
     return write_fixtures(workspace.models_dir, workspace.comfyui_dir, python=workspace.python)
+
+
+@pytest.fixture
+def placed(workspace: Workspace) -> Iterator[Callable[[str], Path]]:
+    """``placed("diffusion_models/x.safetensors")``: a path in the workspace's models folder for a
+    model file a test writes for the server to load, removed when the test ends (they were left there,
+    and listed in an artist's model dropdowns)."""
+    made: list[Path] = []
+
+    def place(relative: str) -> Path:
+        made.append(workspace.models_dir / relative)
+        made[-1].unlink(missing_ok=True)
+        return made[-1]
+
+    yield place
+    for path in made:
+        path.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,6 @@ from runner.cli.quantize import add_quantize_parser, run_quantize
 from runner.fixtures import FixtureSet
 from runner.jobs.frames import psnr_db, read_frames
 from runner.local.server import ComfyServer
-from runner.local.workspace import Workspace
 from runner.tracking.outputs import download_file
 from runner.tracking.prompt import run_prompt
 from runner.transport.client import ComfyClient
@@ -36,15 +36,13 @@ PSNR_THRESHOLD_DB = 40.0  # decoded frames, INT8 vs bf16 (measured ≈ 50–52 d
 LORA_NAME = "ltxv-tiny-distill-lora.safetensors"
 
 
-def _write_int8_dits(workspace: Workspace, tiny_models: FixtureSet) -> dict[str, str]:
+def _write_int8_dits(place: Callable[[str], Path], tiny_models: FixtureSet) -> dict[str, str]:
     """The tiny DiT in each INT8 layout under models/diffusion_models; returns layout → file name."""
-    folder = workspace.models_dir / "diffusion_models"
     source = tiny_models.diffusion_model
     names = {
         layout: f"test-int8-{layout}.safetensors" for layout in ("leanvideo", "comfy_native", "lightx2v")
     }
-    for name in names.values():
-        (folder / name).unlink(missing_ok=True)
+    folder = {place(f"diffusion_models/{name}").parent for name in names.values()}.pop()
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_quantize_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["quantize", str(source), str(folder / names["leanvideo"]), "--convrot"])
@@ -97,12 +95,12 @@ def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> n
 
 def test_int8_layouts_and_lora_stay_close_to_bf16(
     comfy_server: ComfyServer,
-    workspace: Workspace,
+    placed: Callable[[str], Path],
     tiny_models: FixtureSet,
     tiny_workflow: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    names = _write_int8_dits(workspace, tiny_models)
+    names = _write_int8_dits(placed, tiny_models)
     with ComfyClient(comfy_server.url) as client:
         reference = _frames(
             client, _workflow(tiny_workflow, "test-int8/bf16", None, False), tmp_path / "bf16"
@@ -156,7 +154,7 @@ def _stock_workflow(base: dict[str, Any], prefix: str, unet_name: str) -> dict[s
 
 def test_fp8_files_through_our_loader_against_stock_comfyui_running_them(
     comfy_server: ComfyServer,
-    workspace: Workspace,
+    placed: Callable[[str], Path],
     tiny_models: FixtureSet,
     tiny_workflow: dict[str, Any],
     tmp_path: Path,
@@ -166,12 +164,12 @@ def test_fp8_files_through_our_loader_against_stock_comfyui_running_them(
     from it on load. (b) stays within FP8_MARGIN_DB of (a); both are printed."""
     from leanvideo.int8.fp8 import to_fp8
 
-    folder = workspace.models_dir / "diffusion_models"
     names = {kind: f"test-fp8-{kind}.safetensors" for kind in FP8_KINDS}
     for kind, name in names.items():
         stored, _ = to_fp8(read_tensors(tiny_models.diffusion_model), kind)
-        (folder / name).unlink(missing_ok=True)
-        save_file(stored, str(folder / name), read_header(tiny_models.diffusion_model).metadata)
+        save_file(
+            stored, str(placed(f"diffusion_models/{name}")), read_header(tiny_models.diffusion_model).metadata
+        )
     measured: dict[str, tuple[float, float]] = {}
     with ComfyClient(comfy_server.url) as client:
         reference = _frames(client, _workflow(tiny_workflow, "test-fp8/bf16", None, False), tmp_path / "bf16")
@@ -189,7 +187,7 @@ def test_fp8_files_through_our_loader_against_stock_comfyui_running_them(
 
 def test_e4m3_weights_of_real_magnitude_give_the_same_frames_as_stock_comfyui(
     comfy_server: ComfyServer,
-    workspace: Workspace,
+    placed: Callable[[str], Path],
     tiny_models: FixtureSet,
     tiny_workflow: dict[str, Any],
     tmp_path: Path,
@@ -205,13 +203,10 @@ def test_e4m3_weights_of_real_magnitude_give_the_same_frames_as_stock_comfyui(
         weight = tensors[layer + ".weight"]
         factor = math.sqrt(weight.shape[1] / FP8_EXACT_WIDTH)  # std 1/sqrt(in) → 1/sqrt(FP8_EXACT_WIDTH)
         tensors[layer + ".weight"] = (weight.float() * factor).to(weight.dtype)
-    folder = workspace.models_dir / "diffusion_models"
     names = {kind: f"test-fp8-wide-{kind}.safetensors" for kind in ("bf16", "e4m3")}
     metadata = read_header(tiny_models.diffusion_model).metadata
-    for name in names.values():
-        (folder / name).unlink(missing_ok=True)
-    save_file(tensors, str(folder / names["bf16"]), metadata)
-    save_file(to_fp8(tensors, "e4m3")[0], str(folder / names["e4m3"]), metadata)
+    save_file(tensors, str(placed(f"diffusion_models/{names['bf16']}")), metadata)
+    save_file(to_fp8(tensors, "e4m3")[0], str(placed(f"diffusion_models/{names['e4m3']}")), metadata)
     ours = _workflow(tiny_workflow, "test-fp8-wide/ours", names["e4m3"], False)
     ours["20"]["inputs"]["path"] = "w8a16"  # the weights are the claim: no activation quantization
     with ComfyClient(comfy_server.url) as client:

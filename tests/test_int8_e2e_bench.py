@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,11 @@ def _parameters(path: Path) -> int:
 
 
 @pytest.mark.integration
-def test_one_pair_on_a_small_dit_reports_every_field(workspace: Workspace, tmp_path: Path) -> None:
+def test_one_pair_on_a_small_dit_reports_every_field(
+    workspace: Workspace, placed: Callable[[str], Path], tmp_path: Path
+) -> None:
+    for suffix in ("", "-int8"):  # the bench writes its DiT there for the server; gone after the test
+        placed(f"diffusion_models/leanvideo-bench-ltxv-mid-1x128{suffix}.safetensors")
     out = tmp_path / "e2e.json"
     command = [sys.executable, "-m", "benchmarks.int8_e2e_bench", "--pairs", "1", "--layers", "1"]
     command += ["--dim", "128", "--json", str(out)]
@@ -119,6 +124,9 @@ def test_one_pair_on_a_small_dit_reports_every_field(workspace: Workspace, tmp_p
     }
     folder = workspace.models_dir / "diffusion_models"
     stock, int8 = record["configurations"][STOCK], record["configurations"][INT8]
+    assert [stock["file"], int8["file"]] == [
+        f"leanvideo-bench-ltxv-mid-1x128{s}.safetensors" for s in ("", "-int8")
+    ]
     assert settings["parameters"] == _parameters(folder / stock["file"])
     for configuration in (stock, int8):
         assert configuration["file_bytes"] == (folder / configuration["file"]).stat().st_size
