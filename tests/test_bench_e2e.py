@@ -159,6 +159,8 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert set(logs) == {"default", "--async-offload"}
     assert all(check["log"].endswith("comfyui.log") and "verdict" in check for check in logs.values())
     assert "- logs: " in markdown
+    # each video once, in runs/: the bench's own servers kept a second copy of every output
+    assert not [path for path in (out / "servers").rglob("*") if path.suffix in (".mp4", ".mkv")]
     soak = document["modes"]["soak"]
     # Cold mode frees the models and memory before every round: memory must not drift.
     assert soak["rounds"] == 10 and soak["verdict"] == "stable", soak
