@@ -476,12 +476,7 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
     pool = ServerPool([nobody], per_server=1, probe=lambda url: next(answers, False))
     with open_client(db_url) as client:
         with BatchWorker(db_url, pool, worker_id="w1", grace=60) as worker:
-            pool.release(pool.acquire(), server_failed=True, reason="it went away")
-            submit_batch(client, "d", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
-            deadline = time.monotonic() + 20
-            while [j.state for j in list_jobs(client, "d")] != ["running", "running"]:  # both taken
-                assert time.monotonic() < deadline, list_jobs(client, "d")
-                time.sleep(0.1)
+            _lose_the_server_holding_two_jobs(client, pool, "d", out)
             time.sleep(1.5)  # the server has been probed and found out
             assert worker.running_jobs() == 0
             stopping = time.monotonic()
@@ -496,6 +491,17 @@ def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(
         jobs = list_jobs(client, "d")
     assert [(j.job_id, j.state) for j in jobs] == [("a", "success"), ("b", "success")]
     assert len(posted) == 2 and all(job.record and job.record["attempts"] == 1 for job in jobs)
+
+
+def _lose_the_server_holding_two_jobs(client: DBOSClient, pool: ServerPool, batch: str, out: Path) -> None:
+    """The pool's only server goes out (a job lost it), then ``batch``'s two jobs are queued; returns
+    once the worker holds both (a slot's and the next one), waiting for a server."""
+    pool.release(pool.acquire(), server_failed=True, reason="it went away")
+    submit_batch(client, batch, [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=out))
+    deadline = time.monotonic() + 20
+    while [j.state for j in list_jobs(client, batch)] != ["running", "running"]:
+        assert time.monotonic() < deadline, list_jobs(client, batch)
+        time.sleep(0.1)
 
 
 def test_a_worker_whose_servers_all_went_away_gives_its_jobs_back_and_takes_jobs_once_one_answers(
@@ -525,12 +531,8 @@ def test_a_worker_whose_servers_all_went_away_gives_its_jobs_back_and_takes_jobs
 
     with open_client(db_url) as client, caplog.at_level(logging.WARNING):
         with worker:
-            pool.release(pool.acquire(), server_failed=True, reason="it went away")
-            submit_batch(client, "g", [prepared("a"), prepared("b", 2)], BatchSettings(out_dir=tmp_path))
+            _lose_the_server_holding_two_jobs(client, pool, "g", tmp_path)
             deadline = time.monotonic() + 20
-            while [j.state for j in list_jobs(client, "g")] != ["running", "running"]:  # both held
-                assert time.monotonic() < deadline, list_jobs(client, "g")
-                time.sleep(0.1)
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             while [j.state for j in list_jobs(client, "g")] != ["queued", "queued"]:  # given back
