@@ -27,6 +27,15 @@ import signal
 import subprocess
 import sys
 import time
+
+# Python 3.7 cannot read the modules below: said here (3.6 and older stop at the __future__ import).
+# Newer ones that are not supported get check_python's message, with a supported python on PATH.
+if sys.version_info < (3, 8):  # noqa: UP036
+    sys.exit(
+        f"[leanvideo] error: Python {sys.version_info[0]}.{sys.version_info[1]} is not supported; "
+        "LeanVideo needs Python 3.10–3.13: run this file with one of those (python3.11 install.py, say)"
+    )
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _stop_as_ctrl_c()
     try:
         if args.manager or is_manager_layout(REPO):
-            if ignored := options_for_a_workspace(args):
+            ignored = options_for_a_workspace(args)
+            if ignored:
                 print(
                     f"[leanvideo] error: {', '.join(ignored)}: in ComfyUI's custom_nodes (as ComfyUI-Manager "
                     "runs it) install.py only installs the node pack's requirements into this Python; run "
@@ -284,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = "verified" if record["verified"] else "NOT verified"
     comfy = f"{record['comfyui']} (v{record['comfyui_version']}, {record['source']}, {state})"
     say(f"ready in {time.monotonic() - t0:.1f} s: python {record['python']}, ComfyUI {comfy}")
-    if (hint := workspace_hint(opts.workspace, os.environ.get(WORKSPACE_ENV))) is not None:
+    hint = workspace_hint(opts.workspace, os.environ.get(WORKSPACE_ENV))
+    if hint is not None:
         say(hint)
     return 0
 

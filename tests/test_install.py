@@ -400,6 +400,27 @@ def test_unsupported_python_says_which_to_use(inst: ModuleType, version: tuple[i
     python_env.check_python((3, 13))
 
 
+def test_python_3_7_is_told_it_is_not_supported_not_shown_a_syntax_error() -> None:
+    """install.py and what it runs before its own check: Python 3.7 read ``:=`` there and stopped with a
+    SyntaxError (3.8 and 3.9 get check_python's message, which names a supported python on PATH)."""
+    import ast
+
+    source = (REPO / "install.py").read_text(encoding="utf-8")
+    ast.parse(source, feature_version=(3, 7))  # raises SyntaxError for what 3.7 cannot read
+    run = (  # as Python 3.7 runs it: the check comes before anything 3.7 cannot import
+        "import sys; sys.version_info = (3, 7, 17, 'final', 0); sys.argv = ['install.py']; "
+        f"exec(compile(open({str(REPO / 'install.py')!r}).read(), 'install.py', 'exec'), "
+        "{'__name__': '__main__'})"
+    )
+    done = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "[leanvideo] error: Python 3.7 is not supported; LeanVideo needs Python 3.10–3.13: run this file "
+        "with one of those (python3.11 install.py, say)"
+    )
+    assert (python_env.PYTHON_MIN, python_env.PYTHON_MAX) == ((3, 10), (3, 13))  # the range said there
+
+
 def test_main_reports_unsupported_python_without_traceback(
     inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
