@@ -24,7 +24,7 @@ NOT_PATCHED = "attention not patched"
 
 def attention_flags(telemetry: dict[str, Any]) -> list[str]:
     """What Patch Attention did in a run, from its telemetry events: the backend that ran
-    (``attention: sdpa``), fell back, or that nothing was patched and why; a variant whose attention
+    (``attention ran: sdpa``), fell back, or that nothing was patched and why; a variant whose attention
     was left unchanged must not pass its speed-up off as the attention's."""
     flags = []
     for event in telemetry.get("events") or []:
