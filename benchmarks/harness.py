@@ -53,7 +53,7 @@ from benchmarks.report import (
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, check_out_unused, write_document
 from benchmarks.variant_workflow import write_variant_workflow
-from runner.errors import ServerError, WorkflowError
+from runner.errors import PromptCancelledError, ServerError, WorkflowError
 from runner.graph.workflow import load_workflow, parse_override
 from runner.jobs.run import collect_environment
 from runner.transport.client import ComfyClient
@@ -143,7 +143,8 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     try:
         for server_args, group in _group_by_server_args(matrix.variants):
             _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
-    except KeyboardInterrupt:  # the groups measured before are reported: a long table is not all lost
+    except (KeyboardInterrupt, PromptCancelledError):  # Ctrl-C, SIGTERM; in a prompt, said as cancelled
+        # the groups measured before are reported: a long table is not all lost
         if measured.runs:
             measured.server_lost.append(INTERRUPTED)
             for variant in matrix.variants:

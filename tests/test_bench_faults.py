@@ -13,7 +13,7 @@ from benchmarks import harness, modes, variant_workflow
 from benchmarks.harness import BenchSettings
 from benchmarks.matrix import load_matrix
 from benchmarks.protocol import SERVER_LOST, VariantRun
-from runner.errors import ServerCrashedError, WorkflowError
+from runner.errors import PromptCancelledError, ServerCrashedError, WorkflowError
 from runner.local.workspace import REPO_ROOT
 
 TINY = REPO_ROOT / "benchmarks" / "seed_table_tiny.toml"
@@ -89,8 +89,9 @@ def test_a_server_lost_in_the_soak_says_so_and_no_load_test_starts(
     assert told == [f"{SERVER_LOST} in run 3 of 20-step baseline: connection refused (soak)"]
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, PromptCancelledError])
 def test_an_interrupted_bench_reports_the_groups_it_measured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop: type[BaseException]
 ) -> None:
     """Ctrl-C or SIGTERM in the second server's group threw the first group's runs away: no report, and
     its --out could not be used again."""
@@ -98,8 +99,8 @@ def test_an_interrupted_bench_reports_the_groups_it_measured(
 
     def run_group(matrix: Any, settings: Any, base: Any, server_args: Any, group: Any, measured: Any,
                   *rest: Any) -> None:  # fmt: skip
-        if server_args:
-            raise KeyboardInterrupt  # the second group: interrupted in its first run
+        if server_args:  # the second group: interrupted between runs, or in a prompt (then cancelled)
+            raise stop("prompt cancelled")
         for variant in group:
             if variant.skip_on_cpu:
                 measured.skipped[variant.name] = "on CPU: too slow"
@@ -108,7 +109,7 @@ def test_an_interrupted_bench_reports_the_groups_it_measured(
 
     monkeypatch.setattr(harness, "_run_group", run_group)
     said: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(stop):
         harness.run_matrix(matrix, BenchSettings(out_dir=tmp_path, plots=False), said.append)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert f"**{harness.INTERRUPTED}**" in report
