@@ -64,3 +64,35 @@ def test_alone_it_says_nothing_and_a_lock_that_cannot_be_made_is_no_lock(
     with install_lock(tmp_path / "no such folder" / ".install.lock"):  # a read-only checkout, say
         pass
     assert capsys.readouterr().out == ""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a reaper does not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_what_the_installer_runs_dies_with_it(tmp_path: Path) -> None:
+    """A killed install.py (kill -9) left its pip writing the venv while the next install.py, let
+    through by the lock, ran its own: what run_command starts now dies with the installer."""
+    marker = tmp_path / "pid"
+    script = (
+        "from runner.install.comfy import run_command; "
+        f"run_command(['sh', '-c', 'echo $$ > {marker}; exec sleep 60'])"
+    )
+    with subprocess.Popen([sys.executable, "-c", script], cwd=REPO) as installer:
+        deadline = time.monotonic() + 30
+        while not marker.exists() or not marker.read_text().strip():
+            assert time.monotonic() < deadline and installer.poll() is None
+            time.sleep(0.05)
+        child = int(marker.read_text())
+        assert _alive(child)
+        installer.kill()
+    deadline = time.monotonic() + 10
+    while _alive(child):
+        assert time.monotonic() < deadline, f"the installer's child {child} outlived it"
+        time.sleep(0.05)

@@ -15,9 +15,11 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from runner.install.pin import InstallError, read_version, sha256_file, tree_dig
 PACK_NAME = "leanvideo"
 DISK_WITHOUT_TORCH = 200 * 1024**2
 GIT_PROBE_TIMEOUT_S = 10
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 # Printing is this script's UI (it is the CLI, not a library); warnings go to stderr.
@@ -44,7 +47,27 @@ def warn(msg: str) -> None:
 
 
 def run_command(cmd: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    """``cmd`` run to its end; on Linux it is killed if the installer dies first (see :func:`_dies_with`)."""
+    if sys.platform.startswith("linux"):
+        kw.setdefault("preexec_fn", _dies_with(os.getpid()))
     return subprocess.run(list(cmd), text=True, check=False, **kw)
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """For the child, before it runs: SIGKILL when ``parent`` dies, however it dies (``kill -9``
+    too). Orphaned, a pip went on writing the venv beside the next install.py, which the install lock
+    had let through once its holder was gone."""
+
+    def in_child() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # no prctl: the child outlives a killed installer, as before
+            return
+        if os.getppid() != parent:  # the installer died before prctl took effect
+            os._exit(1)
+
+    return in_child
 
 
 def check_disk(path: Path, need: int, what: str, usage: Callable[[Path], Any] | None = None) -> None:
