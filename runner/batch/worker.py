@@ -246,7 +246,7 @@ class BatchWorker:
         self.stood_down += 1
         logger.warning(
             "worker %s: none of its servers (%s) has answered for %.0f s: %d job(s) it held went back "
-            "on the queue for other workers",
+            "on the queue, for other workers (or for this one once one of its servers answers)",
             self.worker_id,
             ", ".join(self.pool.urls),
             self.stand_down_after,
