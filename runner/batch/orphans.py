@@ -84,10 +84,15 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
+def _quick_client(server: str) -> ComfyClient:
+    """A client for cancel requests: a dead or paused server must not hold a job or a stop up."""
+    return ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0))
+
+
 def _take_off(server: str, prompt_id: str) -> str:
     """Cancel ``prompt_id`` on ``server`` if it is still there; what happened, for the log."""
     try:
-        with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
+        with _quick_client(server) as client:
             if not client.is_queued(prompt_id):
                 return "no longer on the server (it finished, or the server restarted); nothing to take off"
             if client.cancel(prompt_id):
@@ -103,7 +108,7 @@ def cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
     left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
     for prompt_id, server in in_flight.items():
         try:
-            with ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0)) as client:
+            with _quick_client(server) as client:
                 taken = client.cancel(prompt_id)  # says itself which request the server did not take
         except Exception:  # one server's trouble must not leave the other prompts running
             logger.exception("could not cancel prompt %s on %s", prompt_id, server)
