@@ -68,19 +68,18 @@ def baseline_problems(
     baseline alone runnable of ``variants`` (the matrix's, after ``--variant``): a table of one row,
     nothing compared, that exited 0."""
     if baseline not in runnable:
-        why = _why_not_here(baseline, on_cpu)
-        why = why if why.startswith("on CPU") else f"it {why}"
+        why = _cpu_skip(baseline, on_cpu) or f"it {_flags_needed(baseline)}"
         return [f"the baseline {baseline.name!r} would be skipped ({why}): choose another with --baseline"]
     others = [variant for variant in variants if variant is not baseline]
     if others and not any(variant is not baseline for variant in runnable):
-        whys = [(variant.name, _why_not_here(variant, on_cpu)) for variant in others]
+        skips = [_cpu_skip(variant, on_cpu) for variant in others]
         reasons = "; ".join(
-            f"{name!r} {'is skipped ' if why.startswith('on CPU') else ''}{why}" for name, why in whys
+            f"{variant.name!r} is skipped {skip}" if skip else f"{variant.name!r} {_flags_needed(variant)}"
+            for variant, skip in zip(others, skips, strict=True)
         )
-        flagged = any(not (on_cpu and variant.skip_on_cpu) for variant in others)
         without = (
             "run the bench without --server (it starts a server with each variant's flags) or "
-            if flagged
+            if not all(skips)
             else ""
         )
         return [
@@ -90,9 +89,12 @@ def baseline_problems(
     return []
 
 
-def _why_not_here(variant: Variant, on_cpu: bool) -> str:
-    if on_cpu and variant.skip_on_cpu:
-        return f"on CPU: {variant.skip_on_cpu}"
+def _cpu_skip(variant: Variant, on_cpu: bool) -> str | None:
+    """Why ``variant`` is not run on this CPU (``on CPU: …``), or None."""
+    return f"on CPU: {variant.skip_on_cpu}" if on_cpu and variant.skip_on_cpu else None
+
+
+def _flags_needed(variant: Variant) -> str:
     return f"needs server flags {' '.join(variant.server_args)}, not with --server"
 
 
