@@ -128,6 +128,7 @@ class _Measured:
     modes: dict[str, Any] = field(default_factory=dict)
     sequence: int = 0  # the next run's place in the whole matrix's run order
     server_lost: list[str] = field(default_factory=list)  # servers that stopped answering mid-matrix
+    interrupted: bool = False  # Ctrl-C or SIGTERM ended the matrix: the reports are of the runs made
     checked: bool = False  # the variants were checked against the first server's /object_info
 
 
@@ -146,7 +147,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     except (KeyboardInterrupt, PromptCancelledError):  # Ctrl-C, SIGTERM; in a prompt, said as cancelled
         # the groups measured before are reported: a long table is not all lost
         if measured.runs:
-            measured.server_lost.append(INTERRUPTED)
+            measured.interrupted = True
             for variant in matrix.variants:
                 if variant.name not in (*measured.runs, *measured.failed, *measured.skipped):
                     measured.skipped[variant.name] = "interrupted before its measured runs"
@@ -339,9 +340,10 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     )
     document["matrix"]["order"] = settings.order or matrix.order
     document["matrix"]["overrides"] = list(settings.overrides)  # --set: the workflows that ran differ
-    document["server_lost"] = measured.server_lost
+    document["server_lost"], document["interrupted"] = measured.server_lost, measured.interrupted
     document_path = write_document(document, out / "bench.json")
-    context = run_context(matrix, settings, measured.environment) + [f"**{m}**" for m in measured.server_lost]
+    ended = [*measured.server_lost, *([INTERRUPTED] if measured.interrupted else [])]
+    context = run_context(matrix, settings, measured.environment) + [f"**{m}**" for m in ended]
     context += comparison_caveats(matrix, results)
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)

@@ -4,6 +4,7 @@ the other variants' runs and the reports survive. Faults are injected into the h
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,8 @@ def test_an_interrupted_bench_reports_the_groups_it_measured(
     assert "skipped: interrupted before its measured runs" in report  # the flagged group's variants
     assert "| 8-step distill | 2.50 s" in report
     assert said == [f"interrupted: the report of the runs made is in {tmp_path / 'report.md'}"]
-    assert (tmp_path / "bench.json").is_file()
+    document = json.loads((tmp_path / "bench.json").read_text(encoding="utf-8"))
+    assert (document["interrupted"], document["server_lost"]) == (True, [])  # no server was lost
 
 
 def _measure(variant: str, index: int) -> Any:
