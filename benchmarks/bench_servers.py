@@ -1,6 +1,7 @@
 """Where a bench's servers come from: one it starts per set of launch flags (the tiny models written
-first when the matrix uses them), each with its state folder under ``OUT/servers``, or the running
-servers given with ``--server``.
+first when the matrix uses them), each with its state folder under ``OUT/servers`` (its output folder
+emptied once it stopped: the runs' files are in ``OUT/runs``), or the running servers given with
+``--server``.
 
 Example::
 
@@ -11,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,5 +67,8 @@ def open_server(
         extra_args=server_args,
     )
     say(f"starting ComfyUI{' with ' + ' '.join(server_args) if server_args else ''} on port {config.port}")
-    with ComfyServer(config) as server:
-        yield server.url, ""
+    try:
+        with ComfyServer(config) as server:
+            yield server.url, ""
+    finally:  # its runs' files are in OUT/runs: not a second copy of each
+        shutil.rmtree(config.output_dir, ignore_errors=True)

@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -235,8 +234,6 @@ def _run_group(
                 )
             except OSError as exc:  # reading a log must not hide what happened to the runs
                 logger.warning("could not read %s: %s", log, exc)
-        if started and not settings.servers:  # its runs' files are in runs/: not a second copy of each
-            shutil.rmtree(log.parent / "output", ignore_errors=True)
 
 
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM): the variants after it were not run"
