@@ -42,17 +42,17 @@ def _write_int8_dits(place: Callable[[str], Path], tiny_models: FixtureSet) -> d
     names = {
         layout: f"test-int8-{layout}.safetensors" for layout in ("leanvideo", "comfy_native", "lightx2v")
     }
-    folder = {place(f"diffusion_models/{name}").parent for name in names.values()}.pop()
+    paths = {layout: place(f"diffusion_models/{name}") for layout, name in names.items()}
     parser = argparse.ArgumentParser(prog="leanvideo")
     add_quantize_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["quantize", str(source), str(folder / names["leanvideo"]), "--convrot"])
+    args = parser.parse_args(["quantize", str(source), str(paths["leanvideo"]), "--convrot"])
     assert run_quantize(args, Console(file=io.StringIO())) == 0  # `leanvideo quantize IN OUT --convrot`
     tensors = read_tensors(source)
     plan = plan_quantization({k: tuple(v.shape) for k, v in tensors.items()}, "ltxv", Int8WeightConfig())
     canonical = quantize_state_dict(tensors, plan)
     for layout in ("comfy_native", "lightx2v"):
         written, metadata = to_layout(canonical, layout, read_header(source).metadata)
-        save_file(written, str(folder / names[layout]), metadata)
+        save_file(written, str(paths[layout]), metadata)
     names["float-quantized-on-load"] = source.name
     return names
 
