@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from runner.errors import PromptFailedError
+from runner.jobs.int8_files import QUANTIZE_ON_LOAD_WIDGET
 from runner.local.server import ComfyServer
 from runner.local.workspace import REPO_ROOT
 from runner.tracking.outputs import download_file
@@ -48,6 +49,18 @@ def test_node_schema_is_stable_and_documented(comfy_server: ComfyServer, node_id
     said = "runs text encoders in float32" in required["compute_dtype"][1]["tooltip"]
     assert said == (output == "CLIP")
     assert "fp8" in required["quantize_on_load"][1]["tooltip"]
+
+
+@pytest.mark.parametrize("node_id", sorted(QUANTIZE_ON_LOAD_WIDGET))
+def test_quantize_on_load_sits_where_models_check_reads_it_in_an_editor_file(
+    comfy_server: ComfyServer, node_id: str
+) -> None:
+    """`models check` reads an editor file's quantize_on_load by its widget's place: the declared order."""
+    info = httpx.get(f"{comfy_server.url}/object_info/{node_id}", timeout=30).json()[node_id]
+    order = info["input_order"]["required"]
+    kinds = [info["input"]["required"][name][0] for name in order]
+    assert set(kinds) <= {"COMBO", "BOOLEAN"}, kinds  # widgets all: each has a value in widgets_values
+    assert order.index("quantize_on_load") == QUANTIZE_ON_LOAD_WIDGET[node_id]
 
 
 def _frames(client: ComfyClient, workflow: dict[str, Any], directory: Path) -> np.ndarray:

@@ -627,3 +627,35 @@ def test_a_model_of_another_kind_under_an_int8_loader_is_invalid_as_the_loader_s
     by_node = {f.node_id: f for f in check_models(path, models, templates={}).files}
     assert (by_node["1"].status, by_node["2"].status) == ("invalid", "present")
     assert (by_node["1"].hint or "").startswith("LeanVideoCheckpointLoaderINT8 would refuse it: holds no VAE")
+
+
+def test_a_float_file_under_an_int8_loader_that_does_not_quantize_on_load_is_invalid(tmp_path: Path) -> None:
+    """With quantize_on_load off, the loaders refuse a float or fp8 file (exit 6 at run time); `models
+    check` said it was present. Read from the API file's inputs and the editor file's widgets alike."""
+    from safetensors.torch import save_file
+
+    models = tmp_path / "models"
+    (models / "diffusion_models").mkdir(parents=True)
+    key = "model.diffusion_model.transformer_blocks.0.attn1.to_q.weight"
+    save_file({key: torch.zeros(8, 8)}, str(models / "diffusion_models" / "dit.safetensors"))
+    loader = "LeanVideoDiffusionModelLoaderINT8"
+    path = tmp_path / "wf.api.json"
+    for quantize, status in ((False, "invalid"), (True, "present")):
+        inputs = {"unet_name": "dit.safetensors", "quantize_on_load": quantize}
+        path.write_text(json.dumps({"7": {"class_type": loader, "inputs": inputs}}), encoding="utf-8")
+        [api] = check_models(path, models, templates={}).files
+        values = ["dit.safetensors", "default", "auto", quantize, False, "merge"]
+        ui = {"nodes": [{"id": 7, "type": loader, "widgets_values": values}], "links": []}
+        (tmp_path / "wf.ui.json").write_text(json.dumps(ui), encoding="utf-8")
+        [edited] = check_models(tmp_path / "wf.ui.json", models, templates={}).files
+        assert api.status == edited.status == status, (quantize, api, edited)
+        assert api.hint == edited.hint
+    path.write_text(json.dumps({"7": {"class_type": loader, "inputs": {"unet_name": "dit.safetensors"}}}))
+    assert [f.status for f in check_models(path, models, templates={}).files] == ["present"]  # default: on
+    off = {**inputs, "quantize_on_load": False}
+    path.write_text(json.dumps({"7": {"class_type": loader, "inputs": off}}))
+    [api] = check_models(path, models, templates={}).files
+    assert api.hint == (
+        f"{loader} would refuse it: holds no INT8 weights (float) and its quantize_on_load is off; turn it "
+        "on to quantize the file while loading"
+    )

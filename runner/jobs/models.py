@@ -32,6 +32,7 @@ from runner.graph.models import ModelSource, model_sources, required_models, req
 from runner.graph.suggest import MODEL_SUFFIXES
 from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
 from runner.install.pin import sha256_file
+from runner.jobs.int8_files import int8_layout_problem, quantize_on_load_by_node
 from runner.local.server_config import MODEL_FOLDERS
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ def check_models(
     sources = {**(templates or {}), **sources}
     report = ModelsReport(str(workflow_path), str(models_dir), also=[str(folder) for folder in also])
     index: dict[str, list[str]] | None = None
+    quantizes = quantize_on_load_by_node(document)
     for ref in refs:
         known = {key: value for key, value in asdict(ref).items() if key != "problem"}
         if ref.problem is not None:  # a link chooses the file elsewhere; anything else is no file name
@@ -160,7 +162,8 @@ def check_models(
         if found is not None:
             digest = sha256_file(found) if hashes else None
             damaged = safetensors_damage(found)  # an interrupted download is there, yet cannot load
-            refused = None if damaged else int8_layout_problem(found, ref.class_type)
+            on = quantizes.get(ref.node_id, True)
+            refused = None if damaged else int8_layout_problem(found, ref.class_type, quantize_on_load=on)
             again = source if damaged else None  # where to get it again
             file = ModelFile(
                 **known,
@@ -224,59 +227,6 @@ def safetensors_damage(path: Path) -> str | None:
             f"cut short ({size} bytes of the {8 + declared + end} its header says): an interrupted download"
         )
     return None
-
-
-# The node pack's INT8 loaders, and whether each reads its file's diffusion model only (a full checkpoint)
-INT8_LOADERS: dict[str, bool] = {
-    "LeanVideoDiffusionModelLoaderINT8": True,
-    "LeanVideoCheckpointLoaderINT8": True,
-    "LeanVideoTextEncoderLoaderINT8": False,
-}
-
-
-CHECKPOINT_LOADER = "LeanVideoCheckpointLoaderINT8"
-# Where a checkpoint's VAE is, by the model configs of ComfyUI v0.3.75 (``vae_key_prefix``)
-VAE_PREFIXES = ("vae.", "first_stage_model.", "pretransform.model.", "conditioner.embedders.1.encoder.")
-
-
-def int8_layout_problem(path: Path, class_type: str) -> str | None:
-    """What the node pack's INT8 loader ``class_type`` would refuse in ``path``'s header (a format it
-    does not know or is newer than it, an int8 weight without its scale or with one of the wrong shape,
-    a model of another kind: a LoRA, a VAE, a checkpoint where a text encoder goes), or None; files of
-    other loaders are not looked into. Imports torch, for those files only."""
-    if class_type not in INT8_LOADERS or path.suffix.lower() != ".safetensors":
-        return None
-    try:
-        from leanvideo.int8.files import diffusion_model_keys, read_header
-        from leanvideo.int8.formats import check_int8_header
-        from leanvideo.int8.policy import describe_misplaced
-        from leanvideo.int8.spec import Int8FormatError
-    except ImportError as exc:  # torch broken or missing: the presence check still stands
-        logger.warning("the INT8 layout of %s was not checked: %s", path, exc)
-        return None
-
-    dit = INT8_LOADERS[class_type]
-    try:
-        header = read_header(path)
-        keys = diffusion_model_keys(header) if dit else None
-        check_int8_header(path, keys)
-        # a LoRA, a VAE, a text encoder where a diffusion model goes (or one where a text encoder goes),
-        # by its keys, as the loaders tell it
-        wanted = "diffusion model" if dit else "text encoder"
-        misplaced = describe_misplaced(keys or list(header.dtypes), source=str(path), wanted=wanted)
-        if (
-            not misplaced
-            and class_type == CHECKPOINT_LOADER
-            and not any(key.startswith(VAE_PREFIXES) for key in header.dtypes)
-        ):
-            misplaced = (  # the loader's words, short of its model config's exact prefix
-                "holds no VAE (no tensor starts with any of ComfyUI's VAE prefixes, "
-                f"{', '.join(VAE_PREFIXES)}); it is a diffusion model alone: load it with Load Diffusion "
-                "Model (INT8) and its VAE with Load VAE"
-            )
-    except Int8FormatError as error:
-        misplaced = str(error)
-    return f"{class_type} would refuse it: {misplaced.removeprefix(f'{path}: ')}" if misplaced else None
 
 
 def _model_index(roots: Sequence[Path], extra: Mapping[str, Sequence[Path]]) -> dict[str, list[str]]:
