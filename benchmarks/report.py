@@ -109,7 +109,9 @@ def format_row(result: VariantResult) -> list[str]:
     spread = (
         "n/a (n=1)" if alone else f"{total.spread_ratio * 100:.1f} %" + (" ⚠" if total.spread_warning else "")
     )
-    notes = [f"{flag} ×{count}" for flag, count in sorted(result.flags.items())]
+    runs = len(result.measured)  # a flag of every run is said alone; of some, in how many
+    flags = sorted(result.flags.items())
+    notes = [flag if n == runs else f"{flag} ({n} of {runs} runs)" for flag, n in flags]
     decoded = " (on decoded video)" if result.quality and result.quality.get("on") == DECODED_VIDEO else ""
     if result.quality and result.quality["psnr_db"] >= IDENTICAL_PSNR_DB:
         notes.append(f"frames identical to the quality reference{decoded}")
