@@ -1,11 +1,13 @@
 """Where a bench's servers come from: one it starts per set of launch flags (the tiny models written
 first when the matrix uses them), each with its state folder under ``OUT/servers`` (its output folder
 emptied once it stopped: the runs' files are in ``OUT/runs``), or the running servers given with
-``--server``.
+``--server``: each set of launch flags goes to the given servers launched with those flags and none of
+the other variants' (read from their ``/system_stats`` argv), first given first.
 
 Example::
 
-    with open_server(matrix, settings, ("--async-offload",), out, print) as (url, why_not):
+    placed = place_groups([(), ("--async-offload",)], given_server_flags(settings.servers))
+    with open_server(matrix, settings, ("--async-offload",), out, print, placed) as (url, why_not):
         ...  # url None: why_not says why there is no server for these flags
 """
 
@@ -13,14 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.matrix import Matrix, variant_slug
+from benchmarks.matrix import Matrix, Variant, variant_slug
 from runner.fixtures import write_fixtures
 from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import find_workspace
+from runner.transport.client import ComfyClient
 
 if TYPE_CHECKING:
     from benchmarks.harness import BenchSettings
@@ -31,9 +34,64 @@ def server_state_dir(out: Path, server_args: tuple[str, ...]) -> Path:
     return out / "servers" / (variant_slug(" ".join(server_args)) if server_args else "default")
 
 
-def not_with_server(server_args: tuple[str, ...]) -> str:
-    """Why a group of variants needing server flags does not run on servers given with ``--server``."""
-    return f"needs server flags {' '.join(server_args)} (not with --server)"
+def server_groups(variants: Sequence[Variant]) -> Iterator[tuple[tuple[str, ...], list[Variant]]]:
+    """Variants per launch-flag set, sets in order of first appearance: one server start per set."""
+    groups: dict[tuple[str, ...], list[Variant]] = {}
+    for variant in variants:
+        groups.setdefault(variant.server_args, []).append(variant)
+    yield from groups.items()
+
+
+# Each launch-flag set's given servers (first given first), or why none of them fits
+Placement = Mapping[tuple[str, ...], "tuple[str, ...] | str"]
+
+
+def given_server_flags(servers: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The launch flags of each server given with ``--server``: its ``/system_stats`` argv, less the
+    script (``main.py``)."""
+    flags: dict[str, tuple[str, ...]] = {}
+    for url in servers:
+        with ComfyClient(url) as client:
+            argv = (client.get_json("/system_stats").get("system") or {}).get("argv")
+        flags[url] = tuple(str(arg) for arg in argv[1:]) if isinstance(argv, list) else ()
+    return flags
+
+
+def place_groups(groups: Sequence[tuple[str, ...]], given: Mapping[str, tuple[str, ...]]) -> Placement:
+    """For each variants' launch-flag set of ``groups``, the servers of ``given`` (url -> launch flags)
+    launched with those flags and with no other flag of ``groups`` (a baseline timed on a server with
+    ``--async-offload`` is no baseline), or why there is none."""
+    relevant = set().union(*(_flag_names(group) for group in groups))
+    placed: dict[tuple[str, ...], tuple[str, ...] | str] = {}
+    for group in groups:
+        wanted = _split(group)
+        placed[group] = tuple(
+            url
+            for url, flags in given.items()
+            if _flag_names(flags) & relevant == _flag_names(group) and _holds(_split(flags), wanted)
+        ) or _none_fits(group, relevant)
+    return placed
+
+
+def _none_fits(group: tuple[str, ...], relevant: set[str]) -> str:
+    """Why no given server runs the variants launched with ``group``."""
+    if group:
+        return f"needs server flags {' '.join(group)} (no --server was launched with them)"
+    return f"needs a server launched without {', '.join(sorted(relevant))} (every --server has one)"
+
+
+def _split(args: Sequence[str]) -> tuple[str, ...]:
+    """``--a=b`` as ``--a b``, as argparse reads them."""
+    return tuple(part for arg in args for part in (arg.split("=", 1) if arg.startswith("--") else [arg]))
+
+
+def _flag_names(args: Sequence[str]) -> set[str]:
+    return {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+
+
+def _holds(args: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
+    """Whether ``wanted`` (a flag and its values) is a run of ``args``."""
+    return any(args[i : i + len(wanted)] == wanted for i in range(len(args) - len(wanted) + 1))
 
 
 @contextlib.contextmanager
@@ -43,13 +101,14 @@ def open_server(
     server_args: tuple[str, ...],
     out: Path,
     say: Callable[[str], None],
+    placed: Placement | None = None,
 ) -> Iterator[tuple[str | None, str]]:
-    """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none."""
+    """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none;
+    with ``--server``, the first of ``placed``'s servers for them."""
     if settings.servers:
-        if server_args:
-            yield None, not_with_server(server_args)
-        else:
-            yield settings.servers[0], ""
+        placed = placed or place_groups([server_args], dict.fromkeys(settings.servers, ()))  # flags unread
+        fits = placed.get(server_args) or _none_fits(server_args, set())
+        yield (None, fits) if isinstance(fits, str) else (fits[0], "")
         return
     workspace = find_workspace()
     if matrix.fixtures:

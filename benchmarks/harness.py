@@ -24,21 +24,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
-from benchmarks.bench_servers import not_with_server, open_server, server_state_dir
+from benchmarks.bench_servers import (
+    Placement,
+    given_server_flags,
+    open_server,
+    place_groups,
+    server_groups,
+    server_state_dir,
+)
 from benchmarks.caveats import comparison_caveats
-from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant, variant_slug
+from benchmarks.matrix import MAX_REPEATS, ORDERS, Matrix, Variant
 from benchmarks.preflight import baseline_problems, matrix_problems
 from benchmarks.protocol import (
     SERVER_LOST,
     RunMeasure,
-    VariantRun,
-    one_line,
     run_variants,
     server_failure_line,
 )
@@ -51,7 +56,7 @@ from benchmarks.report import (
 )
 from benchmarks.results import VariantResult, fold_results
 from benchmarks.store import build_document, check_out_unused, write_document
-from benchmarks.variant_workflow import write_variant_workflow
+from benchmarks.variant_workflow import prepare_jobs
 from runner.errors import PromptCancelledError, ServerError, WorkflowError
 from runner.graph.workflow import load_workflow, parse_override
 from runner.jobs.run import collect_environment
@@ -129,6 +134,8 @@ class _Measured:
     server_lost: list[str] = field(default_factory=list)  # servers that stopped answering mid-matrix
     interrupted: bool = False  # Ctrl-C or SIGTERM ended the matrix: the reports are of the runs made
     checked: bool = False  # the variants were checked against the first server's /object_info
+    given: dict[str, tuple[str, ...]] = field(default_factory=dict)  # --server: url -> its launch flags
+    placed: Placement = field(default_factory=dict)  # --server: each flag set's servers, or why none
 
 
 def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | None = None) -> BenchOutcome:
@@ -140,8 +147,11 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     deadline = None if settings.budget_s is None else time.monotonic() + settings.budget_s
     base = load_workflow(matrix.workflow)  # an unreadable workflow fails before any server starts
     measured = _Measured()
+    if settings.servers:  # each launch-flag set runs on a given server launched with it, if one is
+        measured.given = given_server_flags(settings.servers)
+        measured.placed = place_groups([args for args, _ in server_groups(matrix.variants)], measured.given)
     try:
-        for server_args, group in _group_by_server_args(matrix.variants):
+        for server_args, group in server_groups(matrix.variants):
             _run_group(matrix, settings, base, server_args, group, measured, deadline, say)
     except (KeyboardInterrupt, PromptCancelledError):  # Ctrl-C, SIGTERM; in a prompt, said as cancelled
         # the groups measured before are reported: a long table is not all lost
@@ -195,8 +205,8 @@ def _run_group(
 ) -> None:
     """Start the server for ``server_args`` and run ``group`` on it; the figures go into ``measured``.
     A server that does not start or stops answering ends this group only (``measured.server_lost``)."""
-    if settings.servers and server_args:  # never runnable, however much time is left: said so
-        measured.skipped.update({variant.name: not_with_server(server_args) for variant in group})
+    if isinstance(why_not := measured.placed.get(server_args), str):  # no --server fits, whatever the time
+        measured.skipped.update({variant.name: why_not for variant in group})
         return
     if deadline is not None and time.monotonic() >= deadline:
         names = ", ".join(variant.name for variant in group)
@@ -209,7 +219,7 @@ def _run_group(
     log = server_state_dir(out, server_args) / "comfyui.log"
     where = "" if settings.servers else f"; its log: {log}"
     try:
-        with open_server(matrix, settings, server_args, out, say) as (url, why_not):
+        with open_server(matrix, settings, server_args, out, say, measured.placed) as (url, why_not):
             if url is None:
                 measured.skipped.update({variant.name: why_not for variant in group})
                 return
@@ -262,16 +272,19 @@ def _run_on_server(
         runnable = [
             v
             for v in matrix.variants
-            if not (on_cpu and v.skip_on_cpu) and not (settings.servers and v.server_args)
+            if not (on_cpu and v.skip_on_cpu) and not isinstance(measured.placed.get(v.server_args), str)
         ]
         here = group[0].server_args
         problems = matrix_problems(runnable, base, object_info, settings.overrides, server_args=here)
         first = matrix.variant(matrix.baseline)
-        if problems := baseline_problems(first, runnable, on_cpu, matrix.variants) + problems:
+        unplaced = {args: why for args, why in measured.placed.items() if isinstance(why, str)}
+        if problems := baseline_problems(first, runnable, on_cpu, matrix.variants, unplaced) + problems:
             listed = "\n  ".join(problems)
             raise WorkflowError(f"{matrix.path}: {len(problems)} problem(s); nothing was run:\n  {listed}")
     extended = [replace(v, overrides=v.overrides + settings.overrides) for v in group]
-    jobs = _prepare_jobs(extended, base, object_info, settings.out_dir, on_cpu, measured, say)
+    jobs = prepare_jobs(
+        extended, base, object_info, settings.out_dir, on_cpu, measured.skipped, measured.failed, say
+    )
     if not jobs:
         return
     order = settings.order or matrix.order
@@ -309,7 +322,7 @@ def _run_on_server(
             settings.out_dir,
             soak=settings.soak,
             load=settings.load,
-            servers=settings.servers or (url,),
+            servers=_servers_of(measured.placed.get(baseline.variant.server_args)) or (url,),
             concurrency=settings.concurrency,
             jobs=settings.jobs,
             deadline=deadline,
@@ -327,10 +340,11 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
         measured.modes["consistency"] = {
             name: modes.check_consistency(r) for name, r in measured.runs.items()
         }
+    environment = {**measured.environment, **({"given_servers": measured.given} if measured.given else {})}
     document = build_document(
         matrix,
         results,
-        measured.environment,
+        environment,
         modes=measured.modes,
         warmups=settings.warmups,
         repeats=settings.repeats,
@@ -340,7 +354,7 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     document["server_lost"], document["interrupted"] = measured.server_lost, measured.interrupted
     document_path = write_document(document, out / "bench.json")
     ended = [*measured.server_lost, *([INTERRUPTED] if measured.interrupted else [])]
-    context = run_context(matrix, settings, measured.environment) + [f"**{m}**" for m in ended]
+    context = run_context(matrix, settings, environment) + [f"**{m}**" for m in ended]
     context += comparison_caveats(matrix, results)
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
@@ -363,35 +377,5 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     return outcome
 
 
-def _group_by_server_args(variants: tuple[Variant, ...]) -> Iterator[tuple[tuple[str, ...], list[Variant]]]:
-    """Variants per launch-flag set, sets in order of first appearance: one server start per set."""
-    groups: dict[tuple[str, ...], list[Variant]] = {}
-    for variant in variants:
-        groups.setdefault(variant.server_args, []).append(variant)
-    yield from groups.items()
-
-
-def _prepare_jobs(
-    group: list[Variant],
-    base: dict[str, Any],
-    object_info: dict[str, Any],
-    out: Path,
-    on_cpu: bool,
-    measured: _Measured,
-    say: Progress,
-) -> list[VariantRun]:
-    """The variants of ``group`` to run, workflows written; CPU-skipped ones go to ``measured.skipped``,
-    one whose own ``set`` the server's /object_info refuses to ``measured.failed``."""
-    jobs: list[VariantRun] = []
-    for variant in group:
-        if on_cpu and variant.skip_on_cpu:
-            measured.skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
-            say(f"{variant.name}: skipped ({measured.skipped[variant.name]})")
-            continue
-        try:
-            path, applied = write_variant_workflow(variant, base, object_info, out)
-        except WorkflowError as error:
-            measured.failed[variant.name] = f"WorkflowError before its runs: {one_line(error)}"
-            continue
-        jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name), tuple(applied)))
-    return jobs
+def _servers_of(placed: tuple[str, ...] | str | None) -> tuple[str, ...]:
+    return placed if isinstance(placed, tuple) else ()

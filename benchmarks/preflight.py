@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from benchmarks.matrix import Variant
@@ -61,24 +61,36 @@ def matrix_problems(
 
 
 def baseline_problems(
-    baseline: Variant, runnable: list[Variant], on_cpu: bool, variants: Sequence[Variant] = ()
+    baseline: Variant,
+    runnable: list[Variant],
+    on_cpu: bool,
+    variants: Sequence[Variant] = (),
+    unplaced: Mapping[tuple[str, ...], str] | None = None,
 ) -> list[str]:
     """The baseline, when it is not among the ``runnable`` variants: skipped, it would leave every
     speed-up (and ``--soak``/``--load``, run on its server) out, after all the other runs. And the
     baseline alone runnable of ``variants`` (the matrix's, after ``--variant``): a table of one row,
-    nothing compared, that exited 0."""
+    nothing compared, that exited 0. ``unplaced``: why no ``--server`` runs a launch-flag set."""
+    unplaced = unplaced or {}
     if baseline not in runnable:
-        why = _cpu_skip(baseline, on_cpu) or f"it {_flags_needed(baseline)}"
-        return [f"the baseline {baseline.name!r} would be skipped ({why}): choose another with --baseline"]
+        skip = _cpu_skip(baseline, on_cpu)
+        why = skip or f"it {_flags_needed(baseline, unplaced)}"
+        advice = "" if skip else "give a --server launched as it needs, or "
+        return [
+            f"the baseline {baseline.name!r} would be skipped ({why}): {advice}choose another with --baseline"
+        ]
     others = [variant for variant in variants if variant is not baseline]
     if others and not any(variant is not baseline for variant in runnable):
         skips = [_cpu_skip(variant, on_cpu) for variant in others]
         reasons = "; ".join(
-            f"{variant.name!r} is skipped {skip}" if skip else f"{variant.name!r} {_flags_needed(variant)}"
+            f"{variant.name!r} is skipped {skip}"
+            if skip
+            else f"{variant.name!r} {_flags_needed(variant, unplaced)}"
             for variant, skip in zip(others, skips, strict=True)
         )
         without = (
-            "run the bench without --server (it starts a server with each variant's flags) or "
+            "run the bench without --server (it starts a server with each variant's flags), give a "
+            "--server launched with their flags, or "
             if not all(skips)
             else ""
         )
@@ -94,8 +106,9 @@ def _cpu_skip(variant: Variant, on_cpu: bool) -> str | None:
     return f"on CPU: {variant.skip_on_cpu}" if on_cpu and variant.skip_on_cpu else None
 
 
-def _flags_needed(variant: Variant) -> str:
-    return f"needs server flags {' '.join(variant.server_args)}, not with --server"
+def _flags_needed(variant: Variant, unplaced: Mapping[tuple[str, ...], str]) -> str:
+    """Why no ``--server`` runs ``variant`` (``needs server flags … (no --server was launched …)``)."""
+    return unplaced.get(variant.server_args) or f"needs server flags {' '.join(variant.server_args)}"
 
 
 def _override_problems(

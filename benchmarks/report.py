@@ -364,11 +364,22 @@ def run_context(matrix: Matrix, settings: BenchSettings, environment: dict[str, 
 
 
 def _given_server(servers: Sequence[str], environment: dict[str, Any]) -> str:
-    """What a server given with ``--server`` was launched with: the variants without launch flags ran on
-    it as it is (a flag such as ``--async-offload`` there is in every row)."""
-    argv = environment.get("comfyui_argv") or []
-    flags = " ".join(str(arg) for arg in argv[1:]) if isinstance(argv, list) else ""
+    """What the servers given with ``--server`` were launched with (``given_servers``, else the first's
+    ``comfyui_argv``): a variant ran on one launched with its server flags, as it is (a flag such as
+    ``--async-offload`` there is in the rows of the variants that ran on it)."""
+    given = environment.get("given_servers")
+    if not isinstance(given, dict):
+        argv = environment.get("comfyui_argv") or []
+        given = {servers[0]: argv[1:] if isinstance(argv, list) else []}
+    flags = {url: " ".join(str(arg) for arg in args) or "no flags" for url, args in given.items()}
+    if len(flags) == 1:
+        [(url, launched)] = flags.items()
+        return (
+            f"server {url} (--server) launched with `{launched}`: every variant run ran on it as it is, "
+            "these flags included"
+        )
+    listed = "; ".join(f"{url} with `{launched}`" for url, launched in flags.items())
     return (
-        f"server {', '.join(servers)} (--server) launched with `{flags or 'no flags'}`: every variant run "
-        "ran on it as it is, these flags included"
+        f"servers given with --server, launched: {listed}. Each variant ran on the first launched with "
+        "its server flags and none of the other variants' (its other flags included)"
     )

@@ -1,6 +1,7 @@
 """The workflow file each variant of a bench runs (``OUT/workflows/<variant>.api.json``): the matrix's
 workflow with the variant's nodes inserted, its overrides (``--set`` included) applied and the lossless
-frame capture the quality checks compare, so ``leanvideo run`` or ``workflow diff`` of it sees what ran.
+frame capture the quality checks compare, so ``leanvideo run`` or ``workflow diff`` of it sees what ran;
+and a server group's jobs of those files.
 
 Example::
 
@@ -10,11 +11,14 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks import modes
 from benchmarks.matrix import Variant, variant_slug
+from benchmarks.protocol import VariantRun, one_line
+from runner.errors import WorkflowError
 from runner.graph.workflow import Override, apply_overrides
 
 
@@ -31,3 +35,30 @@ def write_variant_workflow(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(workflow, indent=2) + "\n", encoding="utf-8")
     return path, applied
+
+
+def prepare_jobs(
+    group: list[Variant],
+    base: dict[str, Any],
+    object_info: dict[str, Any],
+    out: Path,
+    on_cpu: bool,
+    skipped: dict[str, str],
+    failed: dict[str, str],
+    say: Callable[[str], None],
+) -> list[VariantRun]:
+    """The variants of ``group`` to run, workflows written; CPU-skipped ones go to ``skipped``, one
+    whose own ``set`` the server's /object_info refuses to ``failed``."""
+    jobs: list[VariantRun] = []
+    for variant in group:
+        if on_cpu and variant.skip_on_cpu:
+            skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
+            say(f"{variant.name}: skipped ({skipped[variant.name]})")
+            continue
+        try:
+            path, applied = write_variant_workflow(variant, base, object_info, out)
+        except WorkflowError as error:
+            failed[variant.name] = f"WorkflowError before its runs: {one_line(error)}"
+            continue
+        jobs.append(VariantRun(variant, path, out / "runs" / variant_slug(variant.name), tuple(applied)))
+    return jobs

@@ -170,7 +170,7 @@ def test_running_servers_skip_variants_that_need_launch_flags(tmp_path: Path) ->
     settings = BenchSettings(out_dir=tmp_path, servers=("http://127.0.0.1:8460",))
     with open_server(matrix, settings, ("--async-offload",), tmp_path, print) as (url, reason):
         assert url is None
-        assert reason == "needs server flags --async-offload (not with --server)"
+        assert reason == "needs server flags --async-offload (no --server was launched with them)"
     with open_server(matrix, settings, (), tmp_path, print) as (url, reason):
         assert (url, reason) == ("http://127.0.0.1:8460", "")
 

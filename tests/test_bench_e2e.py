@@ -22,8 +22,8 @@ from rich.console import Console
 
 from runner.cli.bench import add_bench_parser, main, run_bench
 from runner.fixtures import FixtureSet
-from runner.local.server import ComfyServer
-from runner.local.workspace import REPO_ROOT
+from runner.local.server import ComfyServer, ServerConfig
+from runner.local.workspace import REPO_ROOT, Workspace
 
 pytestmark = pytest.mark.integration
 
@@ -178,6 +178,41 @@ def test_tiny_seed_table_runs_end_to_end(tmp_path: Path, tiny_models: FixtureSet
     assert "soak: " in text and "load: " in text
     report = (out / "report.md").read_text(encoding="utf-8")  # the verdicts are in the report too
     assert "- soak: stable over 10 rounds of " in report and "- load: keeping up: 2 jobs, " in report
+
+
+def test_a_variant_needing_server_flags_runs_on_a_given_server_launched_with_them(
+    tmp_path: Path, workspace: Workspace, tiny_models: FixtureSet
+) -> None:
+    """With --server, a variant needing launch flags was skipped even beside a server that had them."""
+    launched = {"plain": (), "nonblocking": ("--async-offload",)}
+    configs = {
+        name: ServerConfig.in_workspace(workspace, tmp_path / name, cpu=True, extra_args=args)
+        for name, args in launched.items()
+    }
+    out = tmp_path / "bench"
+    with ComfyServer(configs["nonblocking"]) as nonblocking, ComfyServer(configs["plain"]) as plain:
+        code, text = _bench(
+            str(TINY),
+            *("--out", str(out), "--warmups", "0", "--repeats", "1", "--no-plots"),
+            *("--variant", "8-step + non-blocking transfer"),
+            *("--server", nonblocking.url, "--server", plain.url),  # the baseline still on the plain one
+        )
+        print(text)
+        assert code == 0
+        history = {
+            name: httpx.get(f"{server.url}/history").json()
+            for name, server in (("plain", plain), ("nonblocking", nonblocking))
+        }
+    document = _document(out)
+    measured = {v["name"]: v for v in document["variants"]}
+    assert measured["8-step + non-blocking transfer"]["total"]["n"] == 1
+    assert measured["20-step baseline"]["total"]["n"] == 1
+    assert [len(history["plain"]), len(history["nonblocking"])] == [1, 1]  # one run on each
+    given = document["environment"]["given_servers"]
+    assert given[nonblocking.url][-1] == "--async-offload"
+    assert "--async-offload" not in given[plain.url]
+    report = " ".join((out / "report.md").read_text(encoding="utf-8").split())
+    assert f"{nonblocking.url} with `" in report and "Each variant ran on the first launched with" in report
 
 
 def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(

@@ -25,19 +25,20 @@ def test_a_variant_whose_own_set_is_refused_fails_alone(
 ) -> None:
     matrix = load_matrix(TINY)
     group = [matrix.variant("20-step baseline"), matrix.variant("8-step distill")]
-    real = harness.write_variant_workflow
+    real = variant_workflow.write_variant_workflow
 
     def write(variant: Any, base: Any, object_info: Any, out: Path) -> Any:
         if variant.name == "8-step distill":
             raise WorkflowError("node 11 (SamplerCustom) has no input 'cfgg'")
         return real(variant, base, object_info, out)
 
-    monkeypatch.setattr(harness, "write_variant_workflow", write)
+    monkeypatch.setattr(variant_workflow, "write_variant_workflow", write)
     monkeypatch.setattr(variant_workflow, "apply_overrides", lambda workflow, specs, info: [])
-    measured = harness._Measured()
-    jobs = harness._prepare_jobs(group, {}, {}, tmp_path, False, measured, print)
+    skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    jobs = variant_workflow.prepare_jobs(group, {}, {}, tmp_path, False, skipped, failed, print)
     assert [job.variant.name for job in jobs] == ["20-step baseline"]
-    assert measured.failed == {
+    assert failed == {
         "8-step distill": "WorkflowError before its runs: node 11 (SamplerCustom) has no input 'cfgg'"
     }
 

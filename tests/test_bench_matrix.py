@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import protocol
+from benchmarks.bench_servers import place_groups
 from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants, variant_slug
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
@@ -359,11 +360,42 @@ def test_a_group_needing_server_flags_under_server_is_said_so_even_past_the_budg
 
     matrix = load_matrix(TINY)
     group = [v for v in matrix.variants if v.server_args]
-    measured = harness._Measured()
-    settings = harness.BenchSettings(out_dir=tmp_path, servers=("http://127.0.0.1:9",), budget_s=1.0)
+    given = {"http://127.0.0.1:9": ("--cpu",)}  # launched without them
+    placed = place_groups([(), group[0].server_args], given)
+    measured = harness._Measured(given=given, placed=placed)
+    settings = harness.BenchSettings(out_dir=tmp_path, servers=tuple(given), budget_s=1.0)
     harness._run_group(matrix, settings, {}, group[0].server_args, group, measured, 0.0, lambda _: None)
     flags = " ".join(group[0].server_args)
-    assert measured.skipped == {v.name: f"needs server flags {flags} (not with --server)" for v in group}
+    said = f"needs server flags {flags} (no --server was launched with them)"
+    assert measured.skipped == {v.name: said for v in group}
+
+
+def test_each_flag_set_goes_to_the_given_servers_launched_with_it_and_none_of_the_others_flags() -> None:
+    """With --server, every variant needing launch flags was skipped, even with a server that had them."""
+    given = {
+        "http://a": ("--cpu", "--port", "1"),
+        "http://b": ("--cpu", "--async-offload", "--port", "2"),
+        "http://c": ("--reserve-vram=2", "--async-offload"),  # two of the matrix's flags: neither set's
+        "http://d": ("--cpu", "--port", "4"),
+    }
+    groups = [(), ("--async-offload",), ("--reserve-vram", "2"), ("--reserve-vram", "4")]
+    placed = place_groups(groups, given)
+    assert placed[()] == ("http://a", "http://d")  # first given first; both for --load
+    assert placed[("--async-offload",)] == ("http://b",)
+    assert (
+        placed[("--reserve-vram", "2")]
+        == "needs server flags --reserve-vram 2 (no --server was launched with them)"
+    )
+    given["http://e"] = ("--reserve-vram=2",)  # the value written with "=", as argparse takes it too
+    assert place_groups(groups, given)[("--reserve-vram", "2")] == ("http://e",)
+    assert place_groups(groups, given)[("--reserve-vram", "4")] == (
+        "needs server flags --reserve-vram 4 (no --server was launched with them)"
+    )
+    only_flagged = {"http://b": given["http://b"]}  # the baseline would run non-blocking: refused
+    assert place_groups(groups[:2], only_flagged)[()] == (
+        "needs a server launched without --async-offload (every --server has one)"
+    )
+    assert place_groups([()], only_flagged)[()] == ("http://b",)  # no variant has flags: any server fits
 
 
 def test_soak_and_load_asked_for_but_not_run_are_said_with_why(tmp_path: Path) -> None:
@@ -398,15 +430,23 @@ def test_a_baseline_that_would_be_skipped_is_a_problem_before_any_run() -> None:
         "with --baseline"
     ]
     (said,) = baseline_problems(flagged, plain, on_cpu=False)
-    assert f"(it needs server flags {' '.join(flagged.server_args)}, not with --server)" in said
+    assert f"(it needs server flags {' '.join(flagged.server_args)})" in said
+    unplaced = {
+        flagged.server_args: "needs server flags --async-offload (no --server was launched with them)"
+    }
+    (said,) = baseline_problems(flagged, plain, on_cpu=False, unplaced=unplaced)
+    assert said.endswith(
+        f"(it {unplaced[flagged.server_args]}): give a --server launched as it needs, or choose another "
+        "with --baseline"
+    )
     # the baseline alone runnable of the variants asked for (--variant of flagged ones, with --server):
     # a table of one row, nothing compared, that exited 0
     base = plain[0]
-    (said,) = baseline_problems(base, [base], on_cpu=False, variants=[base, flagged])
+    (said,) = baseline_problems(base, [base], on_cpu=False, variants=[base, flagged], unplaced=unplaced)
     assert said == (
         f"only the baseline {base.name!r} can run here, so nothing would be compared ({flagged.name!r} "
-        f"needs server flags {' '.join(flagged.server_args)}, not with --server): run the bench without "
-        "--server (it starts a server with each variant's flags) or choose variants that run here"
+        f"{unplaced[flagged.server_args]}): run the bench without --server (it starts a server with each "
+        "variant's flags), give a --server launched with their flags, or choose variants that run here"
     )
     (said,) = baseline_problems(base, [base], on_cpu=True, variants=[base, compiled])
     assert said.endswith(f"is skipped on CPU: {compiled.skip_on_cpu}): choose variants that run here")

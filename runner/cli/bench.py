@@ -80,8 +80,9 @@ def add_bench_parser(subparsers: Any) -> None:
         type=server_url,
         action=AppendServer,
         default=[],
-        help="use this running server instead of starting ours (repeat for --load over several); "
-        "variants that need server flags are then skipped",
+        help="use this running server instead of starting ours (repeat for --load over several); a "
+        "variant needing server flags runs on one launched with them and none of the other variants' "
+        "flags (as its /system_stats says), else it is skipped",
     )
     parser.add_argument(
         "--port",
