@@ -137,3 +137,41 @@ def test_a_link_to_a_removed_node_whose_id_was_reused_shows_as_rewired() -> None
     b = {"5": {"class_type": "Y", "inputs": {}}, "9": {"class_type": "Z", "inputs": {"value": ["5", 0]}}}
     rewired = [c for c in diff_workflows(a, b) if c.kind == "link_rewired"]
     assert [(c.node_id, c.input_name) for c in rewired] == [("9", "value")]  # X's output became Y's
+
+
+def test_two_long_texts_are_shown_where_they_differ() -> None:
+    """Both sides of a prompt changed in its last words were cut at 77 characters, so they read alike."""
+    text = "a cinematic shot of a red fox running through fresh snow at golden hour, shallow depth of field, "
+    a = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": text + "slow motion"}}}
+    b = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": text + "fast motion"}}}
+    [change] = diff_workflows(a, b)
+    assert str(change) == (
+        "node 3 (CLIPTextEncode) input 'text': \"…hour, shallow depth of field, slow motion\" -> "
+        '"…hour, shallow depth of field, fast motion"'
+    )
+    b["3"]["inputs"]["text"] = "a fox" + text[5:] + "slow motion"  # changed at the start: cut after it
+    said = str(diff_workflows(a, b)[0])
+    assert said.startswith("node 3 (CLIPTextEncode) input 'text': \"a cinematic shot of a red fox ru")
+    assert '-> "a foxematic shot of a red fox runni…"' in said and said.endswith('…"')
+    short = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox"}}}
+    assert str(diff_workflows(short, b)[0]).startswith("node 3 (CLIPTextEncode) input 'text': \"a fox\" -> ")
+
+
+def test_nodes_of_one_class_and_title_are_paired_by_their_values_when_renumbered(
+    tiny_workflow: dict[str, Any],
+) -> None:
+    """Two prompts under the editor's default title, renumbered so each took the other's place, were
+    reported as swapped texts and rewired links; the graph is the same."""
+    for node_id in ("3", "4"):
+        tiny_workflow[node_id]["_meta"] = {"title": "CLIP Text Encode (Prompt)"}
+    shift = {node_id: str(int(node_id) + 100) for node_id in tiny_workflow}
+    shift["3"], shift["4"] = "121", "120"
+    moved: dict[str, Any] = {}
+    for node_id, node in copy.deepcopy(tiny_workflow).items():
+        for name, value in node["inputs"].items():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+                node["inputs"][name] = [shift[value[0]], value[1]]
+        moved[shift[node_id]] = node
+    changes = diff_workflows(tiny_workflow, moved)
+    assert summarize(changes) == {"renumbered": len(tiny_workflow)}, [str(c) for c in changes]
+    assert "node 121 (CLIPTextEncode): was node 3" in [str(c) for c in changes]

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,10 +44,10 @@ class Change:
             "node_removed": "removed",
             "input_added": f"added = {_show(self.new)}",
             "input_removed": f"removed (was {_show(self.old)})",
-            "title_changed": f"title {_show(self.old)} -> {_show(self.new)}",
+            "title_changed": f"title {_show_change(self.old, self.new)}",
             "class_changed": f"class {_show(self.old)} -> {_show(self.new)}",
         }
-        return f"{where}: {words.get(self.kind, f'{_show(self.old)} -> {_show(self.new)}')}"
+        return f"{where}: {words.get(self.kind, _show_change(self.old, self.new))}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,7 +64,34 @@ def _show(value: Any) -> str:
     if is_link(value):
         return f"link from node {value[0]} output {value[1]}"
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+SHOWN = 80  # characters of a value shown
+CONTEXT = 30  # characters either side of where two long texts differ
+
+
+def _show_change(old: Any, new: Any) -> str:
+    """``old -> new``; two texts too long to show whole are cut around where they differ (cut at the
+    same place, both read alike: a prompt changed in its last words looked unchanged)."""
+    if not (isinstance(old, str) and isinstance(new, str)) or max(len(old), len(new)) <= SHOWN - 2:
+        return f"{_show(old)} -> {_show(new)}"
+    same_start = _common_start(old, new)
+    same_end = _common_start(old[same_start:][::-1], new[same_start:][::-1])
+    start = max(0, same_start - CONTEXT)
+
+    def excerpt(text: str) -> str:
+        stop = min(len(text), len(text) - same_end + CONTEXT, start + 2 * CONTEXT + SHOWN)
+        body = json.dumps(text[start:stop], ensure_ascii=False)[1:-1]
+        return f'"{"…" if start else ""}{body}{"…" if stop < len(text) else ""}"'
+
+    return f"{excerpt(old)} -> {excerpt(new)}"
+
+
+def _common_start(one: str, other: str) -> int:
+    """How many characters ``one`` and ``other`` share at their start."""
+    shared = min(len(one), len(other))
+    return next((i for i in range(shared) if one[i] != other[i]), shared)
 
 
 def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
@@ -89,7 +117,8 @@ def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
 def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
     """``{id in a: id in b}`` for the nodes that are the same node, paired in passes, each over the nodes
     still unpaired: the same id, class and title; the same class and title where that is unique on both
-    sides; the same id and class; the same class where it is unique on both sides; a class with as many
+    sides; the same class, title and input values (links aside) where unique on both sides; the same id
+    and class; the same class where it is unique on both sides; a class with as many
     nodes on both sides, in id order; last, the same id with another class (a class change). Titles come
     first: when a node is inserted, the ids after it move by one and land on another node of the class."""
     pairs: dict[str, str] = {}
@@ -105,20 +134,30 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
 
     def unique(key: Callable[[dict[str, Any]], object]) -> None:
         left = {n: key(a[n]) for n in a if n not in pairs}
-        right = {n: key(b[n]) for n in b if n not in pairs.values()}
+        right: dict[object, list[str]] = {}
+        for n in b:
+            if n not in pairs.values():
+                right.setdefault(key(b[n]), []).append(n)
+        counts = Counter(left.values())
         for old, value in left.items():
-            mates = [n for n, other in right.items() if other == value]
-            if len(mates) == 1 and list(left.values()).count(value) == 1:
+            mates = right.get(value, [])
+            if len(mates) == 1 and counts[value] == 1:
                 pairs[old] = mates[0]
 
     def class_and_title(node: dict[str, Any]) -> object:
         return (node["class_type"], node_title(node))
+
+    def class_title_values(node: dict[str, Any]) -> object:  # two prompts of one default title
+        inputs = node.get("inputs") or {}
+        values = {name: value for name, value in inputs.items() if not is_link(value)}
+        return (node["class_type"], node_title(node), json.dumps(values, sort_keys=True))
 
     def class_only(node: dict[str, Any]) -> object:
         return node["class_type"]
 
     same_id(class_and_title)
     unique(class_and_title)
+    unique(class_title_values)
     same_id(class_only)
     unique(class_only)
     for kind in {a[n]["class_type"] for n in a if n not in pairs}:  # as many on both sides: in id order
