@@ -342,3 +342,28 @@ def test_a_reader_of_the_output_that_goes_away_cancels_the_prompt_and_keeps_its_
     assert record["partial"] is stderr_too
     queue = httpx.get(f"{comfy_server.url}/queue", timeout=30).json()
     assert not queue["queue_running"] and not queue["queue_pending"]
+
+
+def test_an_image_comfyui_saved_is_read_as_the_workflow_that_made_it(
+    comfy_server: ComfyServer,
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A PNG given as the workflow was "not UTF-8 text (byte 0)"; ComfyUI writes the workflow into it."""
+    tiny_workflow["11"]["inputs"]["noise_seed"] = fresh_seed()
+    tiny_workflow["14"] = {
+        "class_type": "SaveImage",
+        "inputs": {"images": ["12", 0], "filename_prefix": "png"},
+    }
+    path = write_workflow(tmp_path, tiny_workflow, "wf.api.json")
+    assert (
+        main(["run", str(path), "--server", comfy_server.url, "--out", str(tmp_path / "ran"), "--json"]) == 0
+    )
+    record = json.loads(capsys.readouterr().out)
+    png = next(Path(f["path"]) for f in record["outputs"] if str(f["path"]).endswith(".png"))
+    assert main(["workflow", "diff", str(png), str(path)]) == 0, capsys.readouterr().out
+    assert main(["workflow", "validate", str(png), "--server", comfy_server.url]) == 0
+    png.write_bytes(png.read_bytes()[:60])  # cut inside its first chunk
+    assert main(["workflow", "diff", str(png), str(path)]) == 5
+    assert f"workflow file {png} is a PNG image that cannot be read" in capsys.readouterr().err

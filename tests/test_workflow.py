@@ -510,3 +510,45 @@ def test_an_image_not_in_the_input_folder_names_where_a_leanvideo_server_reads_i
         "node 1 (LoadImage) input 'image': file 'start.png' does not exist in the server's input folder"
     )
     assert "a server leanvideo started has its own, .workspace/servers/<port>/base/input/" in str(problem)
+
+
+def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ComfyUI's SaveImage writes them (PIL text chunks; iTXt for text beyond Latin-1): the API
+    workflow that ran, else the editor's graph. A PNG was "not UTF-8 text (byte 0)"."""
+    import io
+    import sys
+    from types import SimpleNamespace
+
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    from runner.graph.workflow import read_json_file
+
+    ran = {"1": {"class_type": "CLIPTextEncode", "inputs": {"text": "一只狐狸 🦊"}}}
+    graph = {"nodes": [], "links": []}
+    for keys, expected in ((("prompt", "workflow"), ran), (("workflow",), graph)):
+        info = PngInfo()
+        for key in keys:
+            info.add_text(key, json.dumps(ran if key == "prompt" else graph), zip=key == "workflow")
+        path = tmp_path / f"{'-'.join(keys)}.png"
+        Image.new("RGB", (4, 4)).save(path, pnginfo=info)
+        assert read_json_file(path) == expected
+    Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
+    with pytest.raises(WorkflowError, match=r"plain.png is a PNG image with no ComfyUI workflow in it"):
+        read_json_file(tmp_path / "plain.png")
+    stdin = SimpleNamespace(buffer=io.BytesIO(json.dumps(ran).encode()))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert read_json_file(Path("-")) == ran
+
+
+def test_a_saved_prompt_request_is_named_as_such() -> None:
+    """A /prompt request body saved as a file was "node prompt has no class_type"."""
+    from runner.graph.workflow import api_workflow
+
+    body = {"prompt": {"1": {"class_type": "A", "inputs": {}}}, "client_id": "x"}
+    with pytest.raises(
+        WorkflowError, match=r"w.json is a request to ComfyUI's /prompt \(its workflow is under"
+    ):
+        api_workflow(body, Path("w.json"))

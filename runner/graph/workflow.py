@@ -18,12 +18,15 @@ from __future__ import annotations
 import decimal
 import json
 import math
+import sys
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
+from runner.graph.png_workflow import PNG_SIGNATURE, png_workflow_text
 from runner.graph.suggest import close_hint
 from runner.graph.ui_shape import json_kind
 
@@ -60,11 +63,13 @@ class Override:
 
 
 def read_json_file(path: Path, what: str = "workflow file") -> Any:
-    """The JSON in ``path`` (UTF-8, a byte-order mark allowed), with an error that names the file when
-    it is missing, not a file, not UTF-8 or not JSON. ``NaN`` and ``Infinity`` are refused: ComfyUI
-    cannot receive them."""
+    """The JSON in ``path`` (UTF-8, a byte-order mark allowed; ``-``: standard input; a PNG image ComfyUI
+    saved: the workflow written into it), with an error that names the file when it is missing, not a
+    file, not UTF-8 or not JSON. ``NaN`` and ``Infinity`` are refused: ComfyUI cannot receive them."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        # an image ComfyUI saved holds the workflow that made it
+        text = _png_text(raw, path, what) if raw.startswith(PNG_SIGNATURE) else raw.decode("utf-8-sig")
     except FileNotFoundError as exc:
         raise WorkflowError(f"{what} {path} does not exist") from exc
     except IsADirectoryError as exc:
@@ -85,6 +90,16 @@ def read_json_file(path: Path, what: str = "workflow file") -> Any:
         raise WorkflowError(f"{what} {path}: {exc}") from exc
     except RecursionError as exc:
         raise WorkflowError(f"{what} {path} is not a workflow: its JSON is nested too deeply") from exc
+
+
+def _png_text(raw: bytes, path: Path, what: str) -> str:
+    try:
+        text = png_workflow_text(raw)
+    except (ValueError, zlib.error) as exc:
+        raise WorkflowError(f"{what} {path} is a PNG image that cannot be read ({exc})") from exc
+    if text is None:
+        raise WorkflowError(f"{what} {path} is a PNG image with no ComfyUI workflow in it (no 'prompt' text)")
+    return text
 
 
 def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -128,6 +143,11 @@ def api_workflow(workflow: Any, path: Path) -> Workflow:
         )
     if not isinstance(workflow, dict):
         raise WorkflowError(f"workflow file {path} is not in API format (node id -> {{class_type, inputs}})")
+    if isinstance(workflow.get("prompt"), dict) and "class_type" not in workflow["prompt"]:
+        raise WorkflowError(
+            f'workflow file {path} is a request to ComfyUI\'s /prompt (its workflow is under "prompt"): '
+            "save that object alone as the workflow file"
+        )
     for node_id, node in workflow.items():
         if not isinstance(node, dict) or "class_type" not in node:
             what = "has no class_type" if isinstance(node, dict) else f"is {json_kind(node)}, not a node"

@@ -1,0 +1,52 @@
+"""The workflow ComfyUI writes into the PNG images it saves (``tEXt`` chunks ``prompt``: the API
+workflow that ran, and ``workflow``: the editor's graph), read without decoding the image.
+
+Example::
+
+    text = png_workflow_text(Path("output/ComfyUI_00001_.png").read_bytes())  # JSON text, or None
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+__all__ = ["PNG_SIGNATURE", "png_workflow_text"]
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The chunks ComfyUI's SaveImage writes, in the order they are taken: the API workflow is what ran
+WORKFLOW_KEYS = ("prompt", "workflow")
+
+
+def png_workflow_text(data: bytes) -> str | None:
+    """The JSON text of the workflow in the PNG ``data`` (``prompt`` first, else ``workflow``), or None
+    when it holds neither. Raises ValueError for data that is not a whole PNG."""
+    if not data.startswith(PNG_SIGNATURE):
+        raise ValueError("not a PNG image")
+    texts: dict[str, str] = {}
+    at = len(PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + length]
+        if len(body) < length:
+            raise ValueError(f"its {kind.decode('latin-1')} chunk is cut short")
+        if kind in (b"tEXt", b"iTXt", b"zTXt"):
+            key, value = _text_chunk(kind, body)
+            texts.setdefault(key, value)
+        if kind == b"IEND":
+            break
+        at += 12 + length
+    return next((texts[key] for key in WORKFLOW_KEYS if key in texts), None)
+
+
+def _text_chunk(kind: bytes, body: bytes) -> tuple[str, str]:
+    """A text chunk's keyword and text (``tEXt`` Latin-1 as PNG says, which ComfyUI fills with UTF-8
+    JSON: read as UTF-8; ``zTXt`` compressed; ``iTXt`` UTF-8, maybe compressed)."""
+    key, _, rest = body.partition(b"\0")
+    if kind == b"zTXt":
+        rest = zlib.decompress(rest[1:])
+    elif kind == b"iTXt":
+        compressed = rest[:1] == b"\1"
+        rest = rest[2:].split(b"\0", 2)[-1]  # past the language tag and translated keyword
+        rest = zlib.decompress(rest) if compressed else rest
+    return key.decode("latin-1"), rest.decode("utf-8", errors="replace")
