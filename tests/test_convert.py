@@ -355,9 +355,17 @@ def test_cli_converts_the_shipped_ltxv_template(
     import comfyui_workflow_templates_media_video as templates
 
     source = Path(templates.__file__).parent / "templates" / "ltxv_text_to_video.json"
+    template = json.loads(source.read_text(encoding="utf-8"))
+    prompt = next(n for n in template["nodes"] if n["type"] == "CLIPTextEncode")
+    prompt["widgets_values"][0] = "一只狐狸在雪中奔跑 🦊"  # written as it is (it was \u4e00\u53ea…)
+    source = tmp_path / "template.json"
+    source.write_text(json.dumps(template), encoding="utf-8")
     out = tmp_path / "api.json"
     assert main(["workflow", "convert", str(source), "--server", comfy_server.url, "--out", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
+    assert "一只狐狸在雪中奔跑 🦊" in out.read_text(encoding="utf-8")
+    assert main(["workflow", "convert", str(source), "--server", comfy_server.url]) == 0
+    assert "一只狐狸在雪中奔跑 🦊" in capsys.readouterr().out
     api = json.loads(out.read_text())
     sampler = next(n for n in api.values() if n["class_type"] == "SamplerCustom")
     assert sampler["inputs"]["noise_seed"] == 497797676867141 and sampler["inputs"]["cfg"] == 3

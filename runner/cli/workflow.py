@@ -183,9 +183,11 @@ def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--out {args.out}: the folder {args.out.parent} {state}")
     with _server_client(args) as client:
         api = as_api_workflow(ui, args.file, client.get_json("/object_info"))
-    text = json.dumps(api, indent=2) + "\n"
+    text = json.dumps(api, indent=2, ensure_ascii=False) + "\n"  # as the editor's Export (API): readable
     if args.out is None:
-        sys.stdout.write(text)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))  # UTF-8 whatever the terminal's encoding
+        sys.stdout.buffer.flush()
         return 0
     try:
         with args.out.open("x", encoding="utf-8") as handle:
