@@ -557,17 +557,18 @@ def test_a_variant_of_another_server_is_checked_for_its_overrides_only_before_th
     assert problems[0].startswith("variant 'here': set '2.steps=0'")
     # 'here' is not validated further (its override failed) but its inserted node is checked; 'there'
     # (another server, which may have that node) only for its overrides
-    unknown = "variant 'here': node p (OnlyOnItsServer): unknown node type; the server has: Loader, Sampler"
-    assert problems[1] == unknown + ", Save"
+    unknown = (
+        "variant 'here': node p (OnlyOnItsServer): unknown node type: the server has no node of that name"
+    )
+    assert problems[1].startswith(unknown)
     assert problems[2].startswith("variant 'there': set '2.stepz=1'")
     assert len(problems) == 3
     both = matrix_problems(variants[:1], base, info, ("2.steps=3", "9.x=1", "2.nosuch=1"))
     assert both[0].startswith("--set '9.x=1': no node '9'") and both[1].startswith("--set '2.nosuch=1'")
     assert both[2].startswith("variant 'here': set '2.steps=0'") and len(both) == 4  # each mistake once
     assert both[3].startswith("variant 'here': node p (OnlyOnItsServer): unknown node type")
-    assert matrix_problems([Variant("clean", inserts=(patch,))], base, info, ("2.steps=3",)) == [
-        "variant 'clean': node p (OnlyOnItsServer): unknown node type; the server has: Loader, Sampler, Save"
-    ]
+    [clean] = matrix_problems([Variant("clean", inserts=(patch,))], base, info, ("2.steps=3",))
+    assert clean.startswith("variant 'clean': node p (OnlyOnItsServer): unknown node type: the server has no")
 
 
 def test_an_inserts_link_input_the_class_lacks_is_said_as_that_key() -> None:

@@ -139,6 +139,51 @@ UI: dict[str, Any] = {
 }
 
 
+def test_a_muted_or_bypassed_primitive_still_gives_its_value_as_the_editor_submits_it() -> None:
+    """The pinned frontend's graphToPrompt applies every primitive, muted or not; its target took its own
+    stale widget value here (42 for 777)."""
+    for mode in (2, 4):
+        ui = copy.deepcopy(UI)
+        ui["nodes"][5]["mode"] = mode
+        assert convert_ui_workflow(ui, OBJECT_INFO)["4"]["inputs"]["steps"] == 8
+
+
+def test_an_unknown_node_type_says_what_it_is_where_the_file_tells() -> None:
+    """A subgraph without its definition and a node of a pack the server lacks were both "(not in the
+    server's /object_info)"; an API file's unknown type listed the server's first dozen types A to Z."""
+    from runner.graph.validate import unknown_node_problem
+
+    orphan = node(50, "00000000-0000-0000-0000-000000003039", [])
+    packed = node(40, "VHS_VideoCombine", [], properties={"cnr_id": "comfyui-videohelpersuite"})
+    with pytest.raises(WorkflowError) as refused:
+        convert_ui_workflow({"nodes": [orphan, packed], "links": []}, OBJECT_INFO)
+    said = str(refused.value)
+    assert (
+        "node 50: unknown node type '00000000-0000-0000-0000-000000003039': it is a subgraph's id, " in said
+    )
+    assert "and the file's definitions.subgraphs has no subgraph of that id" in said
+    assert "node 40: unknown node type 'VHS_VideoCombine': a node of the custom node pack " in said
+    assert "'comfyui-videohelpersuite' (its properties say so)" in said
+    assert (
+        unknown_node_problem("9", "KSamplr", OBJECT_INFO).message
+        == "unknown node type; close matches: KSampler"
+    )
+    assert unknown_node_problem("9", "Zzz", OBJECT_INFO).message.startswith(
+        "unknown node type: the server has no node of that name: a custom node pack not installed there"
+    )
+
+
+def test_a_subgraph_that_holds_an_instance_of_itself_is_refused_naming_it() -> None:
+    """It was expanded 16 deep, then said "node 50:9:9:…:9: unknown node type '…'"."""
+    inner = node(9, "sub-1", [], inputs=[])
+    definition = {**copy.deepcopy(SUBGRAPH), "name": "Latent", "nodes": [inner], "links": []}
+    ui = {"nodes": [node(50, "sub-1", [])], "links": [], "definitions": {"subgraphs": [definition]}}
+    with pytest.raises(
+        WorkflowError, match=r"subgraph 'Latent' contains itself \(node 50:9, an instance of it\)"
+    ):
+        convert_ui_workflow(ui, OBJECT_INFO)
+
+
 def test_conversion_follows_reroutes_primitives_bypass_and_mute() -> None:
     api = convert_ui_workflow(UI, OBJECT_INFO)
     assert sorted(api, key=int) == ["1", "4", "5", "10"]  # reroute, primitive, bypassed, muted, note left out

@@ -35,7 +35,7 @@ from typing import Any
 
 from runner.errors import WorkflowError
 from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED, WIDGET_TYPES, flatten_subgraphs, is_editor_only
-from runner.graph.suggest import unknown_node_hint
+from runner.graph.suggest import missing_type_hint
 from runner.graph.ui_shape import check_ui_shape
 from runner.graph.workflow import FRONTEND_WIDGETS, api_workflow, is_ui_workflow
 
@@ -108,7 +108,7 @@ def convert_ui_workflow(ui: dict[str, Any], object_info: ObjectInfo, cut: CutLin
         if kind.startswith("workflow>") or kind.startswith("workflow/"):
             raise WorkflowError(f"node {node_id} is a group node ({kind}); convert does not expand these yet")
         if kind not in object_info:  # every one is listed: installing them is one trip, not one per run
-            hint = unknown_node_hint(kind, object_info) or " (not in the server's /object_info)"
+            hint = missing_type_hint(kind, object_info, node.get("properties"))
             unknown.append(f"node {node_id}: unknown node type {kind!r}{hint}")
             continue
         inputs = widget_inputs(node, object_info[kind])
@@ -221,15 +221,15 @@ class _Graph:
             return None, f"node {origin_id}, which is not in the workflow"
         kind = origin.get("type")
         name = f"node {origin_id} ({kind})"
-        if origin.get("mode") == MODE_MUTED:
-            return None, f"{name}, which is muted"
-        if kind == "PrimitiveNode":
+        if kind == "PrimitiveNode":  # its value, muted or bypassed alike: the editor's graphToPrompt does so
             values = origin.get("widgets_values") or []
             return (
                 (values[0], None)
                 if values and values[0] is not None
                 else (None, f"{name}, which has no value")
             )
+        if origin.get("mode") == MODE_MUTED:
+            return None, f"{name}, which is muted"
         if kind == "Reroute":
             upstream = (origin.get("inputs") or [{}])[0].get("link")
             if upstream is None:

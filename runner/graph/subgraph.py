@@ -100,11 +100,21 @@ class _Flattener:
         prefix: str,
         boundary: tuple[list[str], list[int | None]] | None,
         depth: int,
+        inside: tuple[str, ...] = (),
     ) -> None:
         """Add one graph's nodes under ``prefix``. ``boundary`` gives, for an inner graph, the ids of
-        the reroutes standing for its inputs and the new ids of the links into its outputs (filled in)."""
+        the reroutes standing for its inputs and the new ids of the links into its outputs (filled in);
+        ``inside``: the subgraphs being expanded, outermost first (one of them again is a cycle)."""
         renamed = {int(row[0]): next(self.ids) for row in rows}
         by_id = nodes_by_id(nodes, f" of subgraph {prefix.rstrip(':')}" if prefix else "")
+        for node_id, node in by_id.items():
+            if str(node.get("type")) in inside and node.get("mode") not in (MODE_MUTED, MODE_BYPASSED):
+                definition = self.definitions[str(node.get("type"))]
+                name = definition.get("name") or node.get("type")
+                raise WorkflowError(
+                    f"subgraph {name!r} contains itself (node {prefix}{node_id}, an instance of it): the "
+                    "editor refuses it too (circular reference); take that node out of it"
+                )
         expanded = {
             node_id: f"{prefix}{node_id}"
             for node_id, node in by_id.items()
@@ -137,11 +147,11 @@ class _Flattener:
                 if slot_info.get("link") is not None:
                     slot_info["link"] = renamed.get(int(slot_info["link"]))
             if node_id in expanded:
-                self._expand(node, expanded[node_id], depth)
+                self._expand(node, expanded[node_id], depth, inside)
             else:
                 self.nodes.append(node)
 
-    def _expand(self, instance: Node, path: str, depth: int) -> None:
+    def _expand(self, instance: Node, path: str, depth: int, inside: tuple[str, ...]) -> None:
         definition = self.definitions[str(instance["type"])]
         inputs = definition.get("inputs") or []
         linked = {str(i.get("name")): i.get("link") for i in instance.get("inputs") or []}
@@ -159,7 +169,8 @@ class _Flattener:
                 self.nodes.append({"id": node_id, "type": "Reroute", "inputs": [{"link": link}]})
         outputs: list[int | None] = [None] * len(definition.get("outputs") or [])
         inner_rows = link_rows(definition.get("links") or [])
-        self.add_scope(definition.get("nodes") or [], inner_rows, f"{path}:", (input_ids, outputs), depth + 1)
+        scope = (definition.get("nodes") or [], inner_rows, f"{path}:", (input_ids, outputs), depth + 1)
+        self.add_scope(*scope, inside=(*inside, str(instance["type"])))
         for index, link in enumerate(outputs):
             self.nodes.append({"id": f"{path}:out{index}", "type": "Reroute", "inputs": [{"link": link}]})
 

@@ -8,7 +8,9 @@ Example::
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+from typing import Any
 
 MODEL_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin", ".gguf", ".sft", ".onnx")
 FIXTURE_PREFIX = "LeanVideoFixture"  # the tiny models' helper nodes, loaded by serve --fixture-nodes
@@ -35,6 +37,37 @@ def unknown_node_hint(class_type: str, known: Iterable[str] = ()) -> str | None:
             "are gone)"
         )
     return None
+
+
+# How the editor names a subgraph's node type: its definition's id, a UUID
+SUBGRAPH_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+
+
+def missing_type_hint(class_type: str, known: Iterable[str], properties: Any = None) -> str:
+    """Why the server lacks node type ``class_type`` (``known``: its types) and what to do: one of
+    LeanVideo's (:func:`unknown_node_hint`), a subgraph left without its definition, a node of the
+    custom pack an editor file's node names in its ``properties`` (``cnr_id``, ``aux_id``), the
+    closest types the server has, else a pack not installed there."""
+    names = [str(name) for name in known]
+    ours = unknown_node_hint(class_type, names)
+    if ours:
+        return ours
+    if SUBGRAPH_ID.fullmatch(class_type):
+        return (
+            ": it is a subgraph's id, and the file's definitions.subgraphs has no subgraph of that id "
+            "(save the workflow again from the editor)"
+        )
+    listed = properties if isinstance(properties, dict) else {}
+    pack = next((str(listed[k]) for k in ("cnr_id", "aux_id") if isinstance(listed.get(k), str)), None)
+    if pack:
+        return (
+            f": a node of the custom node pack {pack!r} (its properties say so), which the server does not "
+            "have: install it there (ComfyUI-Manager), or read the server's log for IMPORT FAILED"
+        )
+    return close_hint(class_type, names, listed=()) or (
+        ": the server has no node of that name: a custom node pack not installed there, or one that failed "
+        "to load (its log says IMPORT FAILED)"
+    )
 
 
 def close_hint(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.suggest import MODEL_SUFFIXES, close_hint, unknown_node_hint
+from runner.graph.suggest import MODEL_SUFFIXES, close_hint, missing_type_hint
 from runner.graph.workflow import (
     FRONTEND_PREVIEW_WIDGETS,
     FRONTEND_WIDGETS,
@@ -102,7 +102,7 @@ def validate_workflow(
 def unknown_node_problem(node_id: str, class_type: str, object_info: ObjectInfo) -> Problem:
     """Node ``node_id`` is of a type the server lacks: what to do (start it with the helper nodes, the
     pack is not loaded) or the closest types it has."""
-    hint = unknown_node_hint(class_type, object_info) or close_hint(class_type, object_info)
+    hint = missing_type_hint(class_type, object_info)
     return Problem(node_id, class_type, None, f"unknown node type{hint}")
 
 
