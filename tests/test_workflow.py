@@ -176,6 +176,9 @@ def test_validate_names_the_node_of_every_problem(workflow: dict[str, Any]) -> N
     assert "node 9, which is not in the workflow" in problems[("5", "model", "error")]
     assert "above the maximum 100.0" in problems[("5", "cfg", "error")]
     assert ("5", "denoise", "warning") in problems
+    workflow["5"]["inputs"]["cfg_scale"] = 7  # the closest inputs named (it said "ignored" alone)
+    problems = {(p.node_id, p.input_name): p.message for p in validate_workflow(workflow, OBJECT_INFO)}
+    assert problems[("5", "cfg_scale")] == "not an input of this node; ignored; close inputs: cfg"
     assert validate_workflow(copy.deepcopy(WORKFLOW), OBJECT_INFO) == []
 
 

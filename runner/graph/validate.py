@@ -24,6 +24,7 @@ from runner.graph.workflow import (
     Workflow,
     coerce_value,
     input_choices,
+    input_names,
     input_spec,
     is_link,
 )
@@ -88,9 +89,13 @@ def validate_workflow(
             ):
                 continue  # what the editor submits for its own widget there (convert writes it too)
             if spec is None:
-                problems.append(
-                    Problem(node_id, class_type, name, "not an input of this node; ignored", "warning")
+                names = input_names(object_info, class_type)
+                inside = [known for known in names if len(known) >= 3 and known in name]  # cfg in cfg_scale
+                close = close_hint(name, names, "inputs", listed=()) or (
+                    f"; close inputs: {', '.join(inside[:5])}" if inside else ""
                 )
+                said = f"not an input of this node; ignored{close}"
+                problems.append(Problem(node_id, class_type, name, said, "warning"))
             elif is_link(value):
                 problems += _check_link(workflow, object_info, node_id, class_type, name, spec, value)
             else:
