@@ -175,3 +175,21 @@ def test_nodes_of_one_class_and_title_are_paired_by_their_values_when_renumbered
     changes = diff_workflows(tiny_workflow, moved)
     assert summarize(changes) == {"renumbered": len(tiny_workflow)}, [str(c) for c in changes]
     assert "node 121 (CLIPTextEncode): was node 3" in [str(c) for c in changes]
+
+
+def test_a_node_muted_or_bypassed_in_an_editor_file_is_said_so_not_removed() -> None:
+    """Two editor files differing in one node's mode: it was `removed` (it is not in the conversion)."""
+    from runner.graph.diff import mark_modes
+
+    a = {
+        "1": {"class_type": "LoraLoaderModelOnly", "inputs": {}},
+        "2": {"class_type": "SaveVideo", "inputs": {}},
+    }
+    b = {"2": a["2"]}
+    changes = diff_workflows(a, b)
+    muted = mark_modes(changes, {}, {"1": ("LoraLoaderModelOnly", 2), "2": ("SaveVideo", 0)})
+    assert [str(c) for c in muted] == ["node 1 (LoraLoaderModelOnly): muted (mode 2): not run"]
+    back = mark_modes(diff_workflows(b, a), {"1": ("LoraLoaderModelOnly", 4)}, {})
+    assert [str(c) for c in back] == ["node 1 (LoraLoaderModelOnly): no longer bypassed"]
+    assert summarize(back) == {"node_unbypassed": 1}
+    assert mark_modes(changes, {}, {"1": ("Other", 2)}) == changes  # another node under that id: removed

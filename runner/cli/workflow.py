@@ -21,8 +21,9 @@ from runner.cli.server_options import (
 )
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
-from runner.graph.diff import diff_workflows, summarize
+from runner.graph.diff import diff_workflows, mark_modes, summarize
 from runner.graph.editor_nodes import editor_only_hints
+from runner.graph.subgraph import flatten_subgraphs
 from runner.graph.validate import validate_workflow
 from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
 from runner.jobs.run import collect_environment
@@ -147,8 +148,8 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     deadline = time.monotonic() + args.timeout  # one --timeout for the command, two files or one
-    a, b = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
-    changes = diff_workflows(a, b)
+    (a, a_modes), (b, b_modes) = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
+    changes = mark_modes(diff_workflows(a, b), a_modes, b_modes)
     if args.json:
         found = [change.to_json() for change in changes]
         print_json(console, {"a": str(args.a), "b": str(args.b), "changes": found})
@@ -162,14 +163,19 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     return 1 if changes else 0
 
 
-def _load_any_workflow(path: Path, args: argparse.Namespace, deadline: float) -> dict[str, Any]:
-    """An API-format workflow from ``path``; an editor (UI) file is converted with the server's help."""
+def _load_any_workflow(
+    path: Path, args: argparse.Namespace, deadline: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An API-format workflow from ``path`` and, for an editor (UI) file, converted with the server's
+    help, ``{node id: (type, mode)}`` of its nodes (a muted one is not in the conversion)."""
     document = read_json_file(path)
     check_workflow_document(document, path)  # a damaged file is said before the server is asked
     if not is_ui_workflow(document):
-        return api_workflow(document, path)  # no server needed
+        return api_workflow(document, path), {}  # no server needed
     with _server_client(args, deadline) as client:
-        return as_api_workflow(document, path, client.get_json("/object_info"))
+        api = as_api_workflow(document, path, client.get_json("/object_info"))
+    nodes = flatten_subgraphs(document)[0]
+    return api, {str(node.get("id")): (str(node.get("type")), node.get("mode")) for node in nodes}
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:

@@ -27,7 +27,8 @@ class Change:
     """One semantic difference between workflow A and workflow B."""
 
     kind: str  # node_added | node_removed | renumbered | class_changed | title_changed | input_added
-    #          | input_removed | value_changed | link_rewired | link_replaced
+    #          | input_removed | value_changed | link_rewired | link_replaced | node_muted
+    #          | node_bypassed | node_unmuted | node_unbypassed (editor files' modes: mark_modes)
     node_id: str
     class_type: str
     input_name: str | None = None
@@ -42,6 +43,10 @@ class Change:
             "renumbered": f"was node {self.old}",
             "node_added": "added",
             "node_removed": "removed",
+            "node_muted": "muted (mode 2): not run",
+            "node_bypassed": "bypassed (mode 4): its inputs pass through",
+            "node_unmuted": "no longer muted",
+            "node_unbypassed": "no longer bypassed",
             "input_added": f"added = {_show(self.new)}",
             "input_removed": f"removed (was {_show(self.old)})",
             "title_changed": f"title {_show_change(self.old, self.new)}",
@@ -208,6 +213,25 @@ def _diff_node(node_id: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
             )
             changes.append(Change(kind, node_id, class_type, name, old=before, new=after))
     return changes
+
+
+MODE_WORDS = {2: "muted", 4: "bypassed"}  # the editor's node modes a converted file leaves out
+
+
+def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str, Any]) -> list[Change]:
+    """``changes`` with a node that is only muted or bypassed in the editor file B (so not in its
+    conversion) said so, not ``removed``, and one only muted or bypassed in A said as no longer so,
+    not ``added``. ``*_modes``: ``{node id: (type, mode)}`` of each editor file (empty for API files)."""
+    marked = []
+    for change in changes:
+        other = b_modes if change.kind == "node_removed" else a_modes if change.kind == "node_added" else {}
+        kind, mode = other.get(change.node_id, (None, None))
+        word = MODE_WORDS.get(mode) if kind == change.class_type else None
+        if word is not None:
+            undone = "" if change.kind == "node_removed" else "un"
+            change = Change(f"node_{undone}{word}", change.node_id, kind)
+        marked.append(change)
+    return marked
 
 
 def summarize(changes: list[Change]) -> dict[str, int]:
