@@ -34,11 +34,11 @@ def set_link(index: int, value: Any) -> Any:
 
 
 CASES = [
-    (set_link(0, [1, 2]), r"link #1 in 'links' is \[1, 2\]: a link is \[id, origin node"),
-    (set_link(0, None), r"link #1 in 'links' is null, not a link"),
-    (set_link(0, {"id": 1}), r"link #1 in 'links' \(\{\"id\": 1\}\) has no origin_id, origin_slot"),
+    (set_link(0, [1, 2]), r"entry 1 of 'links' is \[1, 2\]: a link is \[id, origin node"),
+    (set_link(0, None), r"entry 1 of 'links' is null, not a link"),
+    (set_link(0, {"id": 1}), r"entry 1 of 'links' \(\{\"id\": 1\}\) has no origin_id, origin_slot"),
     (set_link(0, [1, 1, "zz", 2, 0, "MODEL"]), r"link 1: its origin_slot is \"zz\", not a number"),
-    (set_link(0, [None, 1, 0, 2, 0, "MODEL"]), r"link #1 in 'links': its id is null"),
+    (set_link(0, [None, 1, 0, 2, 0, "MODEL"]), r"entry 1 of 'links': its id is null"),
     (set_link(0, [1, True, 0, 2, 0, "MODEL"]), r"link 1: its origin_id is true"),
     (lambda ui: ui.__setitem__("links", 5), r"'links' is a number \(5\), not a list of links"),
     (lambda ui: ui["nodes"][0].pop("id"), r"node #1 \(CheckpointLoaderSimple\) has no id"),
@@ -134,10 +134,10 @@ def test_every_command_that_reads_an_editor_file_refuses_a_damaged_one_with_exit
         )
         err = capsys.readouterr().err
         assert code == 5, (command, err)
-        assert f"{path}: link #1 in 'links' is [1, 2]" in err, err
+        assert f"{path}: entry 1 of 'links' is [1, 2]" in err, err
         assert "Traceback" not in err
     assert main(["workflow", "diff", str(path), str(path), *server]) == 5
-    assert "link #1 in 'links' is [1, 2]" in capsys.readouterr().err
+    assert "entry 1 of 'links' is [1, 2]" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -156,4 +156,4 @@ def test_a_damaged_file_is_said_as_such_before_any_server_is_asked(
     out = ["--out", str(tmp_path / "out")] if command == ["run"] else []
     assert main([*command, *files, *nobody, *out]) == 5
     err = capsys.readouterr().err
-    assert f"{path}: link #1 in 'links' is [1, 2]" in err and "cannot reach" not in err, err
+    assert f"{path}: entry 1 of 'links' is [1, 2]" in err and "cannot reach" not in err, err

@@ -128,7 +128,7 @@ def _check_objects(slots: Any, key: str, owner: str) -> None:
 
 def _check_link(index: int, row: Any, where: str) -> int:
     """Check one link; its id."""
-    name = f"link #{index + 1} in 'links'{where}"
+    name = f"entry {index + 1} of 'links'{where}"  # its place, not its id: ids need not count from 1
     if isinstance(row, dict):
         missing = [key for key in LINK_FIELDS if key not in row]
         if missing:
