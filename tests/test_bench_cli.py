@@ -215,6 +215,33 @@ def test_a_matrix_refused_before_any_run_leaves_no_out_folder(
     assert sorted(path.name for path in kept.iterdir()) == ["notes"]
 
 
+def test_a_bench_stopped_before_any_run_leaves_its_out_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while its first server started left OUT/servers/, and the same --out was then refused
+    ("holds servers/ of a bench that did not finish"); once a run is recorded, the folder stays."""
+    import benchmarks.harness
+
+    out = tmp_path / "out"
+
+    def stopped_while_starting(*args: object, **kwargs: object) -> None:
+        (out / "servers" / "default").mkdir(parents=True)
+        (out / "servers" / "default" / "comfyui.log").write_text("starting", encoding="utf-8")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(benchmarks.harness, "run_matrix", stopped_while_starting)
+    assert main([str(TINY), "--out", str(out)]) == 130
+    assert not out.exists()
+
+    def stopped_in_a_run(*args: object, **kwargs: object) -> None:
+        (out / "runs" / "baseline").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(benchmarks.harness, "run_matrix", stopped_in_a_run)
+    assert main([str(TINY), "--out", str(out)]) == 130
+    assert (out / "runs" / "baseline").is_dir()
+
+
 @pytest.mark.parametrize("entry", ["leanvideo", "bench module"])
 def test_an_interrupted_bench_with_json_ends_with_a_json_error(
     entry: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
