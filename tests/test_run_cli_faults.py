@@ -139,9 +139,9 @@ def test_workflow_diff_of_two_editor_files_waits_one_timeout_in_all(
 
     deadlines: list[float] = []
 
-    def load(path: Path, args: object, deadline: float) -> dict[str, object]:
+    def load(path: Path, args: object, deadline: float) -> tuple[dict[str, object], dict[str, object]]:
         deadlines.append(deadline)
-        return {}
+        return {}, {}  # the workflow, the editor file's node modes
 
     monkeypatch.setattr(workflow_cli, "_load_any_workflow", load)
     assert main(["workflow", "diff", "a.ui.json", "b.ui.json", "--timeout", "5"]) == 0
