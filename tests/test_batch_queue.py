@@ -406,7 +406,7 @@ def test_the_progress_table_counts_jobs_that_raised() -> None:
     text = console.export_text()
     assert "2/2 done · 1 ok · 1 failed" in text
     assert [line.split() for line in text.splitlines() if "no server" in line] == [
-        ["no", "server", "(the", "job", "raised)", "—", "—", "0", "1"]
+        ["no", "server", "(the", "job", "raised)", "0", "1"]
     ]
     jobs.append(JobState("c", "n/c", "cancelled", None, 1, 2))  # cancelled: counted, not hidden in "done"
     console = Console(width=120, record=True)
@@ -427,6 +427,11 @@ def test_status_names_the_worker_that_holds_running_jobs() -> None:
     text = console.export_text()
     assert "running jobs are held by worker vm-2172df9e" in text and "--worker-id" in text
     assert "no job has finished on a server yet" in text and "health" not in text  # no bare table header
+    jobs.append(JobState("b", "n/b", "success", {"status": "success", "server": "http://s:1"}, 1, 2))
+    console = Console(width=200, record=True)
+    console.print(_progress_view("n", jobs, None, None))
+    header = next(line.split() for line in console.export_text().splitlines() if "server" in line.split())
+    assert header == ["server", "ok", "failed"]  # status has no pool: no health, no running (all "—")
 
 
 @pytest.mark.parametrize(
@@ -608,6 +613,31 @@ def test_a_worker_takes_no_job_before_one_of_its_servers_answers(
         ):
             wait_for_final(client, "n")
         assert [j.state for j in list_jobs(client, "n")] == ["success"]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_worker_stopped_while_it_waits_for_its_servers_exits_0(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """`batch worker --help`: "0 stopped with Ctrl-C or SIGTERM"; one stopped before any of its servers
+    had answered ended `interrupted`, exit 130 (a service manager's failure)."""
+    from tests.batch_helpers import start_batch
+
+    nobody, log = f"http://127.0.0.1:{pick_free_port()}", tmp_path / "worker.log"
+    db = ["--db", f"sqlite:///{tmp_path / 'q.sqlite'}", "--worker-id", "w1"]
+    worker = start_batch("worker", "--server", nobody, *db, log=log)
+    try:
+        deadline = time.monotonic() + 60
+        while "it takes no job until one does" not in log.read_text(encoding="utf-8"):
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text(encoding="utf-8")
+            time.sleep(0.2)
+        worker.send_signal(stop)
+        assert worker.wait(timeout=30) == 0, log.read_text(encoding="utf-8")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    said = log.read_text(encoding="utf-8")
+    assert said.rstrip().endswith("stopped before taking any job (none of its servers had answered)"), said
 
 
 async def _finish(fake: FakeComfy, pid: str) -> None:

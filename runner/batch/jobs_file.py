@@ -271,7 +271,9 @@ def _job_from_row(line: int, row: dict[str, Any], base: Path, problems: list[str
             "(not starting with '.', '_' or '-')"
         )
     workflow = row.get("workflow")
-    if not isinstance(workflow, str) or not workflow.strip():
+    if workflow is not None and not isinstance(workflow, str):
+        problems.append(f"line {line}: workflow: {json.dumps(workflow)} is not a file path (a string)")
+    elif not isinstance(workflow, str) or not workflow.strip():
         problems.append(f"line {line}: workflow: a workflow file path is required")
         workflow = None
     overrides = _overrides(line, row.get("set", {}), problems)

@@ -6,6 +6,7 @@ Parses arguments, calls :mod:`runner.batch` and renders with rich; nothing else.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import time
@@ -157,21 +158,30 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                         err.line()
                     _say_stopping(err, worker, args.grace)
                     raise
+        except KeyboardInterrupt:  # once the running jobs had their grace: where the batch stands
+            _say_ended(console, name, list_jobs(client, name), settings.out_dir)
+            raise
         finally:
             if not err.is_terminal and not interrupted:
                 err.line()
-        counts = summary.counts
-        others = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if state != "success" and n)
-        console.print(
-            f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not"
-            f"{f' ({others})' if others else ''}; job folders in {settings.out_dir}; manifest: leanvideo "
-            f"batch results {name} --out DIR",
-            highlight=False,
-        )
-        if counts["success"] == summary.total:
-            return 0
-        faults = {(state.record or {}).get("fault") for state in states if state.state != "success"}
-        return PromptTimeoutError.exit_code if faults == {"timeout"} else EXIT_SOME_FAILED
+        return _say_ended(console, name, states, settings.out_dir)
+
+
+def _say_ended(console: Console, name: str, states: list[JobState], out_dir: Path) -> int:
+    """The last line of ``submit --wait``: how the batch's jobs ended; its exit code."""
+    summary = summarize(states)
+    counts = summary.counts
+    others = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if state != "success" and n)
+    console.print(
+        f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not"
+        f"{f' ({others})' if others else ''}; job folders in {out_dir}; manifest: leanvideo "
+        f"batch results {name} --out DIR",
+        highlight=False,
+    )
+    if counts["success"] == summary.total:
+        return 0
+    faults = {(state.record or {}).get("fault") for state in states if state.state != "success"}
+    return PromptTimeoutError.exit_code if faults == {"timeout"} else EXIT_SOME_FAILED
 
 
 def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
@@ -182,7 +192,14 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
     _stop_on_signals()
     with open_client(db_url):  # creates the database on first use
         pass
-    with BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace) as worker:
+    with contextlib.ExitStack() as stack:
+        try:
+            worker = stack.enter_context(
+                BatchWorker(db_url, pool, worker_id=args.worker_id, grace=args.grace)
+            )
+        except KeyboardInterrupt:  # while it waited for one of its servers: no job taken, a clean stop
+            err.print("stopped before taking any job (none of its servers had answered)", highlight=False)
+            return 0
         err.print(
             f"worker {worker.worker_id}: up to {pool.slots} job(s) at once on {', '.join(pool.urls)} "
             f"({redact_db_url(db_url)}); Ctrl-C finishes running jobs and stops",
@@ -239,7 +256,8 @@ def _progress_view(
             line += f" · ETA {remaining * elapsed / finished_here:.0f} s"
         line += f" · {elapsed:.0f} s"
     table = Table(box=None, pad_edge=False)
-    for column in ("server", "health", "running", "ok", "failed"):
+    live = pool is not None  # `batch status` has no pool: no health or running count to show
+    for column in ("server", "health", "running", "ok", "failed") if live else ("server", "ok", "failed"):
         table.add_column(column, justify="left" if column in ("server", "health") else "right")
     health = {s.url: s for s in pool.snapshot()} if pool is not None else {}
     for url in sorted(set(summary.per_server) | set(health)):
@@ -248,23 +266,19 @@ def _progress_view(
         state = "—" if snap is None else {True: "up", None: "not probed"}.get(snap.healthy, "out")
         if snap is not None and snap.healthy is False and snap.retry_in_s is not None:
             state += f" (probe in {snap.retry_in_s:.0f} s)"
-        table.add_row(
-            url,
-            state,
-            str(snap.running) if snap is not None else "—",
-            str(done["success"] if done else 0),
-            str(done["failed"] if done else 0),
-        )
+        seen = [state, str(snap.running) if snap is not None else "—"] if live else []
+        table.add_row(url, *seen, str(done["success"] if done else 0), str(done["failed"] if done else 0))
     if counts["error"]:  # a job that raised left no result record, so no server is charged with it
-        table.add_row("no server (the job raised)", "—", "—", "0", str(counts["error"]))
+        unknown = ["—", "—"] if live else []
+        table.add_row("no server (the job raised)", *unknown, "0", str(counts["error"]))
     # `batch status` knows servers from finished jobs' records: none yet is said, not a bare header
     parts = [Text(line), table if table.row_count else Text("no job has finished on a server yet")]
     holders = sorted({job.worker for job in jobs if job.state == "running" and job.worker})
     if pool is None and holders:  # `batch status`: whose running jobs they are, to resume a stopped one
         parts.append(
             Text(
-                f"running jobs are held by worker {', '.join(holders)}; a worker that died holds its jobs "
-                "until a worker with its --worker-id starts (one that stopped put them back on the queue)"
+                f"running jobs are held by worker {', '.join(holders)} (if it died, they wait for a worker "
+                "with its --worker-id to start; one that stops puts them back on the queue)"
             )
         )
     return Group(*parts)
