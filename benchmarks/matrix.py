@@ -16,7 +16,8 @@ Format (TOML; paths are relative to the matrix file)::
 
     [[variant]]
     name = "8-step distill"
-    extends = "20-step baseline"       # inherit set/insert/server_args of an earlier variant
+    extends = "20-step baseline"       # inherit set/insert/server_args of an earlier variant (its own
+                                       # server_args, when given, replace the inherited ones)
     set = ["9.steps=8"]                # `leanvideo run --set` overrides
     server_args = ["--async-offload"]  # ComfyUI launch flags (the server is restarted for them)
     skip_on_cpu = "why this variant means nothing on CPU"   # listed with the reason, not run
@@ -298,7 +299,7 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
         name=name,
         overrides=parent.overrides + overrides,
         inserts=parent.inserts + inserts,
-        server_args=parent.server_args + tuple(a for a in server_args if a not in parent.server_args),
+        server_args=server_args or parent.server_args,  # its own launch flags replace the inherited ones
         skip_on_cpu=_typed(raw, "skip_on_cpu", str, where) or None,
     )
 

@@ -51,11 +51,32 @@ def test_tiny_matrix_has_the_seed_rows_in_order() -> None:
     assert matrix.mode == "cold"  # the seed unloads models before every run
 
 
-@pytest.mark.skipif(not FULL.is_file(), reason="no real-size matrix")
-def test_full_size_matrix_parses() -> None:
-    matrix = load_matrix(FULL)
-    assert len(matrix.variants) == 5
-    assert not matrix.fixtures
+@pytest.mark.parametrize("name", ["seed_table.toml", "seed_table_wan.toml", "seed_table_wan22.toml"])
+def test_the_gpu_matrices_time_non_blocking_transfer_against_a_baseline_without_it(name: str) -> None:
+    """ComfyUI 0.3.75 offloads asynchronously by default on NVIDIA: the "plain" baseline was already
+    non-blocking, and the --async-offload row compared nothing (1.10× on the H200 of 2026-11-30 was two
+    time windows). Every other row keeps it off, as the baseline, by inheritance."""
+    matrix = load_matrix(REPO_ROOT / "benchmarks" / name)
+    assert len(matrix.variants) == 5 and not matrix.fixtures
+    flags = {v.name: v.server_args for v in matrix.variants}
+    transfer = next(n for n in flags if "non-blocking" in n)
+    assert flags.pop(transfer) == ("--async-offload",)  # its own flags replace the inherited ones
+    assert set(flags.values()) == {("--disable-async-offload",)}
+
+
+def test_the_async_offload_caveat_is_said_on_cuda_only_against_a_baseline_that_offloads_too() -> None:
+    from benchmarks.caveats import comparison_caveats
+
+    tiny, full = load_matrix(TINY), load_matrix(FULL)
+    transfer = "8-step + non-blocking transfer"
+    results = [SimpleNamespace(name=v.name, total=1.0, flags={}) for v in tiny.variants]
+    said = [line for line in comparison_caveats(tiny, results, "cuda") if "compared nothing" in line]
+    assert said == [
+        f"**{transfer}: ComfyUI 0.3.75 offloads weights asynchronously by default on NVIDIA, so the baseline "
+        "did too: --async-offload compared nothing (launch the baseline with --disable-async-offload)**"
+    ]
+    assert not [line for line in comparison_caveats(tiny, results, "cpu") if "compared nothing" in line]
+    assert not [line for line in comparison_caveats(full, results, "cuda") if "compared nothing" in line]
 
 
 def test_inserted_nodes_chain_onto_the_target_input() -> None:
