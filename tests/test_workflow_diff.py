@@ -193,3 +193,19 @@ def test_a_node_muted_or_bypassed_in_an_editor_file_is_said_so_not_removed() -> 
     assert [str(c) for c in back] == ["node 1 (LoraLoaderModelOnly): no longer bypassed"]
     assert summarize(back) == {"node_unbypassed": 1}
     assert mark_modes(changes, {}, {"1": ("Other", 2)}) == changes  # another node under that id: removed
+
+
+def test_a_node_hidden_on_one_side_is_not_paired_with_another_of_its_class() -> None:
+    """A muted node 6 on one side, a bypassed node 5 of the same class on the other: node 5 of A was
+    paired with node 6 of B as `renumbered`, with a title and a link change; editor ids do not move."""
+    from runner.graph.diff import mark_modes
+
+    mask = "LeanVideoFixtureAttentionMask"
+    a = {"5": {"class_type": mask, "inputs": {"x": 1}, "_meta": {"title": "positive"}}}
+    b = {"6": {"class_type": mask, "inputs": {"x": 2}, "_meta": {"title": "negative"}}}
+    a_modes, b_modes = {"5": (mask, 0), "6": (mask, 2)}, {"5": (mask, 4), "6": (mask, 0)}
+    changes = mark_modes(diff_workflows(a, b, ({"6"}, {"5"})), a_modes, b_modes)
+    assert [str(c) for c in changes] == [
+        f"node 5 ({mask}): bypassed (mode 4): its inputs pass through",
+        f"node 6 ({mask}): no longer muted",
+    ]

@@ -149,7 +149,8 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
 def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     deadline = time.monotonic() + args.timeout  # one --timeout for the command, two files or one
     (a, a_modes), (b, b_modes) = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
-    changes = mark_modes(diff_workflows(a, b), a_modes, b_modes)
+    hidden = tuple({n for n, (_, mode) in modes.items() if mode in (2, 4)} for modes in (a_modes, b_modes))
+    changes = mark_modes(diff_workflows(a, b, (hidden[0], hidden[1])), a_modes, b_modes)  # muted, bypassed
     if args.json:
         found = [change.to_json() for change in changes]
         print_json(console, {"a": str(args.a), "b": str(args.b), "changes": found})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,11 +104,19 @@ def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (float("inf"), node_id)
 
 
-def diff_workflows(a: Workflow, b: Workflow) -> list[Change]:
+def diff_workflows(
+    a: Workflow, b: Workflow, hidden: tuple[Collection[str], Collection[str]] = ((), ())
+) -> list[Change]:
     """Every semantic difference from ``a`` to ``b``, in node-id order. Nodes are paired by what they are
     (:func:`match_nodes`), so a renumbered graph shows as ``renumbered`` nodes, not as every node
-    replaced; links are compared through that pairing."""
-    pairs = match_nodes(a, b)
+    replaced; links are compared through that pairing. ``hidden``: the ids of each side's editor file
+    that its conversion left out (muted, bypassed); a node of the other side under such an id is that
+    node, not to be paired with another (an editor file keeps its ids)."""
+    hidden_a, hidden_b = set(hidden[0]), set(hidden[1])
+    pairs = match_nodes(
+        {n: node for n, node in a.items() if n not in hidden_b},
+        {n: node for n, node in b.items() if n not in hidden_a},
+    )
     changes: list[Change] = []
     for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
         if old != new:
