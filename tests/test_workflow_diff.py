@@ -140,19 +140,30 @@ def test_a_link_to_a_removed_node_whose_id_was_reused_shows_as_rewired() -> None
 
 
 def test_two_long_texts_are_shown_where_they_differ() -> None:
-    """Both sides of a prompt changed in its last words were cut at 77 characters, so they read alike."""
+    """Both sides of a prompt changed in its last words were cut at 77 characters, so they read alike;
+    each run of changed words is shown with three words around it."""
     text = "a cinematic shot of a red fox running through fresh snow at golden hour, shallow depth of field, "
     a = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": text + "slow motion"}}}
     b = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": text + "fast motion"}}}
     [change] = diff_workflows(a, b)
     assert str(change) == (
-        "node 3 (CLIPTextEncode) input 'text': \"…hour, shallow depth of field, slow motion\" -> "
-        '"…hour, shallow depth of field, fast motion"'
+        "node 3 (CLIPTextEncode) input 'text': \"…depth of field, slow motion\" -> "
+        '"…depth of field, fast motion"'
     )
-    b["3"]["inputs"]["text"] = "a fox" + text[5:] + "slow motion"  # changed at the start: cut after it
-    said = str(diff_workflows(a, b)[0])
-    assert said.startswith("node 3 (CLIPTextEncode) input 'text': \"a cinematic shot of a red fox ru")
-    assert '-> "a foxematic shot of a red fox runni…"' in said and said.endswith('…"')
+    b["3"]["inputs"]["text"] = "A" + text[1:] + "motion"  # changed at both ends: both shown
+    assert str(diff_workflows(a, b)[0]) == (
+        'node 3 (CLIPTextEncode) input \'text\': "a cinematic shot of…" -> "A cinematic shot of…"; '
+        '"…depth of field, slow motion" -> "…depth of field, motion"'
+    )
+    words = " ".join(f"w{n}" for n in range(60))
+    many = " ".join(f"w{n}" if n % 10 else "X" for n in range(60))  # 6 changed words, far apart
+    said = str(
+        diff_workflows(
+            {"1": {"class_type": "T", "inputs": {"t": words}}},
+            {"1": {"class_type": "T", "inputs": {"t": many}}},
+        )[0]
+    )
+    assert said.count(" -> ") == 3 and said.endswith("(and 3 more change(s))")
     short = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": "a fox"}}}
     assert str(diff_workflows(short, b)[0]).startswith("node 3 (CLIPTextEncode) input 'text': \"a fox\" -> ")
 

@@ -13,7 +13,9 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -72,31 +74,40 @@ def _show(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-SHOWN = 80  # characters of a value shown
-CONTEXT = 30  # characters either side of where two long texts differ
 
 
 def _show_change(old: Any, new: Any) -> str:
-    """``old -> new``; two texts too long to show whole are cut around where they differ (cut at the
-    same place, both read alike: a prompt changed in its last words looked unchanged)."""
+    """``old -> new``; two texts too long to show whole are shown where they differ, each run of changed
+    words with a few words around it (both were cut at the same place, so a prompt changed in its last
+    words read unchanged), up to :data:`HUNKS` runs."""
     if not (isinstance(old, str) and isinstance(new, str)) or max(len(old), len(new)) <= SHOWN - 2:
         return f"{_show(old)} -> {_show(new)}"
-    same_start = _common_start(old, new)
-    same_end = _common_start(old[same_start:][::-1], new[same_start:][::-1])
-    start = max(0, same_start - CONTEXT)
+    a, b = re.split(r"(\s+)", old), re.split(r"(\s+)", new)  # words at even places, spaces between
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    groups = list(matcher.get_grouped_opcodes(2 * WORDS))  # changes with their context, near ones merged
+    shown = [
+        f"{_excerpt(a, group[0][1], group[-1][2])} -> {_excerpt(b, group[0][3], group[-1][4])}"
+        for group in groups[:HUNKS]
+    ]
+    more = f" (and {len(groups) - HUNKS} more change(s))" if len(groups) > HUNKS else ""
+    return "; ".join(shown) + more
 
-    def excerpt(text: str) -> str:
-        stop = min(len(text), len(text) - same_end + CONTEXT, start + 2 * CONTEXT + SHOWN)
-        body = json.dumps(text[start:stop], ensure_ascii=False)[1:-1]
-        return f'"{"…" if start else ""}{body}{"…" if stop < len(text) else ""}"'
 
-    return f"{excerpt(old)} -> {excerpt(new)}"
+SHOWN = 80  # characters of a value shown
+HUNKS = 3  # runs of changed words shown of two long texts
+WORDS = 3  # words of context either side of one
 
 
-def _common_start(one: str, other: str) -> int:
-    """How many characters ``one`` and ``other`` share at their start."""
-    shared = min(len(one), len(other))
-    return next((i for i in range(shared) if one[i] != other[i]), shared)
+def _excerpt(tokens: list[str], first: int, last: int) -> str:
+    """Tokens ``first:last`` (words and spaces, from a word to a word), quoted, ``…`` where the text goes
+    on; an excerpt over twice :data:`SHOWN` characters is cut in its middle."""
+    first += first % 2 if first < last else 0  # not from a space
+    last -= (last - 1) % 2 if last - 1 > first else 0  # nor to one
+    text = "".join(tokens[first:last])
+    if len(text) > 2 * SHOWN:
+        text = f"{text[:SHOWN]}…{text[-SHOWN:]}"
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    return f'"{"…" if first else ""}{body}{"…" if last < len(tokens) else ""}"'
 
 
 def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
