@@ -168,6 +168,11 @@ def test_an_unknown_node_type_says_what_it_is_where_the_file_tells() -> None:
         unknown_node_problem("9", "KSamplr", OBJECT_INFO).message
         == "unknown node type; close matches: KSampler"
     )
+    newer = node(41, "LTXVFutureNode", [], properties={"cnr_id": "comfy-core", "ver": "0.3.99"})
+    with pytest.raises(
+        WorkflowError, match=r"a core node of ComfyUI 0.3.99 \(its properties say comfy-core\)"
+    ):
+        convert_ui_workflow({"nodes": [newer], "links": []}, OBJECT_INFO)
     assert unknown_node_problem("9", "Zzz", OBJECT_INFO).message.startswith(
         "unknown node type: the server has no node of that name: a custom node pack not installed there"
     )
@@ -178,9 +183,14 @@ def test_a_subgraph_that_holds_an_instance_of_itself_is_refused_naming_it() -> N
     inner = node(9, "sub-1", [], inputs=[])
     definition = {**copy.deepcopy(SUBGRAPH), "name": "Latent", "nodes": [inner], "links": []}
     ui = {"nodes": [node(50, "sub-1", [])], "links": [], "definitions": {"subgraphs": [definition]}}
-    with pytest.raises(
-        WorkflowError, match=r"subgraph 'Latent' contains itself \(node 50:9, an instance of it\)"
-    ):
+    said = r"subgraph 'Latent' contains itself \(node 50:9, in subgraph 'Latent'\)"
+    with pytest.raises(WorkflowError, match=said):
+        convert_ui_workflow(ui, OBJECT_INFO)
+    beta = {**copy.deepcopy(definition), "id": "sub-2", "name": "Beta", "nodes": [node(7, "sub-1", [])]}
+    definition["nodes"] = [node(9, "sub-2", [])]  # Latent holds Beta, which holds Latent
+    ui["definitions"]["subgraphs"].append(beta)
+    said = r"subgraph 'Latent' contains 'Beta', which holds it \(node 50:9:7, in subgraph 'Beta'\)"
+    with pytest.raises(WorkflowError, match=said):
         convert_ui_workflow(ui, OBJECT_INFO)
 
 

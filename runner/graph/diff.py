@@ -74,8 +74,6 @@ def _show(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-
-
 def _show_change(old: Any, new: Any) -> str:
     """``old -> new``; two texts too long to show whole are shown where they differ, each run of changed
     words with a few words around it (both were cut at the same place, so a prompt changed in its last

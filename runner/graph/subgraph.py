@@ -108,12 +108,14 @@ class _Flattener:
         renamed = {int(row[0]): next(self.ids) for row in rows}
         by_id = nodes_by_id(nodes, f" of subgraph {prefix.rstrip(':')}" if prefix else "")
         for node_id, node in by_id.items():
-            if str(node.get("type")) in inside and node.get("mode") not in (MODE_MUTED, MODE_BYPASSED):
-                definition = self.definitions[str(node.get("type"))]
-                name = definition.get("name") or node.get("type")
+            kind = str(node.get("type"))
+            if kind in inside and node.get("mode") not in (MODE_MUTED, MODE_BYPASSED):
+                loop = [self._name(sub) for sub in inside[inside.index(kind) :]]
+                others = " -> ".join(repr(name) for name in loop[1:])
+                held = f"{others}, which holds it" if others else "itself"
                 raise WorkflowError(
-                    f"subgraph {name!r} contains itself (node {prefix}{node_id}, an instance of it): the "
-                    "editor refuses it too (circular reference); take that node out of it"
+                    f"subgraph {loop[0]!r} contains {held} (node {prefix}{node_id}, in subgraph "
+                    f"{loop[-1]!r}): the editor refuses it too (circular reference); take that node out"
                 )
         expanded = {
             node_id: f"{prefix}{node_id}"
@@ -150,6 +152,9 @@ class _Flattener:
                 self._expand(node, expanded[node_id], depth, inside)
             else:
                 self.nodes.append(node)
+
+    def _name(self, subgraph_id: str) -> str:
+        return str(self.definitions[subgraph_id].get("name") or subgraph_id)
 
     def _expand(self, instance: Node, path: str, depth: int, inside: tuple[str, ...]) -> None:
         definition = self.definitions[str(instance["type"])]

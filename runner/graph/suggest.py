@@ -59,6 +59,12 @@ def missing_type_hint(class_type: str, known: Iterable[str], properties: Any = N
         )
     listed = properties if isinstance(properties, dict) else {}
     pack = next((str(listed[k]) for k in ("cnr_id", "aux_id") if isinstance(listed.get(k), str)), None)
+    if pack == "comfy-core":  # saved by a newer ComfyUI (its "ver": the ComfyUI version)
+        version = f" {listed['ver']}" if isinstance(listed.get("ver"), str) else ""
+        return (
+            f": a core node of ComfyUI{version} (its properties say comfy-core), which the server's "
+            "ComfyUI is too old to have: run it on a ComfyUI that has it"
+        )
     if pack:
         return (
             f": a node of the custom node pack {pack!r} (its properties say so), which the server does not "
