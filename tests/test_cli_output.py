@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -224,7 +225,7 @@ def test_names_and_values_are_printed_as_they_are_never_read_as_markup(
 
 
 def test_a_workflow_after_a_double_dash_or_from_a_pipe_is_read_as_given(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``run -- -wf.json``: "--" ends the options (only serve and demo pass what follows to ComfyUI);
     ``run <(…)`` and ``/dev/stdin``: the pipe is read where it is (it was resolved to a name that does
@@ -246,6 +247,12 @@ def test_a_workflow_after_a_double_dash_or_from_a_pipe_is_read_as_given(
     finally:
         os.close(read)
     assert "node 7 has no class_type" in capsys.readouterr().err
+    stdin = io.TextIOWrapper(io.BytesIO(b'{"8": {"inputs": {}}}'))  # "-": standard input, as diff reads it
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert main(["run", "-", *nobody, "--out", str(tmp_path / "out")]) == 5
+    assert "workflow file -: node 8 has no class_type" in capsys.readouterr().err
+    assert main(["workflow", "diff", "-", "-"]) == 2
+    assert "A and B are both - (standard input)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("entry", ["leanvideo", "bench's own"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -527,7 +528,7 @@ def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
-    from runner.graph.workflow import read_json_file
+    from runner.graph.workflow_file import read_json_file
 
     ran = {"1": {"class_type": "CLIPTextEncode", "inputs": {"text": "一只狐狸 🦊"}}}
     graph = {"nodes": [], "links": []}
@@ -541,9 +542,52 @@ def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
     Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
     with pytest.raises(WorkflowError, match=r"plain.png is a PNG image with no ComfyUI workflow in it"):
         read_json_file(tmp_path / "plain.png")
+    both = tmp_path / "prompt-workflow.png"
+    assert read_json_file(both, png_keys=("workflow", "prompt")) == graph  # convert: the editor's first
+    info = PngInfo()
+    info.add_text("prompt", "{oops")
+    Image.new("RGB", (4, 4)).save(tmp_path / "bad.png", pnginfo=info)
+    with pytest.raises(WorkflowError, match=r"bad.png \(its PNG text 'prompt'\) is not valid JSON"):
+        read_json_file(tmp_path / "bad.png")
     stdin = SimpleNamespace(buffer=io.BytesIO(json.dumps(ran).encode()))
     monkeypatch.setattr(sys, "stdin", stdin)
     assert read_json_file(Path("-")) == ran
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"\n")))
+    with pytest.raises(WorkflowError, match=r"^workflow file standard input is empty$"):
+        read_json_file(Path("-"))
+
+
+@pytest.mark.parametrize(
+    ("start", "kind"),
+    [
+        (b"\xff\xd8\xff\xe0", "a JPEG image"),
+        (b"RIFF\x00\x00\x00\x00WEBPVP8 ", "a WebP image"),
+        (b"\x00\x00\x00\x18ftypmp42", "an MP4/MOV video"),
+    ],
+)
+def test_an_image_or_video_given_as_a_workflow_is_named(tmp_path: Path, start: bytes, kind: str) -> None:
+    """They were "not UTF-8 text (byte 0)"."""
+    from runner.graph.workflow_file import read_json_file
+
+    path = tmp_path / "out.bin"
+    path.write_bytes(start + bytes(64))
+    with pytest.raises(WorkflowError, match=f"workflow file {path} is {kind}, not a workflow"):
+        read_json_file(path)
+
+
+def test_a_run_record_given_as_a_workflow_names_the_workflow_it_ran(tmp_path: Path) -> None:
+    """It was "node #1 (None) has no id: the file is damaged" (a record has a "nodes" list)."""
+    from runner.graph.workflow_file import read_json_file
+
+    record = {"schema": "leanvideo.run", "workflow": {"path": "/w/wf.api.json"}, "nodes": [{"node_id": "1"}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    said = f"workflow file {path} is a LeanVideo record (leanvideo.run), not a workflow; the workflow it"
+    with pytest.raises(WorkflowError, match=re.escape(said + " ran: /w/wf.api.json")):
+        read_json_file(path)
+    (tmp_path / "empty.json").write_text("  \n", encoding="utf-8")
+    with pytest.raises(WorkflowError, match=r"empty\.json is empty"):
+        read_json_file(tmp_path / "empty.json")
 
 
 def test_a_saved_prompt_request_is_named_as_such() -> None:

@@ -46,8 +46,8 @@ from runner.graph.workflow import (
     apply_overrides,
     is_ui_workflow,
     load_workflow,
-    refuse_duplicate_keys,
 )
+from runner.graph.workflow_file import refuse_duplicate_keys
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 

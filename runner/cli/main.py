@@ -321,7 +321,8 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         timeout=args.timeout,
         validate=not args.no_validate,
     )
-    path = args.workflow.absolute()  # not resolve(): /dev/stdin, <(…) are read where they are
+    # not resolve(): /dev/stdin, <(…) are read where they are; "-" is standard input
+    path = args.workflow if str(args.workflow) == "-" else args.workflow.absolute()
     if args.json:
         try:
             outcome = run_workflow(path, options)

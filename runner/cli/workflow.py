@@ -25,7 +25,8 @@ from runner.graph.diff import diff_workflows, mark_modes, summarize
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.subgraph import flatten_subgraphs
 from runner.graph.validate import validate_workflow
-from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow, read_json_file
+from runner.graph.workflow import api_workflow, apply_overrides, is_ui_workflow
+from runner.graph.workflow_file import read_json_file
 from runner.jobs.run import collect_environment
 from runner.transport.client import ComfyClient
 
@@ -148,6 +149,8 @@ def cmd_workflow_validate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     deadline = time.monotonic() + args.timeout  # one --timeout for the command, two files or one
+    if str(args.a) == str(args.b) == "-":
+        raise UsageError("A and B are both - (standard input): it can be one of them")
     (a, a_modes), (b, b_modes) = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
     hidden = tuple({n for n, (_, mode) in modes.items() if mode in (2, 4)} for modes in (a_modes, b_modes))
     changes = mark_modes(diff_workflows(a, b, (hidden[0], hidden[1])), a_modes, b_modes)  # muted, bypassed
@@ -180,8 +183,10 @@ def _load_any_workflow(
 
 
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
-    ui = read_json_file(args.file)
+    ui = read_json_file(args.file, png_keys=("workflow", "prompt"))  # of a PNG, the editor's graph first
     if not is_ui_workflow(ui):
+        if isinstance(ui, dict) and ui:
+            api_workflow(ui, args.file)  # what is wrong with it, if anything (a /prompt request body)
         already = "it is already in API format" if isinstance(ui, dict) and ui else "it has no 'nodes' list"
         raise WorkflowError(f"{args.file} is not an editor (UI) workflow: {already}")
     check_workflow_document(ui, args.file)  # a damaged file is said before the server is asked

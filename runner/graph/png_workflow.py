@@ -18,9 +18,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORKFLOW_KEYS = ("prompt", "workflow")
 
 
-def png_workflow_text(data: bytes) -> str | None:
-    """The JSON text of the workflow in the PNG ``data`` (``prompt`` first, else ``workflow``), or None
-    when it holds neither. Raises ValueError for data that is not a whole PNG."""
+def png_workflow_text(data: bytes, keys: tuple[str, ...] = WORKFLOW_KEYS) -> tuple[str, str] | None:
+    """``(key, JSON text)`` of the workflow in the PNG ``data``, the first of ``keys`` it holds
+    (``prompt`` first, else ``workflow``), or None when it holds none. Raises ValueError for data that
+    is not a whole PNG."""
     if not data.startswith(PNG_SIGNATURE):
         raise ValueError("not a PNG image")
     texts: dict[str, str] = {}
@@ -36,7 +37,7 @@ def png_workflow_text(data: bytes) -> str | None:
         if kind == b"IEND":
             break
         at += 12 + length
-    return next((texts[key] for key in WORKFLOW_KEYS if key in texts), None)
+    return next(((key, texts[key]) for key in keys if key in texts), None)
 
 
 def _text_chunk(kind: bytes, body: bytes) -> tuple[str, str]:

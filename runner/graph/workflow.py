@@ -18,17 +18,15 @@ from __future__ import annotations
 import decimal
 import json
 import math
-import sys
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.errors import WorkflowError
-from runner.graph.png_workflow import PNG_SIGNATURE, png_workflow_text
 from runner.graph.suggest import close_hint
 from runner.graph.ui_shape import json_kind
+from runner.graph.workflow_file import read_json_file, refuse_constant
 
 Workflow = dict[str, Any]
 ObjectInfo = dict[str, Any]
@@ -60,63 +58,6 @@ class Override:
     input_name: str
     value: Any
     previous: Any
-
-
-def read_json_file(path: Path, what: str = "workflow file") -> Any:
-    """The JSON in ``path`` (UTF-8, a byte-order mark allowed; ``-``: standard input; a PNG image ComfyUI
-    saved: the workflow written into it), with an error that names the file when it is missing, not a
-    file, not UTF-8 or not JSON. ``NaN`` and ``Infinity`` are refused: ComfyUI cannot receive them."""
-    try:
-        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
-        # an image ComfyUI saved holds the workflow that made it
-        text = _png_text(raw, path, what) if raw.startswith(PNG_SIGNATURE) else raw.decode("utf-8-sig")
-    except FileNotFoundError as exc:
-        raise WorkflowError(f"{what} {path} does not exist") from exc
-    except IsADirectoryError as exc:
-        raise WorkflowError(f"{what} {path} is a folder, not a file") from exc
-    except UnicodeDecodeError as exc:
-        raise WorkflowError(f"{what} {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from exc
-    except OSError as exc:
-        raise WorkflowError(f"{what} {path} cannot be read: {exc.strerror or exc}") from exc
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=refuse_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        raise WorkflowError(f"{what} {path} is not valid JSON: {exc}") from exc
-    except ValueError as exc:
-        if "integer string conversion" in str(exc):  # Python's guard against huge numbers
-            raise WorkflowError(
-                f"{what} {path} holds a number of over 4300 digits, which no input takes"
-            ) from exc
-        raise WorkflowError(f"{what} {path}: {exc}") from exc
-    except RecursionError as exc:
-        raise WorkflowError(f"{what} {path} is not a workflow: its JSON is nested too deeply") from exc
-
-
-def _png_text(raw: bytes, path: Path, what: str) -> str:
-    try:
-        text = png_workflow_text(raw)
-    except (ValueError, zlib.error) as exc:
-        raise WorkflowError(f"{what} {path} is a PNG image that cannot be read ({exc})") from exc
-    if text is None:
-        raise WorkflowError(f"{what} {path} is a PNG image with no ComfyUI workflow in it (no 'prompt' text)")
-    return text
-
-
-def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A ``json.loads`` ``object_pairs_hook``: an object with a key given twice is a :class:`ValueError`."""
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(
-                f"key {key!r} appears twice in one object (JSON keeps only the last, so one of the two "
-                "would be dropped without a word): keep one"
-            )
-        found[key] = value
-    return found
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number (ComfyUI cannot receive it); write a finite number")
 
 
 def is_ui_workflow(data: Any) -> bool:
@@ -221,7 +162,7 @@ def parse_override(spec: str) -> tuple[str, str, Any]:
             f"--set {spec!r}: expected NODE.input=VALUE (e.g. KSampler.seed=42, 11.noise_seed=7)"
         )
     try:
-        value: Any = json.loads(raw, parse_constant=_refuse_constant)
+        value: Any = json.loads(raw, parse_constant=refuse_constant)
     except (ValueError, RecursionError):
         value = raw
     return target.strip(), name.strip(), value

@@ -30,7 +30,8 @@ from runner.errors import WorkflowError
 from runner.fixtures import fixture_set
 from runner.graph.models import ModelSource, model_sources, required_models, required_models_ui
 from runner.graph.suggest import MODEL_SUFFIXES
-from runner.graph.workflow import api_workflow, is_ui_workflow, read_json_file
+from runner.graph.workflow import api_workflow, is_ui_workflow
+from runner.graph.workflow_file import read_json_file
 from runner.install.pin import sha256_file
 from runner.jobs.int8_files import int8_layout_problem, quantize_on_load_by_node
 from runner.local.server_config import MODEL_FOLDERS

@@ -35,7 +35,8 @@ from runner.errors import (
 from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.validate import validate_workflow
-from runner.graph.workflow import Override, apply_overrides, find_seeds, is_ui_workflow, read_json_file
+from runner.graph.workflow import Override, apply_overrides, find_seeds, is_ui_workflow
+from runner.graph.workflow_file import read_json_file
 from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
