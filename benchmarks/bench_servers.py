@@ -62,15 +62,27 @@ def place_groups(groups: Sequence[tuple[str, ...]], given: Mapping[str, tuple[st
     launched with those flags and with no other flag of ``groups`` (a baseline timed on a server with
     ``--async-offload`` is no baseline), or why there is none."""
     relevant = set().union(*(_flag_names(group) for group in groups))
+    launched = {url: _unabbreviated(_split(flags), relevant) for url, flags in given.items()}
     placed: dict[tuple[str, ...], tuple[str, ...] | str] = {}
     for group in groups:
         wanted = _split(group)
         placed[group] = tuple(
             url
-            for url, flags in given.items()
-            if _flag_names(flags) & relevant == _flag_names(group) and _holds(_split(flags), wanted)
+            for url, flags in launched.items()
+            if _flag_names(flags) & relevant == _flag_names(group) and _holds(flags, wanted)
         ) or _none_fits(group, relevant)
     return placed
+
+
+def _unabbreviated(args: tuple[str, ...], relevant: set[str]) -> tuple[str, ...]:
+    """``args`` with a flag abbreviated as argparse takes it (``--async-off``) written out, where it
+    starts one flag of ``relevant`` alone (ComfyUI refuses an ambiguous one)."""
+
+    def whole(arg: str) -> str:
+        matches = [flag for flag in relevant if flag.startswith(arg)] if arg.startswith("--") else []
+        return matches[0] if len(matches) == 1 and arg not in relevant else arg
+
+    return tuple(whole(arg) for arg in args)
 
 
 def _none_fits(group: tuple[str, ...], relevant: set[str]) -> str:

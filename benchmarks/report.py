@@ -380,6 +380,6 @@ def _given_server(servers: Sequence[str], environment: dict[str, Any]) -> str:
         )
     listed = "; ".join(f"{url} with `{launched}`" for url, launched in flags.items())
     return (
-        f"servers given with --server, launched: {listed}. Each variant ran on the first launched with "
-        "its server flags and none of the other variants' (its other flags included)"
+        f"servers given with --server, launched: {listed}. Each variant ran on the first of them launched "
+        "with its server flags and none of the other variants'; that server's other flags were in its runs"
     )

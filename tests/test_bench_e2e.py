@@ -212,7 +212,8 @@ def test_a_variant_needing_server_flags_runs_on_a_given_server_launched_with_the
     assert given[nonblocking.url][-1] == "--async-offload"
     assert "--async-offload" not in given[plain.url]
     report = " ".join((out / "report.md").read_text(encoding="utf-8").split())
-    assert f"{nonblocking.url} with `" in report and "Each variant ran on the first launched with" in report
+    assert f"{nonblocking.url} with `" in report
+    assert "Each variant ran on the first of them launched with its server flags" in report
 
 
 def test_a_set_the_workflow_does_not_take_is_refused_before_any_run(

@@ -417,6 +417,8 @@ def test_each_flag_set_goes_to_the_given_servers_launched_with_it_and_none_of_th
         "needs a server launched without --async-offload (every --server has one)"
     )
     assert place_groups([()], only_flagged)[()] == ("http://b",)  # no variant has flags: any server fits
+    short = {"http://s": ("--async-off",), "http://p": ()}  # as argparse takes it: that flag
+    assert place_groups(groups[:2], short) == {(): ("http://p",), ("--async-offload",): ("http://s",)}
 
 
 def test_soak_and_load_asked_for_but_not_run_are_said_with_why(tmp_path: Path) -> None:

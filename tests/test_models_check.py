@@ -652,6 +652,10 @@ def test_a_float_file_under_an_int8_loader_that_does_not_quantize_on_load_is_inv
         assert api.hint == edited.hint
     path.write_text(json.dumps({"7": {"class_type": loader, "inputs": {"unet_name": "dit.safetensors"}}}))
     assert [f.status for f in check_models(path, models, templates={}).files] == ["present"]  # default: on
+    linked = {**inputs, "quantize_on_load": ["8", 0]}  # from a Boolean node: its value
+    boolean = {"class_type": "PrimitiveBoolean", "inputs": {"value": False}}
+    path.write_text(json.dumps({"7": {"class_type": loader, "inputs": linked}, "8": boolean}))
+    assert [f.status for f in check_models(path, models, templates={}).files] == ["invalid"]
     off = {**inputs, "quantize_on_load": False}
     path.write_text(json.dumps({"7": {"class_type": loader, "inputs": off}}))
     [api] = check_models(path, models, templates={}).files

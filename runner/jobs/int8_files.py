@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.graph.subgraph import flatten_subgraphs
-from runner.graph.workflow import is_ui_workflow
+from runner.graph.workflow import is_link, is_ui_workflow
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ VAE_PREFIXES = ("vae.", "first_stage_model.", "pretransform.model.", "conditione
 def quantize_on_load_by_node(document: Any) -> dict[str, bool]:
     """``{node id: quantize_on_load}`` of the INT8 loaders of a workflow (API or editor format, the
     editor's subgraphs expanded as :func:`~runner.graph.subgraph.flatten_subgraphs` names their nodes)
-    whose value is a boolean; a linked or missing value is not listed (the loader's default is on)."""
+    whose value is a boolean, in an API file also from a Boolean node (``PrimitiveBoolean``) linked to it;
+    another linked or a missing value is not listed (the loader's default is on)."""
     found: dict[str, bool] = {}
     if not isinstance(document, dict):
         return found
@@ -65,6 +66,9 @@ def quantize_on_load_by_node(document: Any) -> dict[str, bool]:
     for node_id, node in document.items():
         if isinstance(node, dict) and node.get("class_type") in INT8_LOADERS:
             value = (node.get("inputs") or {}).get("quantize_on_load")
+            source = document.get(str(value[0])) if is_link(value) and value is not None else None
+            if isinstance(source, dict) and source.get("class_type") == "PrimitiveBoolean":
+                value = (source.get("inputs") or {}).get("value")  # a Boolean node feeding it
             if isinstance(value, bool):
                 found[str(node_id)] = value
     return found
