@@ -186,6 +186,14 @@ def test_nodes_of_one_class_and_title_are_paired_by_their_values_when_renumbered
     changes = diff_workflows(tiny_workflow, moved)
     assert summarize(changes) == {"renumbered": len(tiny_workflow)}, [str(c) for c in changes]
     assert "node 121 (CLIPTextEncode): was node 3" in [str(c) for c in changes]
+    moved["121"]["inputs"]["text"] += ", blue hour"  # both edited too: paired by where each goes
+    moved["120"]["inputs"]["text"] += ", watermark"
+    changes = diff_workflows(tiny_workflow, moved)
+    assert summarize(changes) == {"renumbered": len(tiny_workflow), "value_changed": 2}
+    assert {(c.node_id, c.old) for c in changes if c.kind == "value_changed"} == {
+        ("121", tiny_workflow["3"]["inputs"]["text"]),
+        ("120", tiny_workflow["4"]["inputs"]["text"]),
+    }
 
 
 def test_a_node_muted_or_bypassed_in_an_editor_file_is_said_so_not_removed() -> None:

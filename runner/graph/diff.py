@@ -139,8 +139,9 @@ def diff_workflows(
 def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
     """``{id in a: id in b}`` for the nodes that are the same node, paired in passes, each over the nodes
     still unpaired: the same id, class and title; the same class and title where that is unique on both
-    sides; the same class, title and input values (links aside) where unique on both sides; the same id
-    and class; the same class where it is unique on both sides; a class with as many
+    sides; the same class, title and input values (links aside) where unique on both sides; the same
+    class, title and uses (the class, title and input each output feeds) where unique; the same id and
+    class; the same class where it is unique on both sides; a class with as many
     nodes on both sides, in id order; last, the same id with another class (a class change). Titles come
     first: when a node is inserted, the ids after it move by one and land on another node of the class."""
     pairs: dict[str, str] = {}
@@ -160,6 +161,9 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
         for n in b:
             if n not in pairs.values():
                 right.setdefault(key(b[n]), []).append(n)
+        _pair_unique(left, right)
+
+    def _pair_unique(left: dict[str, object], right: dict[object, list[str]]) -> None:
         counts = Counter(left.values())
         for old, value in left.items():
             mates = right.get(value, [])
@@ -177,9 +181,19 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
     def class_only(node: dict[str, Any]) -> object:
         return node["class_type"]
 
+    def class_title_uses(workflow: Workflow, n: str, uses: dict[str, list[tuple[Any, ...]]]) -> object:
+        node = workflow[n]  # two prompts of one default title, both edited: where each goes tells them
+        return (node["class_type"], node_title(node), tuple(sorted(uses.get(n, []))))
+
     same_id(class_and_title)
     unique(class_and_title)
     unique(class_title_values)
+    uses_a, uses_b = _uses(a), _uses(b)
+    right_uses: dict[object, list[str]] = {}
+    for n in b:
+        if n not in pairs.values():
+            right_uses.setdefault(class_title_uses(b, n, uses_b), []).append(n)
+    _pair_unique({n: class_title_uses(a, n, uses_a) for n in a if n not in pairs}, right_uses)
     same_id(class_only)
     unique(class_only)
     for kind in {a[n]["class_type"] for n in a if n not in pairs}:  # as many on both sides: in id order
@@ -189,6 +203,17 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
             pairs.update(zip(olds, news, strict=True))
     same_id(lambda node: True)
     return pairs
+
+
+def _uses(workflow: Workflow) -> dict[str, list[tuple[Any, ...]]]:
+    """``{node id: [(class, title, input, output slot) of each input its outputs feed]}``."""
+    uses: dict[str, list[tuple[Any, ...]]] = {}
+    for node in workflow.values():
+        for name, value in (node.get("inputs") or {}).items():
+            if is_link(value):
+                use = (str(node.get("class_type")), node_title(node) or "", name, str(value[1]))
+                uses.setdefault(str(value[0]), []).append(use)
+    return uses
 
 
 def _relinked(node: dict[str, Any], to_b: dict[str, str], b: Workflow) -> dict[str, Any]:
