@@ -87,6 +87,12 @@ def test_a_batch_spreads_over_two_servers_and_its_manifest_lists_every_file(
 
     again = run_batch(*submit, "--server", servers[0], "--server", servers[1])  # idempotent: nothing new
     assert again.returncode == 0 and "0 newly queued" in again.stderr, again.stderr
+    queue_only = [arg for arg in submit if arg != "--wait"]
+    listed = run_batch(*queue_only, "--server", servers[0], "--json")  # without --wait: what was queued
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == {"batch": "four", "jobs": 4, "newly_queued": 0}
+    ended = run_batch(*submit, "--server", servers[0], "--json")  # with --wait: how the jobs ended
+    assert ended.returncode == 0 and json.loads(ended.stdout)["counts"] == {"success": 4}, ended.stdout
     after = jobs_of(db_url, "four")
     assert sorted(j.record["prompt_id"] for j in after if j.record) == sorted(r["prompt_id"] for r in records)
 

@@ -82,10 +82,16 @@ def _read_verb(
             (err if args.json else console).print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
         if verb == "cancel":
-            console.print(f"cancelled {cancel_batch(client, name)} job(s) of batch {name}")
+            cancelled = cancel_batch(client, name)
+            if args.json:
+                print_json(console, {"batch": name, "cancelled": cancelled})
+            else:
+                console.print(f"cancelled {cancelled} job(s) of batch {name}")
             return 0
         requeued = retry_batch(client, name, failed=args.failed)
-        if requeued:
+        if args.json:
+            print_json(console, {"batch": name, "requeued": requeued})
+        elif requeued:
             console.print(f"requeued {len(requeued)} job(s): {', '.join(requeued)}", highlight=False)
         else:
             failed = sum(job.state == "failed" for job in batch_jobs(client, name))
@@ -119,6 +125,9 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             f"batch {name}: {len(jobs)} job(s), {queued} newly queued ({redact_db_url(db_url)})",
             highlight=False,
         )
+        if not args.wait and args.json:
+            print_json(console, {"batch": name, "jobs": len(jobs), "newly_queued": queued})
+            return 0
         if not args.wait:
             if queued or any(job.state in ("queued", "running") for job in list_jobs(client, name)):
                 next_step = "run it with: leanvideo batch worker --server URL … (or submit again with --wait)"
@@ -159,25 +168,28 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                     _say_stopping(err, worker, args.grace)
                     raise
         except KeyboardInterrupt:  # once the running jobs had their grace: where the batch stands
-            _say_ended(console, name, list_jobs(client, name), settings.out_dir)
+            _say_ended(console, name, list_jobs(client, name), settings.out_dir, args.json)
             raise
         finally:
             if not err.is_terminal and not interrupted:
                 err.line()
-        return _say_ended(console, name, states, settings.out_dir)
+        return _say_ended(console, name, states, settings.out_dir, args.json)
 
 
-def _say_ended(console: Console, name: str, states: list[JobState], out_dir: Path) -> int:
-    """The last line of ``submit --wait``: how the batch's jobs ended; its exit code."""
+def _say_ended(console: Console, name: str, states: list[JobState], out_dir: Path, as_json: bool) -> int:
+    """The last line (or JSON document) of ``submit --wait``: how the batch's jobs ended; its exit code."""
     summary = summarize(states)
     counts = summary.counts
     others = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()) if state != "success" and n)
-    console.print(
-        f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not"
-        f"{f' ({others})' if others else ''}; job folders in {out_dir}; manifest: leanvideo "
-        f"batch results {name} --out DIR",
-        highlight=False,
-    )
+    if as_json:
+        print_json(console, {"batch": name, "jobs": summary.total, "counts": counts, "out": str(out_dir)})
+    else:
+        console.print(
+            f"batch {name}: {counts['success']} succeeded, {summary.total - counts['success']} did not"
+            f"{f' ({others})' if others else ''}; job folders in {out_dir}; manifest: leanvideo "
+            f"batch results {name} --out DIR",
+            highlight=False,
+        )
     if counts["success"] == summary.total:
         return 0
     faults = {(state.record or {}).get("fault") for state in states if state.state != "success"}

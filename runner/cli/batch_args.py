@@ -30,6 +30,9 @@ def add_batch_parser(sub: Any) -> None:
         "timeouts, 130 interrupted",
     )
     submit.add_argument("jobs", type=Path, help="jobs file: JSONL, or CSV with set:NODE.input columns")
+    submit.add_argument(
+        "--json", action="store_true", help="print what was queued (with --wait: how the jobs ended) as JSON"
+    )
     _servers(submit, required=True)
     _db(submit)
     submit.add_argument("--name", help="batch name (default: the jobs file's name without suffix)")
@@ -69,8 +72,11 @@ def add_batch_parser(sub: Any) -> None:
         parser = verbs.add_parser(verb, help=text, epilog=READ_VERB_CODES)
         parser.add_argument("name")
         _db(parser)
-        if verb == "status":
-            parser.add_argument("--json", action="store_true", help="print every job as JSON")
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="print every job as JSON" if verb == "status" else "print the cancelled count as JSON",
+        )
 
     results = verbs.add_parser(
         "results",
@@ -87,6 +93,7 @@ def add_batch_parser(sub: Any) -> None:
     )
     retry.add_argument("name")
     retry.add_argument("--failed", action="store_true", help="also run jobs whose result is a failure")
+    retry.add_argument("--json", action="store_true", help="print the requeued job ids as JSON")
     _db(retry)
 
 
