@@ -196,3 +196,88 @@ def test_the_nodes_reports_show_in_the_editor_once_they_ran(
     assert "INT8 kernels:" in by_type["LeanVideoCheckpointLoaderINT8"], by_type
     # drawn, not a widget, and the node keeps its size (a grown node covered its neighbours)
     assert saved_after == saved_before
+
+
+OPEN_JS = """async ([ui, name]) => {
+  const file = new File([JSON.stringify(ui)], name, {type: 'application/json'});
+  await window.app.handleFile(file); }"""  # as Workflow > Open does: a tab of its own
+REPORT_JS = "(id) => (window.app.graph.getNodeById(id)?.leanvideoReport ?? []).join('\\n')"
+
+
+def _bumped(name: str) -> dict[str, Any]:
+    ui: dict[str, Any] = json.loads((WORKFLOWS_DIR / name).read_text())
+    for node in ui["nodes"]:  # a new prompt text, so that every node runs again
+        if node["type"] == "CLIPTextEncode":
+            node["widgets_values"][0] += f" ({time.time_ns()})"
+    return ui
+
+
+def _idle(url: str) -> None:
+    """Wait until the server's queue is empty."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        queue = httpx.get(f"{url}/queue", timeout=30).json()
+        if not queue["queue_running"] and not queue["queue_pending"]:
+            return
+        time.sleep(0.5)
+    pytest.fail("the server's queue did not empty in 240 s")
+
+
+@pytest.mark.browser
+def test_a_run_queued_in_one_tab_keeps_its_reports_out_of_another(
+    comfy_server: ComfyServer, editor_url: str
+) -> None:
+    """A run queued in tab A and ending while tab B was shown put its Free VRAM report into B's node of
+    the same id (the editor hands a run's events to the graph on screen). A node scrolled out of sight
+    left its box on the window's edge, over the menu or the Run button."""
+    free_vram = 16  # in both workflows
+    with open_app(editor_url) as page:
+        page.evaluate(OPEN_JS, [_bumped("ltxv_tiny_t2v_freevram.ui.json"), "freevram.json"])
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        page.wait_for_timeout(500)
+        _idle(comfy_server.url)
+        page.wait_for_function(f"() => ({REPORT_JS})({free_vram})", timeout=10_000)
+        own = page.evaluate(REPORT_JS, free_vram)
+        page.evaluate(OPEN_JS, [_bumped("ltxv_tiny_t2v_int8.ui.json"), "int8.json"])
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        page.locator(".workflow-tabs .p-togglebutton", has_text="freevram").first.click()
+        page.wait_for_timeout(500)
+        _idle(comfy_server.url)
+        history = httpx.get(f"{comfy_server.url}/history?max_items=1", timeout=30).json()
+        (ran,) = history.values()
+        theirs = "\n".join(ran["outputs"][str(free_vram)]["text"])
+        assert theirs != own  # the int8 tab's run, timed apart
+        page.evaluate(SELECT_JS, free_vram)  # drawn, so its report is read
+        page.wait_for_function(f"(text) => ({BOX_JS})().text === text", arg=own, timeout=10_000)
+        page.evaluate(  # scrolled far out of sight: no box left on the window's edge
+            "() => { const c = window.app.canvas; c.ds.offset[0] += 20000; c.setDirty(true, true); }"
+        )
+        page.wait_for_function(f"() => ({BOX_JS})().display === 'none'", timeout=10_000)
+        page.locator(".workflow-tabs .p-togglebutton", has_text="int8").first.click()
+        page.evaluate(SELECT_JS, free_vram)
+        page.wait_for_function(f"(text) => ({BOX_JS})().text === text", arg=theirs, timeout=10_000)
+
+
+@pytest.mark.browser
+def test_pointing_at_a_node_shows_its_report_with_nodes_drawn_as_page_elements(
+    comfy_server: ComfyServer, editor_url: str
+) -> None:
+    """With "Nodes 2.0" (Comfy.VueNodes.Enabled, which the editor's banner offers) the canvas does not
+    see the node under the pointer: pointing at Free VRAM showed nothing."""
+    setting = "async (on) => { await window.app.extensionManager.setting.set('Comfy.VueNodes.Enabled', on); }"
+    with open_app(editor_url) as page:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.evaluate(setting, True)
+        try:
+            page.evaluate(OPEN_JS, [_bumped("ltxv_tiny_t2v_freevram.ui.json"), "vue.json"])
+            page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+            page.wait_for_timeout(500)
+            _idle(comfy_server.url)
+            page.evaluate("() => { const c = window.app.canvas; c.centerOnNode(c.graph.getNodeById(16)); }")
+            page.locator('[data-node-id="16"]').first.hover()
+            page.wait_for_function(f"() => ({BOX_JS})().node === 16", timeout=10_000)
+            assert "unloaded" in page.evaluate(BOX_JS)["text"]
+            page.mouse.move(5, 500)  # off the node: the box goes
+            page.wait_for_function(f"() => ({BOX_JS})().display === 'none'", timeout=10_000)
+        finally:
+            page.evaluate(setting, False)

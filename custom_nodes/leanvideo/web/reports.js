@@ -1,9 +1,11 @@
 // The report each LeanVideo node returns as `ui.text` (what Free VRAM freed, what Patch Attention
 // patched and why, each INT8 kernel a loader chose), in the editor: once the node has run, a circled
 // "i" in its title bar says there is one, and pointing at the node (or selecting it alone) shows the
-// report in a box under it. The box is a page element over the canvas, so no node drawn later and no
-// text box of a node covers it, and its text keeps its size at any zoom. The node itself never changes:
-// not its size, not its widgets; nothing is added to what is saved or submitted.
+// report in a box under it (beside it, or above it, where the window has no room). The box is a page
+// element over the canvas, so no node drawn later and no text box of a node covers it, and its text
+// keeps its size at any zoom; it goes when its node is scrolled away or under a panel. Each workflow
+// tab keeps the reports of the runs it queued. The node itself never changes: not its size, not its
+// widgets; nothing is added to what is saved or submitted.
 import { api } from "../../scripts/api.js";
 import { app } from "../../scripts/app.js";
 
@@ -86,11 +88,43 @@ function setReport(node, message) {
   return true;
 }
 
+// Which workflow tab queued each prompt. The editor hands a run's events to the graph on screen, so a
+// run queued in one tab and still going when another is shown would put its reports into that tab's
+// nodes of the same ids; each tab's reports are kept apart here, and shown when it is on screen again.
+const PROMPT_TABS = new Map();
+const TAB_REPORTS = new WeakMap(); // tab -> Map(node id -> the UI output of its last run)
+let runningPrompt = null;
+
+function activeTab() {
+  return app.extensionManager?.workflow?.activeWorkflow ?? null;
+}
+
+function tabOf(promptId) {
+  return PROMPT_TABS.get(promptId) ?? null; // null: queued before this page, or no tabs to tell
+}
+
+function onScreen(promptId) {
+  const tab = tabOf(promptId);
+  return tab === null || tab === activeTab();
+}
+
+function keptReports(tab) {
+  if (!tab) return null;
+  if (!TAB_REPORTS.has(tab)) TAB_REPORTS.set(tab, new Map());
+  return TAB_REPORTS.get(tab);
+}
+
+function keepReport({ detail }) {
+  const id = detail?.display_node ?? detail?.node;
+  if (id != null && reportLines(detail?.output)) keptReports(tabOf(detail.prompt_id))?.set(String(id), detail.output);
+}
+
 // The report of a node made again from its workflow (another tab and back, a page reload): the editor
-// keeps each node's last output, which the node's own fields lost.
+// keeps each node's last output, which the node's own fields lost; its tab's own kept report first.
 function reportOf(node) {
   if (node.leanvideoReport === undefined) {
-    const kept = app.nodeOutputs?.[String(node.id)];
+    const id = String(node.id);
+    const kept = keptReports(activeTab())?.get(id) ?? app.nodeOutputs?.[id];
     if (!(kept && node.graph === app.graph && setReport(node, kept))) node.leanvideoReport = null;
   }
   return node.leanvideoReport;
@@ -99,7 +133,9 @@ function reportOf(node) {
 // Each node as it starts runs again: the report it showed is an earlier run's, and would stay beside
 // the error of this one if it failed. A node served from the cache keeps its report, said to be so.
 function forget({ detail }) {
-  const node = detail == null ? null : app.graph?.getNodeById?.(detail);
+  if (detail == null) return;
+  keptReports(tabOf(runningPrompt))?.delete(String(detail));
+  const node = onScreen(runningPrompt) ? app.graph?.getNodeById?.(detail) : null;
   if (node && NODES.has(node.type)) {
     node.leanvideoReport = null;
     node.leanvideoCached = false;
@@ -108,10 +144,43 @@ function forget({ detail }) {
 }
 
 function markCached({ detail }) {
+  if (!onScreen(detail?.prompt_id)) return;
   for (const id of detail?.nodes ?? []) {
     const node = app.graph?.getNodeById?.(id);
     if (node && NODES.has(node.type)) node.leanvideoCached = true;
   }
+}
+
+function trackPrompts() {
+  const queuePrompt = api.queuePrompt;
+  if (typeof queuePrompt !== "function") return;
+  api.queuePrompt = async function (...args) {
+    const tab = activeTab();
+    const result = await queuePrompt.apply(this, args);
+    if (tab && typeof result?.prompt_id === "string") {
+      PROMPT_TABS.set(result.prompt_id, tab);
+      if (PROMPT_TABS.size > KEPT_REPORTS) PROMPT_TABS.delete(PROMPT_TABS.keys().next().value);
+    }
+    return result;
+  };
+  api.addEventListener("execution_start", ({ detail }) => {
+    runningPrompt = detail?.prompt_id ?? null;
+  });
+  api.addEventListener("executed", keepReport);
+}
+
+// The node pointed at where nodes are page elements ("Nodes 2.0"): the canvas does not see it.
+let pointedId = null;
+
+function trackPointedNode() {
+  document.addEventListener("pointerover", (event) => {
+    const element = event.target?.closest?.("[data-node-id]");
+    const id = element?.getAttribute("data-node-id") ?? null;
+    if (id !== pointedId) {
+      pointedId = id;
+      app.canvas?.setDirty?.(true, true);
+    }
+  });
 }
 
 let box = null;
@@ -143,7 +212,7 @@ function reportBox() {
 }
 
 function shownNode(canvas) {
-  const over = canvas.node_over;
+  const over = canvas.node_over ?? (pointedId === null ? null : app.graph?.getNodeById?.(pointedId));
   if (over && NODES.has(over.type) && reportOf(over)) return over;
   const selected = [...(canvas.selectedItems ?? [])].filter((item) => NODES.has(item?.type));
   const all = canvas.selectedItems?.size ?? Object.keys(canvas.selected_nodes ?? {}).length;
@@ -164,23 +233,48 @@ function placeBox(canvas) {
     lines.length > MAX_LINES
       ? [...lines.slice(0, MAX_LINES - 1), `… ${lines.length - MAX_LINES + 1} more line(s): the prompt's history has them all`]
       : lines;
+  const rect = canvas.canvas.getBoundingClientRect();
+  const title = LiteGraph.NODE_TITLE_HEIGHT ?? 30;
+  const [left, top] = canvas.ds.convertOffsetToCanvas([node.pos[0], node.pos[1] - title]);
+  const [right, bottom] = canvas.ds.convertOffsetToCanvas([node.pos[0] + node.size[0], node.pos[1] + node.size[1]]);
+  if (!inSight(canvas, rect, [left, top, right, bottom])) {
+    element.style.display = "none"; // scrolled away, or under a panel: its box would be left on the edge
+    element.leanvideoNode = null;
+    return;
+  }
   const text = shown.join("\n");
   if (element.textContent !== text) element.textContent = text;
-  // under the node, as wide as twice its width on screen (within MIN_WIDTH…MAX_WIDTH); above it where
-  // the window has no room below; moved in from the window's edges
-  const rect = canvas.canvas.getBoundingClientRect();
-  const scale = canvas.ds.scale;
-  const [x, bottom] = canvas.ds.convertOffsetToCanvas([node.pos[0], node.pos[1] + node.size[1] + GAP]);
-  const titleTop = canvas.ds.convertOffsetToCanvas([0, node.pos[1] - (LiteGraph.NODE_TITLE_HEIGHT ?? 30)])[1];
-  element.style.maxWidth = `${Math.round(Math.min(MAX_WIDTH, Math.max(MIN_WIDTH, 2 * node.size[0] * scale)))}px`;
+  // under the node, as wide as twice its width on screen (within MIN_WIDTH…MAX_WIDTH); beside it where
+  // the window has no room below, then above it (clear of the toolbar of a selected node); moved in
+  // from the window's edges
+  const widthOnScreen = right - left;
+  element.style.maxWidth = `${Math.round(Math.min(MAX_WIDTH, Math.max(MIN_WIDTH, 2 * widthOnScreen)))}px`;
   element.style.display = "block";
   const [width, height] = [element.offsetWidth, element.offsetHeight];
-  const below = rect.top + bottom;
-  const above = rect.top + titleTop - GAP - height;
-  const top = below + height <= window.innerHeight ? below : above >= 0 ? above : window.innerHeight - height;
-  element.style.left = `${Math.round(Math.max(0, Math.min(rect.left + x, window.innerWidth - width)))}px`;
-  element.style.top = `${Math.round(Math.max(0, top))}px`;
+  const [x, y] = [rect.left + left, rect.top + top];
+  const spots = [
+    [x, rect.top + bottom + GAP, height],
+    [rect.left + right + GAP, y, width],
+    [x - GAP - width, y, width],
+    [x, y - TOOLBAR - GAP - height, height],
+  ];
+  const fits = ([sx, sy]) => sx >= 0 && sy >= 0 && sx + width <= window.innerWidth && sy + height <= window.innerHeight;
+  const [boxLeft, boxTop] = spots.find(fits) ?? [x, window.innerHeight - height];
+  element.style.left = `${Math.round(Math.max(0, Math.min(boxLeft, window.innerWidth - width)))}px`;
+  element.style.top = `${Math.round(Math.max(0, boxTop))}px`;
   element.leanvideoNode = node.id;
+}
+
+const TOOLBAR = 44; // px above a selected node: the editor's selection toolbox
+
+// Whether the node (its screen rectangle in the canvas) is in view: within the canvas, and its title
+// not under a panel drawn over the canvas (a sidebar).
+function inSight(canvas, rect, [left, top, right, bottom]) {
+  if (right < 0 || bottom < 0 || left > rect.width || top > rect.height) return false;
+  const px = rect.left + Math.min(Math.max((left + right) / 2, 0), rect.width - 1);
+  const py = rect.top + Math.min(Math.max(top + 8, 0), rect.height - 1);
+  const hit = document.elementFromPoint(px, py);
+  return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
 }
 
 const EXTENSION = {
@@ -189,6 +283,8 @@ const EXTENSION = {
     api.addEventListener("leanvideo.report", showLaterReport);
     api.addEventListener("executing", forget);
     api.addEventListener("execution_cached", markCached);
+    trackPrompts();
+    trackPointedNode();
     const canvas = app.canvas;
     const onDrawForeground = canvas.onDrawForeground;
     canvas.onDrawForeground = function (ctx, visibleArea) {
@@ -201,7 +297,8 @@ const EXTENSION = {
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
-      if (setReport(this, message)) this.setDirtyCanvas(true, true);
+      // a run queued in another tab: its report is kept for that tab (keepReport), not put here
+      if (onScreen(runningPrompt) && setReport(this, message)) this.setDirtyCanvas(true, true);
     };
     const onDrawForeground = nodeType.prototype.onDrawForeground;
     nodeType.prototype.onDrawForeground = function (ctx) {
