@@ -7,6 +7,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from .kernel_table import Choice, ShapeClass, describe_choice
@@ -41,8 +42,10 @@ def summarize(
     """The mode, the known ``choices`` (for ``weight_shapes`` only, ``(out, in, layout)``, when given:
     one model's, the table holding every model's of the server), a reason every shape shares said once,
     shapes of ``weight_shapes`` with no choice yet counted, and the ``table`` file."""
-    lines = [f"INT8 kernels: {mode}"]
     listed = sorted(of_shapes(choices, weight_shapes).items())
+    counts = Counter(choice.kernel for _, choice in listed)  # the line to read first, then each shape's
+    chosen = ", ".join(f"{kernel} on {n}" for kernel, n in counts.most_common())
+    lines = [f"INT8 kernels: {mode}" + (f": {chosen} of {len(listed)} layer shape(s)" if listed else "")]
     known = {weight_shape_of(key) for key, _ in listed}
     # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
     shared: list[tuple[str, str]] = []
