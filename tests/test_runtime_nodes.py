@@ -130,6 +130,8 @@ def test_free_vram_with_nothing_on_value_but_its_output_used_is_named_before_any
     assert error["node_id"] == FREE and error["class_type"] == "LeanVideoFreeVRAM"
     said = f"Free VRAM: nothing is connected to its 'value' input, yet its output goes to node {DECODE} ("
     assert said in error["message"]
+    title = workflow[DECODE].get("_meta", {}).get("title") or "VAEDecode"  # as the editor shows it
+    assert f"node {DECODE} ({title}, input 'samples')" in error["message"], error["message"]
     assert [t.node_id for t in caught.value.result.nodes if not t.cached] == [FREE]  # nothing else ran
 
 

@@ -127,7 +127,7 @@ def require_linked_input(prompt: Mapping[str, Any] | None, node_id: str | None, 
     if (prompt[node_id].get("inputs") or {}).get(name) is not None:
         return
     takers = [
-        f"node {other} ({entry.get('class_type')}.{input_name})"
+        f"node {other} ({_title(entry)}, input {input_name!r})"
         for other, entry in prompt.items()
         if isinstance(entry, dict)
         for input_name, value in (entry.get("inputs") or {}).items()
@@ -139,6 +139,13 @@ def require_linked_input(prompt: Mapping[str, Any] | None, node_id: str | None, 
             f"{', '.join(takers)}, which would get nothing: connect what it should pass on to {name!r}, or "
             "remove that link"
         )
+
+
+def _title(entry: Mapping[str, Any]) -> str:
+    """A prompt node as the editor shows it: its title, else its class."""
+    meta = entry.get("_meta")
+    title = meta.get("title") if isinstance(meta, Mapping) else None
+    return str(title) if isinstance(title, str) and title.strip() else str(entry.get("class_type"))
 
 
 def _not_a_name(value: Any, folder: str) -> str:
