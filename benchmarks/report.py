@@ -342,8 +342,13 @@ def run_context(matrix: Matrix, settings: BenchSettings, environment: dict[str, 
         f"run order: {order} ({how})",
         *(
             [
-                f"{settings.server_warmups} discarded run(s) of each server's first variant right after "
-                "the server started (CUDA and library initialisation, page cache)"
+                f"{settings.server_warmups} discarded run(s) of each server's first variant before its "
+                "measured runs"
+                + (
+                    " (a --server may have run prompts before)"
+                    if settings.servers
+                    else ", right after the server started (CUDA and library initialisation, page cache)"
+                )
             ]
             if settings.server_warmups
             else []

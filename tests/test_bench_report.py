@@ -515,3 +515,8 @@ def test_the_report_says_what_a_server_given_with_server_was_launched_with() -> 
     )
     started = run_context(matrix, BenchSettings(out_dir=Path("out")), environment)
     assert not any("--server" in line for line in started)  # the bench's own servers: flags per variant
+    # --server-warmups: right after the start of a server the bench started; a given one may be warm
+    warmed = run_context(matrix, replace(given, server_warmups=1), environment)
+    assert any("before its measured runs (a --server may have run prompts before)" in line for line in warmed)
+    own = run_context(matrix, BenchSettings(out_dir=Path("out"), server_warmups=1), environment)
+    assert any("right after the server started" in line for line in own)
