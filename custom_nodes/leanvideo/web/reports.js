@@ -119,12 +119,14 @@ function keepReport({ detail }) {
   if (id != null && reportLines(detail?.output)) keptReports(tabOf(detail.prompt_id))?.set(String(id), detail.output);
 }
 
-// The report of a node made again from its workflow (another tab and back, a page reload): the editor
-// keeps each node's last output, which the node's own fields lost; its tab's own kept report first.
+// The report of a node made again from its workflow (another tab and back): the node's own fields lost
+// it. Its tab's kept report; where the editor has no tabs to tell apart, the editor's kept output (not
+// with tabs: it holds the outputs of another tab's run that ended while this one was shown).
 function reportOf(node) {
   if (node.leanvideoReport === undefined) {
     const id = String(node.id);
-    const kept = keptReports(activeTab())?.get(id) ?? app.nodeOutputs?.[id];
+    const tab = activeTab();
+    const kept = tab ? keptReports(tab).get(id) : app.nodeOutputs?.[id];
     if (!(kept && node.graph === app.graph && setReport(node, kept))) node.leanvideoReport = null;
   }
   return node.leanvideoReport;
@@ -271,10 +273,12 @@ const TOOLBAR = 44; // px above a selected node: the editor's selection toolbox
 // not under a panel drawn over the canvas (a sidebar).
 function inSight(canvas, rect, [left, top, right, bottom]) {
   if (right < 0 || bottom < 0 || left > rect.width || top > rect.height) return false;
-  const px = rect.left + Math.min(Math.max((left + right) / 2, 0), rect.width - 1);
   const py = rect.top + Math.min(Math.max(top + 8, 0), rect.height - 1);
-  const hit = document.elementFromPoint(px, py);
-  return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
+  // its title's left end, middle and right end: a node half under a panel is still in sight
+  return [left + 8, (left + right) / 2, right - 8].some((x) => {
+    const hit = document.elementFromPoint(rect.left + Math.min(Math.max(x, 0), rect.width - 1), py);
+    return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
+  });
 }
 
 const EXTENSION = {
