@@ -585,6 +585,9 @@ def test_a_run_record_given_as_a_workflow_names_the_workflow_it_ran(tmp_path: Pa
     said = f"workflow file {path} is a LeanVideo record (leanvideo.run), not a workflow; the workflow it"
     with pytest.raises(WorkflowError, match=re.escape(said + " ran: /w/wf.api.json")):
         read_json_file(path)
+    path.write_text(json.dumps({**record, "workflow": {"path": "-"}}), encoding="utf-8")  # `run -`
+    with pytest.raises(WorkflowError, match=r"not a workflow; it ran a workflow from standard input$"):
+        read_json_file(path)
     (tmp_path / "empty.json").write_text("  \n", encoding="utf-8")
     with pytest.raises(WorkflowError, match=r"empty\.json is empty"):
         read_json_file(tmp_path / "empty.json")

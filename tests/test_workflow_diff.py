@@ -147,13 +147,12 @@ def test_two_long_texts_are_shown_where_they_differ() -> None:
     b = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": text + "fast motion"}}}
     [change] = diff_workflows(a, b)
     assert str(change) == (
-        "node 3 (CLIPTextEncode) input 'text': \"…depth of field, slow motion\" -> "
-        '"…depth of field, fast motion"'
+        'node 3 (CLIPTextEncode) input \'text\': "…of field, slow motion" -> "…of field, fast motion"'
     )
     b["3"]["inputs"]["text"] = "A" + text[1:] + "motion"  # changed at both ends: both shown
     assert str(diff_workflows(a, b)[0]) == (
         'node 3 (CLIPTextEncode) input \'text\': "a cinematic shot of…" -> "A cinematic shot of…"; '
-        '"…depth of field, slow motion" -> "…depth of field, motion"'
+        '"…of field, slow motion" -> "…of field, motion"'
     )
     words = " ".join(f"w{n}" for n in range(60))
     many = " ".join(f"w{n}" if n % 10 else "X" for n in range(60))  # 6 changed words, far apart
@@ -228,3 +227,28 @@ def test_a_node_hidden_on_one_side_is_not_paired_with_another_of_its_class() -> 
         f"node 5 ({mask}): bypassed (mode 4): its inputs pass through",
         f"node 6 ({mask}): no longer muted",
     ]
+
+
+def test_a_change_inside_a_long_text_without_spaces_is_shown() -> None:
+    """Tags joined by commas, or text in a script without spaces, was one "word": both sides printed
+    the same head and tail around the change."""
+    tags = ",".join(f"tag{n}" for n in range(400))
+    a = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": tags}}}
+    b = {"3": {"class_type": "CLIPTextEncode", "inputs": {"text": tags.replace("tag200,", "TAG200,")}}}
+    said = str(diff_workflows(a, b)[0])
+    shown = '"…tag197,tag198,tag199,tag200,tag201,tag202,tag203…" -> "…tag197,tag198,tag199,TAG200,tag201,'
+    assert shown in said, said
+    text = "日本語のテキスト" * 40
+    b["3"]["inputs"]["text"] = text[:160] + "英語" + text[162:]
+    a["3"]["inputs"]["text"] = text
+    said = str(diff_workflows(a, b)[0])
+    assert "英語" in said and len(said) < 400, said
+
+
+def test_a_node_muted_on_one_side_and_bypassed_on_the_other_is_said_so() -> None:
+    """Left out of both conversions, it was not mentioned at all."""
+    from runner.graph.diff import mark_modes
+
+    mask = "LeanVideoFreeVRAM"
+    changes = mark_modes([], {"16": (mask, 2), "3": ("X", 2)}, {"16": (mask, 4), "3": ("X", 2)})
+    assert [str(c) for c in changes] == [f"node 16 ({mask}): muted -> bypassed"]

@@ -30,7 +30,8 @@ class Change:
 
     kind: str  # node_added | node_removed | renumbered | class_changed | title_changed | input_added
     #          | input_removed | value_changed | link_rewired | link_replaced | node_muted
-    #          | node_bypassed | node_unmuted | node_unbypassed (editor files' modes: mark_modes)
+    #          | node_bypassed | node_unmuted | node_unbypassed | mode_changed (editor files' modes:
+    #          mark_modes)
     node_id: str
     class_type: str
     input_name: str | None = None
@@ -53,6 +54,7 @@ class Change:
             "input_removed": f"removed (was {_show(self.old)})",
             "title_changed": f"title {_show_change(self.old, self.new)}",
             "class_changed": f"class {_show(self.old)} -> {_show(self.new)}",
+            "mode_changed": f"{self.old} -> {self.new}",
         }
         return f"{where}: {words.get(self.kind, _show_change(self.old, self.new))}"
 
@@ -80,7 +82,7 @@ def _show_change(old: Any, new: Any) -> str:
     words read unchanged), up to :data:`HUNKS` runs."""
     if not (isinstance(old, str) and isinstance(new, str)) or max(len(old), len(new)) <= SHOWN - 2:
         return f"{_show(old)} -> {_show(new)}"
-    a, b = re.split(r"(\s+)", old), re.split(r"(\s+)", new)  # words at even places, spaces between
+    a, b = TOKEN.findall(old), TOKEN.findall(new)
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     groups = list(matcher.get_grouped_opcodes(2 * WORDS))  # changes with their context, near ones merged
     shown = [
@@ -93,14 +95,19 @@ def _show_change(old: Any, new: Any) -> str:
 
 SHOWN = 80  # characters of a value shown
 HUNKS = 3  # runs of changed words shown of two long texts
-WORDS = 3  # words of context either side of one
+WORDS = 3  # words of context either side of one (counted as tokens: a word and the space after it)
+# What two long texts are compared in: words of up to 12 letters (a longer run, as text in a script
+# without spaces, in pieces of 12), runs of spaces, and each other character (tags joined by commas)
+TOKEN = re.compile(r"[^\W_]{1,12}|\s+|.", re.DOTALL)
 
 
 def _excerpt(tokens: list[str], first: int, last: int) -> str:
-    """Tokens ``first:last`` (words and spaces, from a word to a word), quoted, ``…`` where the text goes
-    on; an excerpt over twice :data:`SHOWN` characters is cut in its middle."""
-    first += first % 2 if first < last else 0  # not from a space
-    last -= (last - 1) % 2 if last - 1 > first else 0  # nor to one
+    """Tokens ``first:last``, quoted, without spaces at either end, ``…`` where the text goes on; an
+    excerpt over twice :data:`SHOWN` characters is cut in its middle."""
+    while first < last - 1 and tokens[first].isspace():
+        first += 1
+    while last - 1 > first and tokens[last - 1].isspace():
+        last -= 1
     text = "".join(tokens[first:last])
     if len(text) > 2 * SHOWN:
         text = f"{text[:SHOWN]}…{text[-SHOWN:]}"
@@ -273,7 +280,11 @@ def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str
             undone = "" if change.kind == "node_removed" else "un"
             change = Change(f"node_{undone}{word}", change.node_id, kind)
         marked.append(change)
-    return marked
+    for node_id, (kind, mode) in a_modes.items():  # left out of both conversions, one way then another
+        then, now = MODE_WORDS.get(mode), MODE_WORDS.get(b_modes.get(node_id, (None, None))[1])
+        if then and now and then != now and b_modes[node_id][0] == kind:
+            marked.append(Change("mode_changed", node_id, str(kind), old=then, new=now))
+    return sorted(marked, key=lambda change: _sort_key(change.node_id))
 
 
 def summarize(changes: list[Change]) -> dict[str, int]:

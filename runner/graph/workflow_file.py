@@ -104,7 +104,8 @@ def _refuse_record(document: Any, name: str, what: str) -> None:
             if isinstance(document.get("workflow"), dict)
             else None
         )
-        it_ran = f"; the workflow it ran: {ran}" if ran else ""
+        it_ran = "; it ran a workflow from standard input" if ran == "-" else f"; the workflow it ran: {ran}"
+        it_ran = it_ran if ran else ""
         raise WorkflowError(f"{what} {name} is a LeanVideo record ({schema}), not a workflow{it_ran}")
 
 
