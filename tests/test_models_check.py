@@ -652,6 +652,14 @@ def test_a_float_file_under_an_int8_loader_that_does_not_quantize_on_load_is_inv
         assert api.hint == edited.hint
     path.write_text(json.dumps({"7": {"class_type": loader, "inputs": {"unet_name": "dit.safetensors"}}}))
     assert [f.status for f in check_models(path, models, templates={}).files] == ["present"]  # default: on
+    boolean_ui = {"id": 8, "type": "PrimitiveBoolean", "widgets_values": [False], "outputs": [{"links": [5]}]}
+    slot = {"name": "quantize_on_load", "type": "BOOLEAN", "link": 5, "widget": {"name": "quantize_on_load"}}
+    stale = ["dit.safetensors", "default", "auto", True, False, "merge"]  # the widget's own value: stale
+    loader_ui = {"id": 7, "type": loader, "inputs": [slot], "widgets_values": stale}
+    ui = {"nodes": [boolean_ui, loader_ui], "links": [[5, 8, 0, 7, 0, "BOOLEAN"]]}
+    (tmp_path / "wf.ui.json").write_text(json.dumps(ui), encoding="utf-8")
+    [edited] = check_models(tmp_path / "wf.ui.json", models, templates={}).files
+    assert edited.status == "invalid"  # the linked Boolean's False, not the widget's stale True
     linked = {**inputs, "quantize_on_load": ["8", 0]}  # from a Boolean node: its value
     boolean = {"class_type": "PrimitiveBoolean", "inputs": {"value": False}}
     path.write_text(json.dumps({"7": {"class_type": loader, "inputs": linked}, "8": boolean}))

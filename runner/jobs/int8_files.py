@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from runner.graph.subgraph import flatten_subgraphs
+from runner.graph.subgraph import flatten_subgraphs, link_origin
 from runner.graph.workflow import is_link, is_ui_workflow
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ QUANTIZE_ON_LOAD_WIDGET = {
     "LeanVideoCheckpointLoaderINT8": 3,
     "LeanVideoTextEncoderLoaderINT8": 4,
 }
+# The editor's nodes whose value a link into a widget carries
+PRIMITIVES = ("PrimitiveNode", "PrimitiveBoolean")
 # The formats a loader quantizes while loading, which it refuses with quantize_on_load off
 QUANTIZED_ON_LOAD = ("float", "fp8")
 
@@ -45,18 +47,27 @@ VAE_PREFIXES = ("vae.", "first_stage_model.", "pretransform.model.", "conditione
 def quantize_on_load_by_node(document: Any) -> dict[str, bool]:
     """``{node id: quantize_on_load}`` of the INT8 loaders of a workflow (API or editor format, the
     editor's subgraphs expanded as :func:`~runner.graph.subgraph.flatten_subgraphs` names their nodes)
-    whose value is a boolean, in an API file also from a Boolean node (``PrimitiveBoolean``) linked to it;
-    another linked or a missing value is not listed (the loader's default is on)."""
+    whose value is a boolean, also from a Boolean or primitive node linked to it; another linked or a
+    missing value is not listed (the loader's default is on)."""
     found: dict[str, bool] = {}
     if not isinstance(document, dict):
         return found
     if is_ui_workflow(document):
-        for node in flatten_subgraphs(document)[0]:
+        nodes, rows = flatten_subgraphs(document)
+        by_id = {str(node.get("id")): node for node in nodes}
+        origins = {int(row[0]): str(row[1]) for row in rows}
+        for node in nodes:
             index = QUANTIZE_ON_LOAD_WIDGET.get(str(node.get("type")))
             values = node.get("widgets_values")
             if index is None:
                 continue
-            if isinstance(values, dict):  # widgets saved by name
+            slots = [slot for slot in node.get("inputs") or [] if slot.get("name") == "quantize_on_load"]
+            link = slots[0].get("link") if slots else None
+            if link is not None:  # linked: the widget's own value in the file is stale
+                source = link_origin(link, by_id, origins) or {}
+                given = source.get("widgets_values") if source.get("type") in PRIMITIVES else None
+                value = given[0] if isinstance(given, list) and given else None
+            elif isinstance(values, dict):  # widgets saved by name
                 value = values.get("quantize_on_load")
             else:
                 value = values[index] if isinstance(values, list) and len(values) > index else None
@@ -66,9 +77,9 @@ def quantize_on_load_by_node(document: Any) -> dict[str, bool]:
     for node_id, node in document.items():
         if isinstance(node, dict) and node.get("class_type") in INT8_LOADERS:
             value = (node.get("inputs") or {}).get("quantize_on_load")
-            source = document.get(str(value[0])) if is_link(value) and value is not None else None
-            if isinstance(source, dict) and source.get("class_type") == "PrimitiveBoolean":
-                value = (source.get("inputs") or {}).get("value")  # a Boolean node feeding it
+            feeding = document.get(str(value[0])) if is_link(value) and value is not None else None
+            if isinstance(feeding, dict) and feeding.get("class_type") == "PrimitiveBoolean":
+                value = (feeding.get("inputs") or {}).get("value")  # a Boolean node feeding it
             if isinstance(value, bool):
                 found[str(node_id)] = value
     return found
