@@ -299,7 +299,8 @@ def _parse_variant(raw: Any, index: int, earlier: list[Variant], path: Path) -> 
         name=name,
         overrides=parent.overrides + overrides,
         inserts=parent.inserts + inserts,
-        server_args=server_args or parent.server_args,  # its own launch flags replace the inherited ones
+        # its own launch flags replace the inherited ones (server_args = [] for none)
+        server_args=server_args if "server_args" in raw else parent.server_args,
         skip_on_cpu=_typed(raw, "skip_on_cpu", str, where) or None,
     )
 

@@ -167,3 +167,36 @@ def test_a_server_killed_mid_job_has_its_job_finished_on_the_other_server(
     ]
     (stayed,) = [r for r in records if r["attempts"] == 1]
     assert stayed["server"] == comfy_server.url
+
+
+def test_submit_wait_json_stopped_prints_one_json_document(comfy_server: ComfyServer, tmp_path: Path) -> None:
+    """Stopped (SIGINT), it printed where the batch ended as JSON and then the interruption's error:
+    two documents on stdout, which `json.loads` refuses. The batch's state goes to stderr in words."""
+    import subprocess
+
+    from tests.batch_helpers import batch_command
+
+    jobs_file = write_jobs(tmp_path / "long.jsonl", 1, steps=1000, first_seed=31_000)  # long enough
+    db_url, out = f"sqlite:///{tmp_path / 'queue.sqlite'}", tmp_path / "out"
+    argv = ["submit", str(jobs_file), "--db", db_url, "--out", str(out), "--wait", "--json", "--grace", "0"]
+    submitter = subprocess.Popen(
+        batch_command(*argv, "--server", comfy_server.url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        wait_until(
+            lambda: httpx.get(f"{comfy_server.url}/queue", timeout=10).json()["queue_running"],
+            120,
+            "the job on the server",
+        )
+        os.killpg(submitter.pid, signal.SIGINT)
+        stdout, stderr = submitter.communicate(timeout=120)
+    finally:
+        if submitter.poll() is None:
+            os.killpg(submitter.pid, signal.SIGKILL)
+    assert submitter.returncode == 130, stderr.decode()[-2000:]
+    document = json.loads(stdout)  # one document
+    assert document["error"]["type"] == "KeyboardInterrupt", document
+    assert "batch long: 0 succeeded, 1 did not" in stderr.decode(), stderr.decode()[-2000:]

@@ -632,3 +632,18 @@ def test_a_server_that_did_not_start_is_said_with_the_logs_last_line() -> None:
     assert said.startswith("ComfyUI exited with code 2 while starting on port 8188.")
     assert said.endswith("… main.py: error: unrecognized arguments: --bogus-flag")
     assert protocol.server_failure_line(ServerError("gone")) == "gone"
+
+
+def test_an_empty_server_args_clears_the_inherited_flags(tmp_path: Path) -> None:
+    """`server_args = []` kept the parent's --disable-async-offload: an empty list read as not given."""
+    body = (
+        '[[variant]]\nname = "base"\nserver_args = ["--disable-async-offload"]\n'
+        '[[variant]]\nname = "plain"\nextends = "base"\nserver_args = []\n'
+        '[[variant]]\nname = "kept"\nextends = "base"\n'
+    )
+    matrix = load_matrix(_write(tmp_path, body))
+    assert [v.server_args for v in matrix.variants] == [
+        ("--disable-async-offload",),
+        (),
+        ("--disable-async-offload",),
+    ]

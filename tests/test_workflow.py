@@ -523,7 +523,6 @@ def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
     workflow that ran, else the editor's graph. A PNG was "not UTF-8 text (byte 0)"."""
     import io
     import sys
-    from types import SimpleNamespace
 
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
@@ -549,11 +548,18 @@ def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
     Image.new("RGB", (4, 4)).save(tmp_path / "bad.png", pnginfo=info)
     with pytest.raises(WorkflowError, match=r"bad.png \(its PNG text 'prompt'\) is not valid JSON"):
         read_json_file(tmp_path / "bad.png")
-    stdin = SimpleNamespace(buffer=io.BytesIO(json.dumps(ran).encode()))
-    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(ran).encode())))
     assert read_json_file(Path("-")) == ran
-    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"\n")))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n")))
     with pytest.raises(WorkflowError, match=r"^workflow file standard input is empty$"):
+        read_json_file(Path("-"))
+    monkeypatch.setattr(sys, "stdin", None)  # `<&-`: it was an AttributeError traceback
+    with pytest.raises(WorkflowError, match=r"standard input\): it is closed; pipe the workflow into it"):
+        read_json_file(Path("-"))
+    terminal = io.TextIOWrapper(io.BytesIO())
+    monkeypatch.setattr(terminal, "isatty", lambda: True)  # it waited in silence for typed JSON
+    monkeypatch.setattr(sys, "stdin", terminal)
+    with pytest.raises(WorkflowError, match=r"it is a terminal; pipe the workflow into it"):
         read_json_file(Path("-"))
 
 

@@ -167,8 +167,9 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
                         err.line()
                     _say_stopping(err, worker, args.grace)
                     raise
-        except KeyboardInterrupt:  # once the running jobs had their grace: where the batch stands
-            _say_ended(console, name, list_jobs(client, name), settings.out_dir, args.json)
+        except KeyboardInterrupt:  # once the running jobs had their grace: where the batch stands (in
+            # words on stderr under --json: stdout's one document is then the interruption's error)
+            _say_ended(err if args.json else console, name, list_jobs(client, name), settings.out_dir, False)
             raise
         finally:
             if not err.is_terminal and not interrupted:

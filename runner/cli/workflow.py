@@ -185,8 +185,8 @@ def _load_any_workflow(
 def cmd_workflow_convert(args: argparse.Namespace, console: Console) -> int:
     ui = read_json_file(args.file, png_keys=("workflow", "prompt"))  # of a PNG, the editor's graph first
     if not is_ui_workflow(ui):
-        if isinstance(ui, dict) and ui:
-            api_workflow(ui, args.file)  # what is wrong with it, if anything (a /prompt request body)
+        if isinstance(ui, dict) and isinstance(ui.get("prompt"), dict):
+            api_workflow(ui, args.file)  # a /prompt request body: said so
         already = "it is already in API format" if isinstance(ui, dict) and ui else "it has no 'nodes' list"
         raise WorkflowError(f"{args.file} is not an editor (UI) workflow: {already}")
     check_workflow_document(ui, args.file)  # a damaged file is said before the server is asked

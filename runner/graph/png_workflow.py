@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-__all__ = ["PNG_SIGNATURE", "png_workflow_text"]
+__all__ = ["PNG_SIGNATURE", "WORKFLOW_KEYS", "png_workflow_text"]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The chunks ComfyUI's SaveImage writes, in the order they are taken: the API workflow is what ran

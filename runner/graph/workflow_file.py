@@ -36,6 +36,9 @@ def read_json_file(path: Path, what: str = "workflow file", png_keys: tuple[str,
     cannot receive them."""
     name = "standard input" if str(path) == "-" else str(path)
     where = ""
+    if str(path) == "-" and (sys.stdin is None or sys.stdin.isatty()):
+        state = "closed" if sys.stdin is None else "a terminal"
+        raise WorkflowError(f"{what} - (standard input): it is {state}; pipe the workflow into it")
     try:
         raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
         if raw.startswith(PNG_SIGNATURE):  # an image ComfyUI saved holds the workflow that made it
@@ -123,4 +126,5 @@ def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def refuse_constant(name: str) -> Any:
+    """A ``json.loads`` ``parse_constant``: ``NaN`` and ``Infinity`` are refused, naming them."""
     raise ValueError(f"{name} is not a JSON number (ComfyUI cannot receive it); write a finite number")
