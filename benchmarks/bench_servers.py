@@ -52,7 +52,9 @@ def given_server_flags(servers: Sequence[str]) -> dict[str, tuple[str, ...]]:
     flags: dict[str, tuple[str, ...]] = {}
     for url in servers:
         with ComfyClient(url) as client:
-            argv = (client.get_json("/system_stats").get("system") or {}).get("argv")
+            stats = client.get_json("/system_stats")
+        system = stats.get("system") if isinstance(stats, dict) else None
+        argv = system.get("argv") if isinstance(system, dict) else None  # a proxy's odd answer: no flags
         flags[url] = tuple(str(arg) for arg in argv[1:]) if isinstance(argv, list) else ()
     return flags
 

@@ -42,12 +42,12 @@ ASYNC_ON, ASYNC_OFF = "--async-offload", "--disable-async-offload"
 
 
 def comparison_caveats(
-    matrix: Matrix, results: Sequence[VariantResult], device_type: str | None = None
+    matrix: Matrix, results: Sequence[VariantResult], device: dict[str, Any] | None = None
 ) -> list[str]:
     """Report lines a reader of the speed-ups must see: a quality reference or baseline not measured,
     variants timed on another server than the baseline's (launch flags), so in another time window,
     and on a CUDA device an ``--async-offload`` variant against a baseline that offloaded asynchronously
-    too (ComfyUI 0.3.75's default on NVIDIA)."""
+    too (ComfyUI 0.3.75's default on NVIDIA). ``device``: the environment's (type, name)."""
     lines = []
     reference = next((r for r in results if r.name == matrix.reference), None)
     if reference is not None and reference.total is None and reference.name != matrix.baseline:
@@ -65,7 +65,8 @@ def comparison_caveats(
     measured = {r.name for r in results if r.total is not None}
     base_args = next((v.server_args for v in matrix.variants if v.name == matrix.baseline), ())
     same = [v.name for v in matrix.variants if ASYNC_ON in v.server_args and v.name in measured]
-    if device_type == "cuda" and same and ASYNC_OFF not in base_args:
+    nvidia = (device or {}).get("type") == "cuda" and "nvidia" in str((device or {}).get("name", "")).lower()
+    if nvidia and same and ASYNC_OFF not in base_args:  # ROCm is "cuda" too, and not offloaded so
         lines.append(
             f"**{', '.join(same)}: ComfyUI 0.3.75 offloads weights asynchronously by default on NVIDIA, so "
             f"the baseline did too: {ASYNC_ON} compared nothing (launch the baseline with {ASYNC_OFF})**"

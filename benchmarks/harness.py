@@ -355,7 +355,7 @@ def _write_reports(matrix: Matrix, settings: BenchSettings, measured: _Measured)
     document_path = write_document(document, out / "bench.json")
     ended = [*measured.server_lost, *([INTERRUPTED] if measured.interrupted else [])]
     context = run_context(matrix, settings, environment) + [f"**{m}**" for m in ended]
-    context += comparison_caveats(matrix, results, (environment.get("device") or {}).get("type"))
+    context += comparison_caveats(matrix, results, environment.get("device"))
     markdown_path = out / "report.md"
     markdown = render_markdown(results, title=matrix.path.stem, context=context, modes=measured.modes)
     markdown_path.write_text(markdown, "utf-8")

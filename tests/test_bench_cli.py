@@ -221,6 +221,7 @@ def test_a_bench_stopped_before_any_run_leaves_its_out_usable(
     """Ctrl-C while its first server started left OUT/servers/, and the same --out was then refused
     ("holds servers/ of a bench that did not finish"); once a run is recorded, the folder stays."""
     import benchmarks.harness
+    from runner.errors import ServerError
 
     out = tmp_path / "out"
 
@@ -231,6 +232,14 @@ def test_a_bench_stopped_before_any_run_leaves_its_out_usable(
 
     monkeypatch.setattr(benchmarks.harness, "run_matrix", stopped_while_starting)
     assert main([str(TINY), "--out", str(out)]) == 130
+    assert not out.exists()
+
+    def server_gone(*args: object, **kwargs: object) -> None:  # a --server gone before its flags were read
+        (out / "servers").mkdir(parents=True)
+        raise ServerError("http://127.0.0.1:9: connection refused")
+
+    monkeypatch.setattr(benchmarks.harness, "run_matrix", server_gone)
+    assert main([str(TINY), "--out", str(out)]) == 4
     assert not out.exists()
 
     def stopped_in_a_run(*args: object, **kwargs: object) -> None:

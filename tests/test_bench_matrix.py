@@ -70,13 +70,20 @@ def test_the_async_offload_caveat_is_said_on_cuda_only_against_a_baseline_that_o
     tiny, full = load_matrix(TINY), load_matrix(FULL)
     transfer = "8-step + non-blocking transfer"
     results = [SimpleNamespace(name=v.name, total=1.0, flags={}) for v in tiny.variants]
-    said = [line for line in comparison_caveats(tiny, results, "cuda") if "compared nothing" in line]
+    h200 = {"type": "cuda", "name": "cuda:0 NVIDIA H200 : cudaMallocAsync"}
+    rocm = {"type": "cuda", "name": "cuda:0 AMD Instinct MI300X : native"}  # not offloaded by default
+    assert not [line for line in comparison_caveats(tiny, results, rocm) if "compared nothing" in line]
+    said = [line for line in comparison_caveats(tiny, results, h200) if "compared nothing" in line]
     assert said == [
         f"**{transfer}: ComfyUI 0.3.75 offloads weights asynchronously by default on NVIDIA, so the baseline "
         "did too: --async-offload compared nothing (launch the baseline with --disable-async-offload)**"
     ]
-    assert not [line for line in comparison_caveats(tiny, results, "cpu") if "compared nothing" in line]
-    assert not [line for line in comparison_caveats(full, results, "cuda") if "compared nothing" in line]
+    assert not [
+        line
+        for line in comparison_caveats(tiny, results, {"type": "cpu", "name": "cpu"})
+        if "compared nothing" in line
+    ]
+    assert not [line for line in comparison_caveats(full, results, h200) if "compared nothing" in line]
 
 
 def test_inserted_nodes_chain_onto_the_target_input() -> None:

@@ -488,7 +488,7 @@ def test_real_kernels_measured_on_this_device(tmp_path: Path) -> None:
     assert sqnr_db(torch.nn.functional.linear(x, dequantize_weight(packed), bias), out) >= 35.0
     assert "128x256 rows<=64 float32 row" in dispatcher.summary({(128, 256, "row")})
     first = dispatcher.summary({(128, 256, "row")}).splitlines()[0]  # what was chosen, read first
-    assert first == f"INT8 kernels: {dispatcher.mode()}: {choice.kernel} on 1 of 1 layer shape(s)"
+    assert first == f"INT8 kernels: {dispatcher.mode()}: {choice.kernel} on 1 of 1 shape class(es)"
     assert "1 weight shape(s) not run yet" in dispatcher.summary({(128, 256, "row"), (64, 64, "row")})
     # another model's layer of that shape, rotated: the choice is not its own (the loader's report listed it)
     rotated = dispatcher.summary({(128, 256, "row+convrot256")})

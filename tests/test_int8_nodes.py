@@ -137,7 +137,7 @@ def test_loader_report_and_telemetry_show_the_kernel_choices(
     [report] = second_run.outputs["2"]["text"]
     print(report)
     assert report.startswith("INT8 kernels: auto (measured at first use per layer shape): ")
-    assert "layer shape(s)\n" in report  # which kernels on how many shapes, on the first line
+    assert "shape class(es)\n" in report  # which kernels on how many shapes, on the first line
     assert report.splitlines()[-1].startswith("  table: ")
     assert report.splitlines()[-1].endswith("leanvideo/int8_kernels.json")
     # the first run's loader reported no convrot shape class yet; each choice the sampler made sent the

@@ -541,6 +541,15 @@ def test_a_png_comfyui_saved_gives_its_workflow_and_standard_input_is_dash(
     Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
     with pytest.raises(WorkflowError, match=r"plain.png is a PNG image with no ComfyUI workflow in it"):
         read_json_file(tmp_path / "plain.png")
+    # a broken text chunk of another key, and the image data cut short after the workflow: still read
+    info = PngInfo()
+    info.add_text("prompt", json.dumps(ran))
+    Image.new("RGB", (64, 64)).save(tmp_path / "ok.png", pnginfo=info)
+    raw = (tmp_path / "ok.png").read_bytes()
+    comment = b"Comment\x00\x00" + b"not zlib"  # a zTXt chunk that does not decompress
+    chunk = len(comment).to_bytes(4, "big") + b"zTXt" + comment + bytes(4)
+    (tmp_path / "odd.png").write_bytes(raw[:33] + chunk + raw[33:-20])  # after IHDR; cut at its end
+    assert read_json_file(tmp_path / "odd.png") == ran
     both = tmp_path / "prompt-workflow.png"
     assert read_json_file(both, png_keys=("workflow", "prompt")) == graph  # convert: the editor's first
     info = PngInfo()
@@ -608,3 +617,20 @@ def test_a_saved_prompt_request_is_named_as_such() -> None:
         WorkflowError, match=r"w.json is a request to ComfyUI's /prompt \(its workflow is under"
     ):
         api_workflow(body, Path("w.json"))
+
+
+def test_the_record_of_a_workflow_from_standard_input_hashes_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run -`: the record's workflow path is "-", and a file named "-" in the current folder had its
+    sha256 written as the workflow's."""
+    from runner.tracking.record import build_run_record
+    from runner.tracking.result import PromptResult
+
+    monkeypatch.chdir(tmp_path)
+    Path("-").write_text("not the workflow", encoding="utf-8")
+    result = PromptResult("p", "success", 0.0, 0.0, 1.0)
+    record = build_run_record(result, {}, Path("-"), {}, [])
+    assert record["workflow"]["path"] == "-" and record["workflow"]["file_sha256"] is None
+    Path("wf.json").write_text("{}", encoding="utf-8")
+    assert build_run_record(result, {}, Path("wf.json"), {}, [])["workflow"]["file_sha256"] is not None

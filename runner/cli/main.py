@@ -145,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         "every output into a folder of its own and write run.json beside them.",
         epilog=EXIT_CODES,
     )
-    run.add_argument("workflow", type=Path, help="workflow JSON: API format, or an editor file (converted)")
+    run.add_argument(
+        "workflow",
+        type=Path,
+        help="workflow JSON: API format, or an editor file (converted); a PNG ComfyUI saved (the workflow in "
+        "it); - for standard input",
+    )
     add_server_arguments(run)
     run.add_argument(
         "--set",

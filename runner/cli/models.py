@@ -27,7 +27,9 @@ def add_models_parser(sub: Any) -> None:
         "has no models folder yet), 2 --models is no folder or the ComfyUI's extra_model_paths.yaml "
         "cannot be read, 3 not installed, 5 bad workflow",
     )
-    check.add_argument("workflow", type=Path, help="workflow JSON (API or editor format)")
+    check.add_argument(
+        "workflow", type=Path, help="workflow JSON (API or editor format), a PNG ComfyUI saved, or -"
+    )
     check.add_argument(
         "--models",
         type=existing_folder,

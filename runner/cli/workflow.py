@@ -21,7 +21,7 @@ from runner.cli.server_options import (
 )
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
-from runner.graph.diff import diff_workflows, mark_modes, summarize
+from runner.graph.diff import MODE_WORDS, diff_workflows, mark_modes, summarize
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.subgraph import flatten_subgraphs
 from runner.graph.validate import validate_workflow
@@ -46,7 +46,9 @@ def add_workflow_parser(sub: Any) -> None:
         "unreachable or silent past --timeout, 5 invalid",
     )
     validate.add_argument(
-        "file", type=Path, help="workflow JSON (API format, or an editor file: converted first)"
+        "file",
+        type=Path,
+        help="workflow JSON (API format, or an editor file: converted first), a PNG ComfyUI saved, or -",
     )
     add_server_arguments(validate)
     _add_timeout(validate)
@@ -67,8 +69,8 @@ def add_workflow_parser(sub: Any) -> None:
         "(UI files only), 5 unreadable file. "
         "Editor (UI) files are converted to API format with the server's /object_info first.",
     )
-    diff.add_argument("a", type=Path, help="the old workflow (API or UI format)")
-    diff.add_argument("b", type=Path, help="the new workflow (API or UI format)")
+    diff.add_argument("a", type=Path, help="the old workflow (API or UI format, a PNG ComfyUI saved, or -)")
+    diff.add_argument("b", type=Path, help="the new workflow (API or UI format, a PNG ComfyUI saved, or -)")
     add_server_arguments(diff)
     _add_timeout(diff)
     diff.add_argument("--json", action="store_true", help="print the changes as JSON")
@@ -79,7 +81,9 @@ def add_workflow_parser(sub: Any) -> None:
         "past --timeout, "
         "5 not convertible (unknown nodes, legacy group nodes, not a UI file)",
     )
-    convert.add_argument("file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor)")
+    convert.add_argument(
+        "file", type=Path, help="UI workflow JSON (as saved by the ComfyUI editor), a PNG ComfyUI saved, or -"
+    )
     add_server_arguments(convert)
     _add_timeout(convert)
     convert.add_argument(
@@ -152,7 +156,9 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     if str(args.a) == str(args.b) == "-":
         raise UsageError("A and B are both - (standard input): it can be one of them")
     (a, a_modes), (b, b_modes) = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
-    hidden = tuple({n for n, (_, mode) in modes.items() if mode in (2, 4)} for modes in (a_modes, b_modes))
+    hidden = tuple(
+        {n for n, (_, mode) in modes.items() if mode in MODE_WORDS} for modes in (a_modes, b_modes)
+    )
     changes = mark_modes(diff_workflows(a, b, (hidden[0], hidden[1])), a_modes, b_modes)  # muted, bypassed
     if args.json:
         found = [change.to_json() for change in changes]

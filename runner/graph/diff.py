@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from runner.graph.subgraph import MODE_BYPASSED, MODE_MUTED
 from runner.graph.workflow import Workflow, is_link, node_title
 
 
@@ -264,7 +265,7 @@ def _diff_node(node_id: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
     return changes
 
 
-MODE_WORDS = {2: "muted", 4: "bypassed"}  # the editor's node modes a converted file leaves out
+MODE_WORDS = {MODE_MUTED: "muted", MODE_BYPASSED: "bypassed"}  # the modes a conversion leaves out
 
 
 def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str, Any]) -> list[Change]:

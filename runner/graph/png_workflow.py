@@ -20,8 +20,9 @@ WORKFLOW_KEYS = ("prompt", "workflow")
 
 def png_workflow_text(data: bytes, keys: tuple[str, ...] = WORKFLOW_KEYS) -> tuple[str, str] | None:
     """``(key, JSON text)`` of the workflow in the PNG ``data``, the first of ``keys`` it holds
-    (``prompt`` first, else ``workflow``), or None when it holds none. Raises ValueError for data that
-    is not a whole PNG."""
+    (``prompt`` first, else ``workflow``), or None when it holds none. The text chunks of other keys
+    are not read, and a file cut short after its workflow still gives it. Raises ValueError for data
+    that is not a PNG, or cut short before any of ``keys``."""
     if not data.startswith(PNG_SIGNATURE):
         raise ValueError("not a PNG image")
     texts: dict[str, str] = {}
@@ -30,24 +31,26 @@ def png_workflow_text(data: bytes, keys: tuple[str, ...] = WORKFLOW_KEYS) -> tup
         length, kind = struct.unpack(">I4s", data[at : at + 8])
         body = data[at + 8 : at + 8 + length]
         if len(body) < length:
+            if texts:  # the workflow came first (ComfyUI writes it before the image data)
+                break
             raise ValueError(f"its {kind.decode('latin-1')} chunk is cut short")
         if kind in (b"tEXt", b"iTXt", b"zTXt"):
-            key, value = _text_chunk(kind, body)
-            texts.setdefault(key, value)
+            key, _, rest = body.partition(b"\0")
+            if key.decode("latin-1") in keys:
+                texts.setdefault(key.decode("latin-1"), _text(kind, rest))
         if kind == b"IEND":
             break
         at += 12 + length
     return next(((key, texts[key]) for key in keys if key in texts), None)
 
 
-def _text_chunk(kind: bytes, body: bytes) -> tuple[str, str]:
-    """A text chunk's keyword and text (``tEXt`` Latin-1 as PNG says, which ComfyUI fills with UTF-8
-    JSON: read as UTF-8; ``zTXt`` compressed; ``iTXt`` UTF-8, maybe compressed)."""
-    key, _, rest = body.partition(b"\0")
+def _text(kind: bytes, rest: bytes) -> str:
+    """A text chunk's text, after its keyword (``tEXt`` Latin-1 as PNG says, which ComfyUI fills with
+    UTF-8 JSON: read as UTF-8; ``zTXt`` compressed; ``iTXt`` UTF-8, maybe compressed)."""
     if kind == b"zTXt":
         rest = zlib.decompress(rest[1:])
     elif kind == b"iTXt":
         compressed = rest[:1] == b"\1"
         rest = rest[2:].split(b"\0", 2)[-1]  # past the language tag and translated keyword
         rest = zlib.decompress(rest) if compressed else rest
-    return key.decode("latin-1"), rest.decode("utf-8", errors="replace")
+    return rest.decode("utf-8", errors="replace")

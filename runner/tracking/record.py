@@ -97,7 +97,8 @@ def build_run_record(
     telemetry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the record of one prompt; see the module docstring for the schema."""
-    file_sha = sha256_file(workflow_path) if workflow_path and workflow_path.is_file() else None
+    read = workflow_path if workflow_path is not None and str(workflow_path) != "-" else None  # "-": stdin
+    file_sha = sha256_file(read) if read is not None and read.is_file() else None
     return {
         "schema": RECORD_SCHEMA,
         "version": RECORD_VERSION,

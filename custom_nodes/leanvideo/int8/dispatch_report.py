@@ -45,7 +45,8 @@ def summarize(
     listed = sorted(of_shapes(choices, weight_shapes).items())
     counts = Counter(choice.kernel for _, choice in listed)  # the line to read first, then each shape's
     chosen = ", ".join(f"{kernel} on {n}" for kernel, n in counts.most_common())
-    lines = [f"INT8 kernels: {mode}" + (f": {chosen} of {len(listed)} layer shape(s)" if listed else "")]
+    # counted per shape class (a weight shape at a row count and dtype), as the lines below list them
+    lines = [f"INT8 kernels: {mode}" + (f": {chosen} of {len(listed)} shape class(es)" if listed else "")]
     known = {weight_shape_of(key) for key, _ in listed}
     # "int_mm_fused: not measured on a CPU …" on every line made a report of forty lines
     shared: list[tuple[str, str]] = []
