@@ -14,12 +14,14 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.matrix import Matrix, Variant, variant_slug
+from runner.errors import WorkspaceError
 from runner.fixtures import write_fixtures
 from runner.local.server import ComfyServer, ServerConfig
 from runner.local.workspace import find_workspace
@@ -59,12 +61,15 @@ def given_server_flags(servers: Sequence[str]) -> dict[str, tuple[str, ...]]:
     return flags
 
 
-def place_groups(groups: Sequence[tuple[str, ...]], given: Mapping[str, tuple[str, ...]]) -> Placement:
+def place_groups(
+    groups: Sequence[tuple[str, ...]], given: Mapping[str, tuple[str, ...]], known: Collection[str] = ()
+) -> Placement:
     """For each variants' launch-flag set of ``groups``, the servers of ``given`` (url -> launch flags)
     launched with those flags and with no other flag of ``groups`` (a baseline timed on a server with
-    ``--async-offload`` is no baseline), or why there is none."""
+    ``--async-offload`` is no baseline), or why there is none. ``known``: ComfyUI's long flags
+    (:func:`comfy_flags`), to read an abbreviated one as its argparse does."""
     relevant = set().union(*(_flag_names(group) for group in groups))
-    launched = {url: _unabbreviated(_split(flags), relevant) for url, flags in given.items()}
+    launched = {url: _unabbreviated(_split(flags), set(known)) for url, flags in given.items()}
     placed: dict[tuple[str, ...], tuple[str, ...] | str] = {}
     for group in groups:
         wanted = _split(group)
@@ -76,13 +81,26 @@ def place_groups(groups: Sequence[tuple[str, ...]], given: Mapping[str, tuple[st
     return placed
 
 
-def _unabbreviated(args: tuple[str, ...], relevant: set[str]) -> tuple[str, ...]:
-    """``args`` with a flag abbreviated as argparse takes it (``--async-off``) written out, where it
-    starts one flag of ``relevant`` alone (ComfyUI refuses an ambiguous one)."""
+def comfy_flags() -> frozenset[str]:
+    """The long flags of the pinned ComfyUI's command line (its ``comfy/cli_args.py``); none where it
+    cannot be read (then no flag is taken as an abbreviation)."""
+    try:
+        text = (find_workspace().comfyui_dir / "comfy" / "cli_args.py").read_text(encoding="utf-8")
+    except (OSError, WorkspaceError):
+        return frozenset()
+    return frozenset(re.findall(r'add_argument\(\s*"(--[a-z0-9-]+)"', text))
+
+
+def _unabbreviated(args: tuple[str, ...], known: set[str]) -> tuple[str, ...]:
+    """``args`` with a flag abbreviated as argparse takes it (``--async-off``) written out: one that is
+    no flag of ``known`` and starts exactly one (ComfyUI refuses an ambiguous one)."""
 
     def whole(arg: str) -> str:
-        matches = [flag for flag in relevant if flag.startswith(arg)] if arg.startswith("--") else []
-        return matches[0] if len(matches) == 1 and arg not in relevant else arg
+        name, equals, value = arg.partition("=")
+        if not name.startswith("--") or name in known:
+            return arg
+        matches = [flag for flag in known if flag.startswith(name)]
+        return f"{matches[0]}{equals}{value}" if len(matches) == 1 else arg
 
     return tuple(whole(arg) for arg in args)
 

@@ -32,6 +32,7 @@ from typing import Any
 from benchmarks import modes
 from benchmarks.bench_servers import (
     Placement,
+    comfy_flags,
     given_server_flags,
     open_server,
     place_groups,
@@ -149,7 +150,8 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     measured = _Measured()
     if settings.servers:  # each launch-flag set runs on a given server launched with it, if one is
         measured.given = given_server_flags(settings.servers)
-        measured.placed = place_groups([args for args, _ in server_groups(matrix.variants)], measured.given)
+        groups = [args for args, _ in server_groups(matrix.variants)]
+        measured.placed = place_groups(groups, measured.given, comfy_flags())
     try:
         for server_args, group in server_groups(matrix.variants):
             _run_group(matrix, settings, base, server_args, group, measured, deadline, say)

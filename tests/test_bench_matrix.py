@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import protocol
-from benchmarks.bench_servers import place_groups
+from benchmarks.bench_servers import comfy_flags, place_groups
 from benchmarks.matrix import Matrix, MatrixError, load_matrix, select_variants, variant_slug
 from benchmarks.protocol import PlannedRun, VariantRun, plan_runs, run_variants
 from benchmarks.report import format_row
@@ -425,7 +425,12 @@ def test_each_flag_set_goes_to_the_given_servers_launched_with_it_and_none_of_th
     )
     assert place_groups([()], only_flagged)[()] == ("http://b",)  # no variant has flags: any server fits
     short = {"http://s": ("--async-off",), "http://p": ()}  # as argparse takes it: that flag
-    assert place_groups(groups[:2], short) == {(): ("http://p",), ("--async-offload",): ("http://s",)}
+    known = comfy_flags()  # the pinned ComfyUI's: --cpu is one, not short for --cpu-vae
+    assert {"--async-offload", "--cpu", "--cpu-vae", "--disable-async-offload"} <= known
+    assert place_groups(groups[:2], short, known) == {(): ("http://p",), ("--async-offload",): ("http://s",)}
+    cpu = place_groups([(), ("--cpu-vae",)], {"http://a": ("--cpu",), "http://b": ()}, known)
+    assert cpu == {(): ("http://a", "http://b"), ("--cpu-vae",): cpu[("--cpu-vae",)]}
+    assert isinstance(cpu[("--cpu-vae",)], str)  # no server has it
 
 
 def test_soak_and_load_asked_for_but_not_run_are_said_with_why(tmp_path: Path) -> None:
