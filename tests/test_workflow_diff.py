@@ -252,3 +252,21 @@ def test_a_node_muted_on_one_side_and_bypassed_on_the_other_is_said_so() -> None
     mask = "LeanVideoFreeVRAM"
     changes = mark_modes([], {"16": (mask, 2), "3": ("X", 2)}, {"16": (mask, 4), "3": ("X", 2)})
     assert [str(c) for c in changes] == [f"node 16 ({mask}): muted -> bypassed"]
+
+
+def test_the_nodes_inside_a_muted_subgraph_node_are_said_so() -> None:
+    """A muted subgraph instance leaves its inner nodes out of the conversion: they read `removed`."""
+    from runner.graph.diff import mark_modes
+
+    a = {"5:1": {"class_type": "KSampler", "inputs": {}}, "6": {"class_type": "SaveVideo", "inputs": {}}}
+    b = {"6": a["6"]}
+    sub = "00000000-0000-0000-0000-000000000005"
+    changes = mark_modes(diff_workflows(a, b), {"5": (sub, 0)}, {"5": (sub, 2), "6": ("SaveVideo", 0)})
+    assert [str(c) for c in changes] == ["node 5:1 (KSampler): not run: its subgraph node 5 is muted"]
+    other = {**b, "7": {"class_type": "KSampler", "inputs": {"seed": 1}}}  # not to be paired with 5:1
+    paired = mark_modes(diff_workflows(a, other, ((), {"5"})), {}, {"5": (sub, 2)})
+    assert {c.kind for c in paired} == {"node_muted", "node_added"}, [str(c) for c in paired]
+    back = mark_modes(diff_workflows(b, a), {"5": (sub, 4)}, {"5": (sub, 0)})
+    assert [str(c) for c in back] == [
+        "node 5:1 (KSampler): runs again: its subgraph node 5 is no longer bypassed"
+    ]

@@ -47,17 +47,14 @@ class Change:
             "renumbered": f"was node {self.old}",
             "node_added": "added",
             "node_removed": "removed",
-            "node_muted": "muted (mode 2): not run",
-            "node_bypassed": "bypassed (mode 4): its inputs pass through",
-            "node_unmuted": "no longer muted",
-            "node_unbypassed": "no longer bypassed",
             "input_added": f"added = {_show(self.new)}",
             "input_removed": f"removed (was {_show(self.old)})",
             "title_changed": f"title {_show_change(self.old, self.new)}",
             "class_changed": f"class {_show(self.old)} -> {_show(self.new)}",
             "mode_changed": f"{self.old} -> {self.new}",
         }
-        return f"{where}: {words.get(self.kind, _show_change(self.old, self.new))}"
+        said = _mode_said(self.kind, self.old) or words.get(self.kind, _show_change(self.old, self.new))
+        return f"{where}: {said}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +65,22 @@ class Change:
             "old": self.old,
             "new": self.new,
         }
+
+
+MODE_KINDS = ("node_muted", "node_bypassed", "node_unmuted", "node_unbypassed")
+
+
+def _mode_said(kind: str, instance: Any) -> str | None:
+    """A node muted or bypassed, or no longer, itself or inside the subgraph node ``instance``."""
+    if kind not in MODE_KINDS:
+        return None
+    word, again = kind.removeprefix("node_").removeprefix("un"), kind.startswith("node_un")
+    if instance is not None:
+        is_now = f"is no longer {word}" if again else f"is {word}"
+        return f"{'runs again' if again else 'not run'}: its subgraph node {instance} {is_now}"
+    if again:
+        return f"no longer {word}"
+    return "muted (mode 2): not run" if word == "muted" else "bypassed (mode 4): its inputs pass through"
 
 
 def _show(value: Any) -> str:
@@ -130,9 +143,13 @@ def diff_workflows(
     that its conversion left out (muted, bypassed); a node of the other side under such an id is that
     node, not to be paired with another (an editor file keeps its ids)."""
     hidden_a, hidden_b = set(hidden[0]), set(hidden[1])
+
+    def hidden_in(ids: set[str], n: str) -> bool:  # the node, or a subgraph node it is inside
+        return n in ids or any(n.startswith(f"{h}:") for h in ids)
+
     pairs = match_nodes(
-        {n: node for n, node in a.items() if n not in hidden_b},
-        {n: node for n, node in b.items() if n not in hidden_a},
+        {n: node for n, node in a.items() if not hidden_in(hidden_b, n)},
+        {n: node for n, node in b.items() if not hidden_in(hidden_a, n)},
     )
     changes: list[Change] = []
     for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
@@ -277,15 +294,28 @@ def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str
         other = b_modes if change.kind == "node_removed" else a_modes if change.kind == "node_added" else {}
         kind, mode = other.get(change.node_id, (None, None))
         word = MODE_WORDS.get(mode) if kind == change.class_type else None
+        undone = "" if change.kind == "node_removed" else "un"
         if word is not None:
-            undone = "" if change.kind == "node_removed" else "un"
-            change = Change(f"node_{undone}{word}", change.node_id, kind)
+            change = Change(f"node_{undone}{word}", change.node_id, str(kind))
+        elif (instance := _hidden_instance(change.node_id, other)) is not None:  # inside a subgraph node
+            word = MODE_WORDS[other[instance][1]]
+            change = Change(f"node_{undone}{word}", change.node_id, change.class_type, old=instance)
         marked.append(change)
     for node_id, (kind, mode) in a_modes.items():  # left out of both conversions, one way then another
         then, now = MODE_WORDS.get(mode), MODE_WORDS.get(b_modes.get(node_id, (None, None))[1])
         if then and now and then != now and b_modes[node_id][0] == kind:
             marked.append(Change("mode_changed", node_id, str(kind), old=then, new=now))
     return sorted(marked, key=lambda change: _sort_key(change.node_id))
+
+
+def _hidden_instance(node_id: str, modes: dict[str, Any]) -> str | None:
+    """The innermost muted or bypassed subgraph node ``node_id`` (``"5:1"``) is inside, if any."""
+    parts = node_id.split(":")
+    for end in range(len(parts) - 1, 0, -1):
+        instance = ":".join(parts[:end])
+        if modes.get(instance, (None, None))[1] in MODE_WORDS:
+            return instance
+    return None
 
 
 def summarize(changes: list[Change]) -> dict[str, int]:
