@@ -49,17 +49,23 @@ def test_each_kind_of_change_is_named(tiny_workflow: dict[str, Any]) -> None:
     )
 
 
+def _renumbered(workflow: dict[str, Any], shift: dict[str, str]) -> dict[str, Any]:
+    """``workflow`` with each node id ``n`` as ``shift[n]``, its links following."""
+    moved: dict[str, Any] = {}
+    for node_id, node in copy.deepcopy(workflow).items():
+        for name, value in node["inputs"].items():
+            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+                node["inputs"][name] = [shift[value[0]], value[1]]
+        moved[shift[node_id]] = node
+    return moved
+
+
 def test_a_renumbered_graph_shows_its_new_ids_and_real_changes_only(tiny_workflow: dict[str, Any]) -> None:
     """Nodes are paired by what they are, not only by id: a graph whose ids all moved (another export,
     an inserted node) is not reported as every node replaced, and its links are compared through that
     pairing."""
     shift = {node_id: str(int(node_id) + 100) for node_id in tiny_workflow}
-    moved: dict[str, Any] = {}
-    for node_id, node in copy.deepcopy(tiny_workflow).items():
-        for name, value in node["inputs"].items():
-            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
-                node["inputs"][name] = [shift[value[0]], value[1]]
-        moved[shift[node_id]] = node
+    moved = _renumbered(tiny_workflow, shift)
     moved["111"]["inputs"]["noise_seed"] = 7
     changes = diff_workflows(tiny_workflow, moved)
     kinds = summarize(changes)
@@ -176,12 +182,7 @@ def test_nodes_of_one_class_and_title_are_paired_by_their_values_when_renumbered
         tiny_workflow[node_id]["_meta"] = {"title": "CLIP Text Encode (Prompt)"}
     shift = {node_id: str(int(node_id) + 100) for node_id in tiny_workflow}
     shift["3"], shift["4"] = "121", "120"
-    moved: dict[str, Any] = {}
-    for node_id, node in copy.deepcopy(tiny_workflow).items():
-        for name, value in node["inputs"].items():
-            if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
-                node["inputs"][name] = [shift[value[0]], value[1]]
-        moved[shift[node_id]] = node
+    moved = _renumbered(tiny_workflow, shift)
     changes = diff_workflows(tiny_workflow, moved)
     assert summarize(changes) == {"renumbered": len(tiny_workflow)}, [str(c) for c in changes]
     assert "node 121 (CLIPTextEncode): was node 3" in [str(c) for c in changes]
