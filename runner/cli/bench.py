@@ -80,9 +80,9 @@ def add_bench_parser(subparsers: Any) -> None:
         type=server_url,
         action=AppendServer,
         default=[],
-        help="use this running server instead of starting ours (repeat for --load over several); a "
-        "variant needing server flags runs on one launched with them and none of the other variants' "
-        "flags (as its /system_stats says), else it is skipped",
+        help="use this running server instead of starting ours (repeat for --load over several): each "
+        "variant runs on the first given server launched with its flags and none of the other variants' "
+        "(as its /system_stats says), else it is skipped (the baseline: refused, exit 5)",
     )
     parser.add_argument(
         "--port",
@@ -127,7 +127,8 @@ def add_bench_parser(subparsers: Any) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="discard N runs of each server's first variant right after it starts (default 0)",
+        help="discard N runs of each server's first variant before its measured runs (right after it "
+        "starts, for the servers the bench starts; default 0)",
     )
     parser.add_argument("--warmups", type=int, default=None, help="override the matrix's warmups")
     parser.add_argument("--repeats", type=int, default=None, help="override the matrix's repeats")
