@@ -122,8 +122,13 @@ def _flag_names(args: Sequence[str]) -> set[str]:
 
 
 def _holds(args: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
-    """Whether ``wanted`` (a flag and its values) is a run of ``args``."""
-    return any(args[i : i + len(wanted)] == wanted for i in range(len(args) - len(wanted) + 1))
+    """Whether ``wanted`` (a flag and its values) is a run of ``args`` not followed by a value of its
+    own (``--async-offload 1`` is one stream, not ``--async-offload``'s two)."""
+    n = len(wanted)
+    return any(
+        args[i : i + n] == wanted and (i + n == len(args) or args[i + n].startswith("-"))
+        for i in range(len(args) - n + 1)
+    )
 
 
 @contextlib.contextmanager

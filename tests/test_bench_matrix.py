@@ -428,6 +428,8 @@ def test_each_flag_set_goes_to_the_given_servers_launched_with_it_and_none_of_th
     known = comfy_flags()  # the pinned ComfyUI's: --cpu is one, not short for --cpu-vae
     assert {"--async-offload", "--cpu", "--cpu-vae", "--disable-async-offload"} <= known
     assert place_groups(groups[:2], short, known) == {(): ("http://p",), ("--async-offload",): ("http://s",)}
+    one = place_groups(groups[:2], {"http://p": (), "http://o": ("--async-offload", "1")}, known)
+    assert isinstance(one[("--async-offload",)], str)  # one stream is not the variant's default two
     cpu = place_groups([(), ("--cpu-vae",)], {"http://a": ("--cpu",), "http://b": ()}, known)
     assert cpu == {(): ("http://a", "http://b"), ("--cpu-vae",): cpu[("--cpu-vae",)]}
     assert isinstance(cpu[("--cpu-vae",)], str)  # no server has it
