@@ -116,7 +116,8 @@ function keptReports(tab) {
 
 function keepReport({ detail }) {
   const id = detail?.display_node ?? detail?.node;
-  if (id != null && reportLines(detail?.output)) keptReports(tabOf(detail.prompt_id))?.set(String(id), detail.output);
+  if (id == null || !reportLines(detail?.output)) return;
+  keptReports(tabOf(detail.prompt_id))?.set(String(id), detail.output);
 }
 
 // The report of a node made again from its workflow (another tab and back): the node's own fields lost
