@@ -282,10 +282,18 @@ def test_pointing_at_a_node_shows_its_report_with_nodes_drawn_as_page_elements(
             page.wait_for_timeout(500)
             _idle(comfy_server.url)
             page.evaluate("() => { const c = window.app.canvas; c.centerOnNode(c.graph.getNodeById(16)); }")
+            # the circled "i" the canvas cannot draw on a node that is a page element: over its header
+            shown = "() => [...document.querySelectorAll('.leanvideo-report-marker')]"
+            shown += ".filter((m) => m.style.display !== 'none').length"
+            page.evaluate("() => window.app.canvas.setDirty(true, true)")
+            page.wait_for_function(f"() => ({shown})() >= 1", timeout=10_000)
             page.locator('[data-node-id="16"]').first.hover()
             page.wait_for_function(f"() => ({BOX_JS})().node === 16", timeout=10_000)
             assert "unloaded" in page.evaluate(BOX_JS)["text"]
             page.mouse.move(5, 500)  # off the node: the box goes
             page.wait_for_function(f"() => ({BOX_JS})().display === 'none'", timeout=10_000)
+            away = "() => { const c = window.app.canvas; c.ds.offset[0] += 20000; c.setDirty(true, true); }"
+            page.evaluate(away)
+            page.wait_for_function(f"() => ({shown})() === 0", timeout=10_000)  # scrolled away: no marker
         finally:
             page.evaluate(setting, False)

@@ -1,7 +1,7 @@
 // The report each LeanVideo node returns as `ui.text` (what Free VRAM freed, what Patch Attention
 // patched and why, each INT8 kernel a loader chose), in the editor: once the node has run, a circled
-// "i" in its title bar says there is one, and pointing at the node (or selecting it alone) shows the
-// report in a box under it (beside it, or above it, where the window has no room). The box is a page
+// "i" in its title bar (over its header where nodes are page elements) says there is one, and
+// pointing at the node (or selecting it alone) shows the report in a box under it (beside it, or above it, where the window has no room). The box is a page
 // element over the canvas, so no node drawn later and no text box of a node covers it, and its text
 // keeps its size at any zoom; it goes when its node is scrolled away or under a panel. Each workflow
 // tab keeps the reports of the runs it queued. The node itself never changes: not its size, not its
@@ -268,6 +268,61 @@ function placeBox(canvas) {
   element.leanvideoNode = node.id;
 }
 
+// Where nodes are page elements ("Nodes 2.0"), the canvas draws no title bar to mark: a circled "i" is
+// a page element of its own over each such node's header, left of its badges, where nothing covers it.
+const MARKERS = new Map(); // node id -> marker element
+let markersDue = 0; // the animation frame that places them, once per frame
+
+function placeMarkers() {
+  const shown = new Set();
+  for (const element of document.querySelectorAll(".lg-node[data-node-id]")) {
+    const id = element.getAttribute("data-node-id");
+    const node = app.graph?.getNodeById?.(id);
+    if (!node || !NODES.has(node.type) || !reportOf(node) || node.flags?.collapsed) continue;
+    const header = element.querySelector(".lg-node-header") ?? element;
+    const bounds = header.getBoundingClientRect();
+    const middle = bounds.left + bounds.width / 2;
+    const lefts = [...header.querySelectorAll("*")] // the badges at its right end
+      .map((child) => child.getBoundingClientRect())
+      .filter((rect) => rect.width > 0 && rect.left > middle)
+      .map((rect) => rect.left);
+    const [x, y] = [Math.min(bounds.right - 6, ...lefts) - 4 - 14, bounds.top + bounds.height / 2 - 7];
+    if (x < 0 || y < 0 || x + 14 > window.innerWidth || y + 14 > window.innerHeight) continue; // away
+    const hit = document.elementFromPoint(x + 7, y + 7);
+    if (hit && !element.contains(hit)) continue; // under a panel or another node
+    let marker = MARKERS.get(id);
+    if (!marker?.isConnected) {
+      marker = markerElement();
+      MARKERS.set(id, marker);
+    }
+    Object.assign(marker.style, { left: `${Math.round(x)}px`, top: `${Math.round(y)}px`, display: "flex" });
+    shown.add(id);
+  }
+  for (const [id, marker] of MARKERS) if (!shown.has(id)) marker.style.display = "none";
+}
+
+function markerElement() {
+  const marker = document.createElement("div");
+  marker.className = "leanvideo-report-marker";
+  marker.textContent = "i";
+  Object.assign(marker.style, {
+    position: "fixed",
+    zIndex: "999", // under the report box
+    pointerEvents: "none",
+    width: "14px",
+    height: "14px",
+    boxSizing: "border-box",
+    border: "1.2px solid currentColor",
+    borderRadius: "50%",
+    alignItems: "center",
+    justifyContent: "center",
+    font: "bold 9px sans-serif",
+    color: "var(--fg-color, #999)",
+  });
+  document.body.appendChild(marker);
+  return marker;
+}
+
 const TOOLBAR = 44; // px above a selected node: the editor's selection toolbox
 
 // Whether the node (its screen rectangle in the canvas) is in view: within the canvas, and its title
@@ -295,6 +350,10 @@ const EXTENSION = {
     canvas.onDrawForeground = function (ctx, visibleArea) {
       onDrawForeground?.apply(this, arguments);
       placeBox(this);
+      markersDue ||= requestAnimationFrame(() => {
+        markersDue = 0; // after the node elements took their new places
+        placeMarkers();
+      });
     };
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
