@@ -217,13 +217,12 @@ def test_a_node_muted_or_bypassed_in_an_editor_file_is_said_so_not_removed() -> 
 def test_a_node_hidden_on_one_side_is_not_paired_with_another_of_its_class() -> None:
     """A muted node 6 on one side, a bypassed node 5 of the same class on the other: node 5 of A was
     paired with node 6 of B as `renumbered`, with a title and a link change; editor ids do not move."""
-    from runner.graph.diff import mark_modes
 
     mask = "LeanVideoFixtureAttentionMask"
     a = {"5": {"class_type": mask, "inputs": {"x": 1}, "_meta": {"title": "positive"}}}
     b = {"6": {"class_type": mask, "inputs": {"x": 2}, "_meta": {"title": "negative"}}}
     a_modes, b_modes = {"5": (mask, 0), "6": (mask, 2)}, {"5": (mask, 4), "6": (mask, 0)}
-    changes = mark_modes(diff_workflows(a, b, ({"6"}, {"5"})), a_modes, b_modes)
+    changes = diff_workflows(a, b, (a_modes, b_modes))
     assert [str(c) for c in changes] == [
         f"node 5 ({mask}): bypassed (mode 4): its inputs pass through",
         f"node 6 ({mask}): no longer muted",
@@ -265,7 +264,7 @@ def test_the_nodes_inside_a_muted_subgraph_node_are_said_so() -> None:
     changes = mark_modes(diff_workflows(a, b), {"5": (sub, 0)}, {"5": (sub, 2), "6": ("SaveVideo", 0)})
     assert [str(c) for c in changes] == ["node 5:1 (KSampler): not run: its subgraph node 5 is muted"]
     other = {**b, "7": {"class_type": "KSampler", "inputs": {"seed": 1}}}  # not to be paired with 5:1
-    paired = mark_modes(diff_workflows(a, other, ((), {"5"})), {}, {"5": (sub, 2)})
+    paired = diff_workflows(a, other, ({}, {"5": (sub, 2)}))
     assert {c.kind for c in paired} == {"node_muted", "node_added"}, [str(c) for c in paired]
     back = mark_modes(diff_workflows(b, a), {"5": (sub, 4)}, {"5": (sub, 0)})
     assert [str(c) for c in back] == [

@@ -21,7 +21,7 @@ from runner.cli.server_options import (
 )
 from runner.errors import UsageError, WorkflowError
 from runner.graph.convert import CutLinks, as_api_workflow, check_workflow_document
-from runner.graph.diff import MODE_WORDS, diff_workflows, mark_modes, summarize
+from runner.graph.diff import diff_workflows, summarize
 from runner.graph.editor_nodes import editor_only_hints
 from runner.graph.subgraph import flatten_subgraphs
 from runner.graph.validate import validate_workflow
@@ -156,10 +156,7 @@ def cmd_workflow_diff(args: argparse.Namespace, console: Console) -> int:
     if str(args.a) == str(args.b) == "-":
         raise UsageError("A and B are both - (standard input): it can be one of them")
     (a, a_modes), (b, b_modes) = (_load_any_workflow(path, args, deadline) for path in (args.a, args.b))
-    hidden = tuple(
-        {n for n, (_, mode) in modes.items() if mode in MODE_WORDS} for modes in (a_modes, b_modes)
-    )
-    changes = mark_modes(diff_workflows(a, b, (hidden[0], hidden[1])), a_modes, b_modes)  # muted, bypassed
+    changes = diff_workflows(a, b, (a_modes, b_modes))  # muted and bypassed nodes said so
     if args.json:
         found = [change.to_json() for change in changes]
         print_json(console, {"a": str(args.a), "b": str(args.b), "changes": found})

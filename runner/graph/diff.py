@@ -17,7 +17,7 @@ import difflib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,21 +135,18 @@ def _sort_key(node_id: str) -> tuple[int, ...] | tuple[float, str]:
 
 
 def diff_workflows(
-    a: Workflow, b: Workflow, hidden: tuple[Collection[str], Collection[str]] = ((), ())
+    a: Workflow, b: Workflow, modes: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})
 ) -> list[Change]:
     """Every semantic difference from ``a`` to ``b``, in node-id order. Nodes are paired by what they are
     (:func:`match_nodes`), so a renumbered graph shows as ``renumbered`` nodes, not as every node
-    replaced; links are compared through that pairing. ``hidden``: the ids of each side's editor file
-    that its conversion left out (muted, bypassed); a node of the other side under such an id is that
-    node, not to be paired with another (an editor file keeps its ids)."""
-    hidden_a, hidden_b = set(hidden[0]), set(hidden[1])
-
-    def hidden_in(ids: set[str], n: str) -> bool:  # the node, or a subgraph node it is inside
-        return n in ids or any(n.startswith(f"{h}:") for h in ids)
-
+    replaced; links are compared through that pairing. ``modes``: ``{node id: (type, mode)}`` of each
+    side's editor file (empty for an API file): a node its conversion left out (muted, bypassed, or
+    inside such a subgraph node) is said so (:func:`mark_modes`), and the other side's node under its
+    id is that node, not to be paired with another (an editor file keeps its ids)."""
+    a_modes, b_modes = modes
     pairs = match_nodes(
-        {n: node for n, node in a.items() if not hidden_in(hidden_b, n)},
-        {n: node for n, node in b.items() if not hidden_in(hidden_a, n)},
+        {n: node for n, node in a.items() if not _hidden(n, b_modes)},
+        {n: node for n, node in b.items() if not _hidden(n, a_modes)},
     )
     changes: list[Change] = []
     for old, new in sorted(pairs.items(), key=lambda pair: _sort_key(pair[1])):
@@ -158,7 +155,7 @@ def diff_workflows(
         changes.extend(_diff_node(new, _relinked(a[old], pairs, b), b[new]))
     changes += [Change("node_added", n, str(b[n]["class_type"])) for n in b if n not in pairs.values()]
     changes += [Change("node_removed", n, str(a[n]["class_type"])) for n in a if n not in pairs]
-    return sorted(changes, key=lambda change: _sort_key(change.node_id))
+    return mark_modes(changes, a_modes, b_modes)  # sorted by node id there
 
 
 def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
@@ -170,55 +167,48 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
     nodes on both sides, in id order; last, the same id with another class (a class change). Titles come
     first: when a node is inserted, the ids after it move by one and land on another node of the class."""
     pairs: dict[str, str] = {}
+    uses = {id(a): _uses(a), id(b): _uses(b)}  # the inputs each node's outputs feed, on its own side
+    Key = Callable[[Workflow, str], object]  # what a node is, in its workflow
 
-    def same_id(key: Callable[[dict[str, Any]], object]) -> None:
+    def same_id(key: Key) -> None:
         pairs.update(
             {
                 n: n
                 for n in a
-                if n in b and n not in pairs and n not in pairs.values() and key(a[n]) == key(b[n])
+                if n in b and n not in pairs and n not in pairs.values() and key(a, n) == key(b, n)
             }
         )
 
-    def unique(key: Callable[[dict[str, Any]], object]) -> None:
-        left = {n: key(a[n]) for n in a if n not in pairs}
+    def unique(key: Key) -> None:
+        left = {n: key(a, n) for n in a if n not in pairs}
         right: dict[object, list[str]] = {}
         for n in b:
             if n not in pairs.values():
-                right.setdefault(key(b[n]), []).append(n)
-        _pair_unique(left, right)
-
-    def _pair_unique(left: dict[str, object], right: dict[object, list[str]]) -> None:
+                right.setdefault(key(b, n), []).append(n)
         counts = Counter(left.values())
         for old, value in left.items():
             mates = right.get(value, [])
             if len(mates) == 1 and counts[value] == 1:
                 pairs[old] = mates[0]
 
-    def class_and_title(node: dict[str, Any]) -> object:
-        return (node["class_type"], node_title(node))
+    def class_and_title(workflow: Workflow, n: str) -> tuple[object, ...]:
+        return (workflow[n]["class_type"], node_title(workflow[n]))
 
-    def class_title_values(node: dict[str, Any]) -> object:  # two prompts of one default title
-        inputs = node.get("inputs") or {}
+    def class_title_values(workflow: Workflow, n: str) -> object:  # two prompts of one default title
+        inputs = workflow[n].get("inputs") or {}
         values = {name: value for name, value in inputs.items() if not is_link(value)}
-        return (node["class_type"], node_title(node), json.dumps(values, sort_keys=True))
+        return (*class_and_title(workflow, n), json.dumps(values, sort_keys=True))
 
-    def class_only(node: dict[str, Any]) -> object:
-        return node["class_type"]
+    def class_title_uses(workflow: Workflow, n: str) -> object:  # both edited: where each goes tells them
+        return (*class_and_title(workflow, n), tuple(sorted(uses[id(workflow)].get(n, []))))
 
-    def class_title_uses(workflow: Workflow, n: str, uses: dict[str, list[tuple[Any, ...]]]) -> object:
-        node = workflow[n]  # two prompts of one default title, both edited: where each goes tells them
-        return (node["class_type"], node_title(node), tuple(sorted(uses.get(n, []))))
+    def class_only(workflow: Workflow, n: str) -> object:
+        return workflow[n]["class_type"]
 
     same_id(class_and_title)
     unique(class_and_title)
     unique(class_title_values)
-    uses_a, uses_b = _uses(a), _uses(b)
-    right_uses: dict[object, list[str]] = {}
-    for n in b:
-        if n not in pairs.values():
-            right_uses.setdefault(class_title_uses(b, n, uses_b), []).append(n)
-    _pair_unique({n: class_title_uses(a, n, uses_a) for n in a if n not in pairs}, right_uses)
+    unique(class_title_uses)
     same_id(class_only)
     unique(class_only)
     for kind in {a[n]["class_type"] for n in a if n not in pairs}:  # as many on both sides: in id order
@@ -226,7 +216,7 @@ def match_nodes(a: Workflow, b: Workflow) -> dict[str, str]:
         news = sorted((n for n in b if n not in pairs.values() and b[n]["class_type"] == kind), key=_sort_key)
         if len(olds) == len(news):
             pairs.update(zip(olds, news, strict=True))
-    same_id(lambda node: True)
+    same_id(lambda workflow, n: True)
     return pairs
 
 
@@ -285,7 +275,7 @@ def _diff_node(node_id: str, old: dict[str, Any], new: dict[str, Any]) -> list[C
 MODE_WORDS = {MODE_MUTED: "muted", MODE_BYPASSED: "bypassed"}  # the modes a conversion leaves out
 
 
-def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str, Any]) -> list[Change]:
+def mark_modes(changes: list[Change], a_modes: Mapping[str, Any], b_modes: Mapping[str, Any]) -> list[Change]:
     """``changes`` with a node that is only muted or bypassed in the editor file B (so not in its
     conversion) said so, not ``removed``, and one only muted or bypassed in A said as no longer so,
     not ``added``. ``*_modes``: ``{node id: (type, mode)}`` of each editor file (empty for API files)."""
@@ -308,7 +298,13 @@ def mark_modes(changes: list[Change], a_modes: dict[str, Any], b_modes: dict[str
     return sorted(marked, key=lambda change: _sort_key(change.node_id))
 
 
-def _hidden_instance(node_id: str, modes: dict[str, Any]) -> str | None:
+def _hidden(node_id: str, modes: Mapping[str, Any]) -> bool:
+    """Whether an editor file's conversion left ``node_id`` out: muted, bypassed, or inside a subgraph
+    node that is."""
+    return modes.get(node_id, (None, None))[1] in MODE_WORDS or _hidden_instance(node_id, modes) is not None
+
+
+def _hidden_instance(node_id: str, modes: Mapping[str, Any]) -> str | None:
     """The innermost muted or bypassed subgraph node ``node_id`` (``"5:1"``) is inside, if any."""
     parts = node_id.split(":")
     for end in range(len(parts) - 1, 0, -1):
