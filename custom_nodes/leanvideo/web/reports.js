@@ -1,9 +1,9 @@
 // The report each LeanVideo node returns as `ui.text` (what Free VRAM freed, what Patch Attention
 // patched and why, each INT8 kernel a loader chose), in the editor: once the node has run, a circled
 // "i" in its title bar (over its header where nodes are page elements) says there is one, and
-// pointing at the node (or selecting it alone) shows the report in a box under it (beside it, or above it, where the window has no room). The box is a page
-// element over the canvas, so no node drawn later and no text box of a node covers it, and its text
-// keeps its size at any zoom; it goes when its node is scrolled away or under a panel. Each workflow
+// pointing at the node (or selecting it alone) shows the report in a box under it (beside it, or above
+// it, where the window has no room). The box is a page element over the canvas, so no node drawn later
+// and no text box of a node covers it, and its text keeps its size at any zoom; it goes when its node is scrolled away or under a panel. Each workflow
 // tab keeps the reports of the runs it queued. The node itself never changes: not its size, not its
 // widgets; nothing is added to what is saved or submitted.
 import { api } from "../../scripts/api.js";
@@ -188,14 +188,19 @@ function trackPointedNode() {
 
 let box = null;
 
+// A page element fixed over the editor that the pointer passes through: the report box, a marker.
+function overlay(className, style) {
+  const element = document.createElement("div");
+  element.className = className;
+  Object.assign(element.style, { position: "fixed", pointerEvents: "none", ...style });
+  document.body.appendChild(element);
+  return element;
+}
+
 function reportBox() {
   if (box?.isConnected) return box;
-  box = document.createElement("div");
-  box.className = "leanvideo-report";
-  Object.assign(box.style, {
-    position: "fixed",
+  box = overlay("leanvideo-report", {
     zIndex: "1000", // over the nodes' text boxes, under the editor's menus and dialogs
-    pointerEvents: "none",
     display: "none",
     boxSizing: "border-box",
     padding: "6px 8px",
@@ -210,7 +215,6 @@ function reportBox() {
     borderRadius: "4px",
     boxShadow: "0 2px 8px rgba(0, 0, 0, 0.4)",
   });
-  document.body.appendChild(box);
   return box;
 }
 
@@ -256,10 +260,10 @@ function placeBox(canvas) {
   const [width, height] = [element.offsetWidth, element.offsetHeight];
   const [x, y] = [rect.left + left, rect.top + top];
   const spots = [
-    [x, rect.top + bottom + GAP, height],
-    [rect.left + right + GAP, y, width],
-    [x - GAP - width, y, width],
-    [x, y - TOOLBAR - GAP - height, height],
+    [x, rect.top + bottom + GAP],
+    [rect.left + right + GAP, y],
+    [x - GAP - width, y],
+    [x, y - TOOLBAR - GAP - height],
   ];
   const fits = ([sx, sy]) => sx >= 0 && sy >= 0 && sx + width <= window.innerWidth && sy + height <= window.innerHeight;
   const [boxLeft, boxTop] = spots.find(fits) ?? [x, window.innerHeight - height];
@@ -302,13 +306,8 @@ function placeMarkers() {
 }
 
 function markerElement() {
-  const marker = document.createElement("div");
-  marker.className = "leanvideo-report-marker";
-  marker.textContent = "i";
-  Object.assign(marker.style, {
-    position: "fixed",
+  const marker = overlay("leanvideo-report-marker", {
     zIndex: "999", // under the report box
-    pointerEvents: "none",
     width: "14px",
     height: "14px",
     boxSizing: "border-box",
@@ -319,7 +318,7 @@ function markerElement() {
     font: "bold 9px sans-serif",
     color: "var(--fg-color, #999)",
   });
-  document.body.appendChild(marker);
+  marker.textContent = "i";
   return marker;
 }
 
