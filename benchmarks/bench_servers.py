@@ -138,12 +138,11 @@ def open_server(
     server_args: tuple[str, ...],
     out: Path,
     say: Callable[[str], None],
-    placed: Placement | None = None,
+    placed: Placement,
 ) -> Iterator[tuple[str | None, str]]:
     """``(url, "")`` of a server for ``server_args``, or ``(None, reason)`` when there can be none;
     with ``--server``, the first of ``placed``'s servers for them."""
     if settings.servers:
-        placed = placed or place_groups([server_args], dict.fromkeys(settings.servers, ()))  # flags unread
         fits = placed.get(server_args) or _none_fits(server_args, set())
         yield (None, fits) if isinstance(fits, str) else (fits[0], "")
         return

@@ -65,7 +65,8 @@ def comparison_caveats(
     measured = {r.name for r in results if r.total is not None}
     base_args = next((v.server_args for v in matrix.variants if v.name == matrix.baseline), ())
     same = [v.name for v in matrix.variants if ASYNC_ON in v.server_args and v.name in measured]
-    nvidia = (device or {}).get("type") == "cuda" and "nvidia" in str((device or {}).get("name", "")).lower()
+    device = device or {}
+    nvidia = device.get("type") == "cuda" and "nvidia" in str(device.get("name", "")).lower()
     if nvidia and same and ASYNC_OFF not in base_args:  # ROCm is "cuda" too, and not offloaded so
         lines.append(
             f"**{', '.join(same)}: ComfyUI 0.3.75 offloads weights asynchronously by default on NVIDIA, so "

@@ -274,7 +274,7 @@ def _run_on_server(
         runnable = [
             v
             for v in matrix.variants
-            if not (on_cpu and v.skip_on_cpu) and not isinstance(measured.placed.get(v.server_args), str)
+            if not v.cpu_skip(on_cpu) and not isinstance(measured.placed.get(v.server_args), str)
         ]
         here = group[0].server_args
         problems = matrix_problems(runnable, base, object_info, settings.overrides, server_args=here)

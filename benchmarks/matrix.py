@@ -116,6 +116,10 @@ class Variant:
     server_args: tuple[str, ...] = ()
     skip_on_cpu: str | None = None
 
+    def cpu_skip(self, on_cpu: bool) -> str | None:
+        """Why this variant is not run on a CPU server (``on CPU: …``), or None."""
+        return f"on CPU: {self.skip_on_cpu}" if on_cpu and self.skip_on_cpu else None
+
     def build_workflow(self, base: dict[str, Any]) -> dict[str, Any]:
         """A copy of ``base`` with this variant's nodes inserted (overrides are applied by the runner)."""
         workflow = copy.deepcopy(base)

@@ -73,7 +73,7 @@ def baseline_problems(
     nothing compared, that exited 0. ``unplaced``: why no ``--server`` runs a launch-flag set."""
     unplaced = unplaced or {}
     if baseline not in runnable:
-        skip = _cpu_skip(baseline, on_cpu)
+        skip = baseline.cpu_skip(on_cpu)
         why = skip or f"it {_flags_needed(baseline, unplaced)}"
         advice = "" if skip else "give a --server launched as it needs, or "
         return [
@@ -81,7 +81,7 @@ def baseline_problems(
         ]
     others = [variant for variant in variants if variant is not baseline]
     if others and not any(variant is not baseline for variant in runnable):
-        skips = [_cpu_skip(variant, on_cpu) for variant in others]
+        skips = [variant.cpu_skip(on_cpu) for variant in others]
         reasons = "; ".join(
             f"{variant.name!r} is skipped {skip}"
             if skip
@@ -99,11 +99,6 @@ def baseline_problems(
             f"{without}choose variants that run here"
         ]
     return []
-
-
-def _cpu_skip(variant: Variant, on_cpu: bool) -> str | None:
-    """Why ``variant`` is not run on this CPU (``on CPU: …``), or None."""
-    return f"on CPU: {variant.skip_on_cpu}" if on_cpu and variant.skip_on_cpu else None
 
 
 def _flags_needed(variant: Variant, unplaced: Mapping[tuple[str, ...], str]) -> str:

@@ -51,9 +51,9 @@ def prepare_jobs(
     whose own ``set`` the server's /object_info refuses to ``failed``."""
     jobs: list[VariantRun] = []
     for variant in group:
-        if on_cpu and variant.skip_on_cpu:
-            skipped[variant.name] = f"on CPU: {variant.skip_on_cpu}"
-            say(f"{variant.name}: skipped ({skipped[variant.name]})")
+        if skip := variant.cpu_skip(on_cpu):
+            skipped[variant.name] = skip
+            say(f"{variant.name}: skipped ({skip})")
             continue
         try:
             path, applied = write_variant_workflow(variant, base, object_info, out)

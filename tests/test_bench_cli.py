@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_servers import place_groups
 from benchmarks.harness import BenchSettings, open_server
 from benchmarks.matrix import load_matrix
 from runner.cli.bench import add_bench_parser, main
@@ -168,10 +169,11 @@ def test_bad_matrix_exits_with_the_workflow_error_code(
 def test_running_servers_skip_variants_that_need_launch_flags(tmp_path: Path) -> None:
     matrix = load_matrix(TINY)
     settings = BenchSettings(out_dir=tmp_path, servers=("http://127.0.0.1:8460",))
-    with open_server(matrix, settings, ("--async-offload",), tmp_path, print) as (url, reason):
+    placed = place_groups([(), ("--async-offload",)], {"http://127.0.0.1:8460": ()})  # a plain server
+    with open_server(matrix, settings, ("--async-offload",), tmp_path, print, placed) as (url, reason):
         assert url is None
         assert reason == "needs server flags --async-offload (no --server was launched with them)"
-    with open_server(matrix, settings, (), tmp_path, print) as (url, reason):
+    with open_server(matrix, settings, (), tmp_path, print, placed) as (url, reason):
         assert (url, reason) == ("http://127.0.0.1:8460", "")
 
 
