@@ -102,13 +102,15 @@ def _refuse_record(document: Any, name: str, what: str) -> None:
     """A LeanVideo record (a run's ``run.json``, a bench's ``bench.json``) given as a workflow."""
     schema = document.get("schema") if isinstance(document, dict) else None
     if what == "workflow file" and isinstance(schema, str) and schema.startswith("leanvideo."):
-        ran = (
-            (document.get("workflow") or {}).get("path")
-            if isinstance(document.get("workflow"), dict)
-            else None
+        workflow = document.get("workflow")
+        ran = workflow.get("path") if isinstance(workflow, dict) else None
+        it_ran = (
+            ""
+            if not ran
+            else "; it ran a workflow from standard input"
+            if ran == "-"
+            else f"; the workflow it ran: {ran}"
         )
-        it_ran = "; it ran a workflow from standard input" if ran == "-" else f"; the workflow it ran: {ran}"
-        it_ran = it_ran if ran else ""
         raise WorkflowError(f"{what} {name} is a LeanVideo record ({schema}), not a workflow{it_ran}")
 
 
