@@ -100,6 +100,8 @@ def test_the_pool_says_how_long_every_server_has_been_out_with_nothing_on_it() -
 def test_bad_pools_are_refused() -> None:
     with pytest.raises(ValueError, match="listed twice"):
         ServerPool([A, A])
+    with pytest.raises(ValueError, match="listed twice"):  # one server, by two of this machine's names
+        ServerPool(["http://127.0.0.1:8188", "http://LOCALHOST:8188/"])
     with pytest.raises(ValueError, match="per_server"):
         ServerPool([A], per_server=0)
 

@@ -374,6 +374,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),
         (["--server", "http://127.0.0.1:9"], "--server: http://127.0.0.1:9 is given twice"),
         (["--server", "http://127.0.0.1:9/"], "--server: http://127.0.0.1:9 is given twice"),
+        (["--server", "http://localhost:9"], "http://127.0.0.1:9 and http://localhost:9 are one server"),
     ],
 )
 def test_unusable_batch_options_are_usage_errors_and_queue_nothing(

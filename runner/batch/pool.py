@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.errors import ServerError, UsageError
-from runner.transport.client import ComfyClient, check_server_url
+from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
+from runner.transport.server_url import check_server_url, server_key
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +85,12 @@ class ServerPool:
     ) -> None:
         if not urls:
             raise UsageError("a server pool needs at least one server")
-        if len(set(urls)) != len(urls):
+        for url in urls:  # a typo is said now, not counted as a server that is down
+            check_server_url(url)
+        if len({server_key(url) for url in urls}) != len(urls):  # localhost and 127.0.0.1 are one
             raise UsageError(f"a server is listed twice: {urls}")
         if per_server < 1:
             raise UsageError(f"per_server must be ≥ 1, got {per_server}")
-        for url in urls:  # a typo is said now, not counted as a server that is down
-            check_server_url(url)
         self.per_server = per_server
         self._probe = probe
         self._max_backoff = max_backoff

@@ -18,8 +18,9 @@ from runner.install.pin import pin_mismatch
 from runner.jobs.run import RunOptions
 from runner.local.ports import bind_error
 from runner.local.workspace import Workspace
-from runner.transport.client import DEFAULT_SERVER, check_server_url
+from runner.transport.client import DEFAULT_SERVER
 from runner.transport.retry import DEFAULT_RETRIES
+from runner.transport.server_url import check_server_url, same_server
 
 
 class UsageExit(SystemExit):
@@ -117,6 +118,11 @@ class AppendServer(argparse.Action):
         urls = list(getattr(namespace, self.dest, None) or [])
         if values in urls:
             raise argparse.ArgumentError(self, f"{values} is given twice: list each server once")
+        earlier = next((url for url in urls if same_server(url, values)), None)
+        if earlier is not None:  # localhost and 127.0.0.1, a default port written out, …
+            raise argparse.ArgumentError(
+                self, f"{earlier} and {values} are one server, given twice: list each server once"
+            )
         setattr(namespace, self.dest, [*urls, values])
 
 

@@ -43,8 +43,9 @@ from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.tracking.record import build_run_record, collect_server_info, write_run_record
 from runner.tracking.result import PromptResult
-from runner.transport.client import DEFAULT_SERVER, ComfyClient, check_server_url
+from runner.transport.client import DEFAULT_SERVER, ComfyClient
 from runner.transport.retry import DEFAULT_RETRIES, RetryPolicy
+from runner.transport.server_url import check_server_url
 
 logger = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 import websocket
 
 from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
 from runner.transport.retry import RetryPolicy
+from runner.transport.server_url import check_server_url
 
 logger = logging.getLogger(__name__)
 
@@ -314,25 +314,6 @@ class ComfyClient:
         """
         params = {"filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": item["type"]}
         return self._http.stream("GET", "/view", params=params)
-
-
-def check_server_url(url: str) -> str:
-    """``url`` when it can address a ComfyUI server (``http(s)://HOST[:PORT]``), else :class:`UsageError`
-    saying what is wrong with it (a typo must not cost the retries of an unreachable server)."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises for a port out of range or not a number
-    except ValueError as exc:
-        raise UsageError(f"server URL {url!r}: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise UsageError(f"server must be an http:// or https:// URL, got {url!r}")
-    if not parts.hostname:
-        raise UsageError(f"server URL {url!r} names no host")
-    if port == 0:
-        raise UsageError(f"server URL {url!r}: port 0 is no port")
-    if parts.query or parts.fragment or url.endswith(("?", "#")):  # every path would be put after it
-        raise UsageError(f"server URL {url!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
-    return url
 
 
 def _rejection(response: httpx.Response) -> LeanVideoError:
