@@ -287,6 +287,17 @@ def test_pointing_at_a_node_shows_its_report_with_nodes_drawn_as_page_elements(
             shown += ".filter((m) => m.style.display !== 'none').length"
             page.evaluate("() => window.app.canvas.setDirty(true, true)")
             page.wait_for_function(f"() => ({shown})() >= 1", timeout=10_000)
+            # as big as the canvas would draw it at this zoom; none where nodes are drawn in outline
+            sizes = "() => [...document.querySelectorAll('.leanvideo-report-marker')]"
+            sizes += ".filter((m) => m.style.display !== 'none').map((m) => m.offsetWidth)"
+            zoom = "(s) => { const c = window.app.canvas; c.ds.changeScale(s, [700, 450]);"
+            zoom += " c.setDirty(true, true); }"
+            page.evaluate(zoom, 2)
+            page.wait_for_function(f"() => ({sizes})().includes(28)", timeout=10_000)
+            page.evaluate(zoom, 0.3)
+            page.wait_for_function(f"() => ({shown})() === 0", timeout=10_000)
+            page.evaluate(zoom, 1)
+            page.wait_for_function(f"() => ({sizes})().includes(14)", timeout=10_000)
             page.locator('[data-node-id="16"]').first.hover()
             page.wait_for_function(f"() => ({BOX_JS})().node === 16", timeout=10_000)
             assert "unloaded" in page.evaluate(BOX_JS)["text"]
@@ -297,3 +308,61 @@ def test_pointing_at_a_node_shows_its_report_with_nodes_drawn_as_page_elements(
             page.wait_for_function(f"() => ({shown})() === 0", timeout=10_000)  # scrolled away: no marker
         finally:
             page.evaluate(setting, False)
+
+
+# The canvas's open span at height y: where the canvas itself is hit, scanning in from each side
+OPEN_EDGES_JS = """(y) => { const cv = window.app.canvas.canvas; const seen = [];
+  for (let x = 0; x < window.innerWidth; x += 2) if (document.elementFromPoint(x, y) === cv) seen.push(x);
+  return [seen[0], seen[seen.length - 1]]; }"""
+# Where the node and its box are on screen, drawn first (the box is placed as the canvas draws)
+PLACED_JS = """(id) => { const c = window.app.canvas; c.draw(true, true); const n = c.graph.getNodeById(id);
+  const r = c.canvas.getBoundingClientRect(); const t = LiteGraph.NODE_TITLE_HEIGHT;
+  const [l, top] = c.ds.convertOffsetToCanvas([n.pos[0], n.pos[1] - t]);
+  const [rt, bot] = c.ds.convertOffsetToCanvas([n.pos[0] + n.size[0], n.pos[1] + n.size[1]]);
+  const b = document.querySelector('.leanvideo-report').getBoundingClientRect();
+  return {node: [r.left + l, r.top + top, r.left + rt, r.top + bot], box: [b.left, b.top, b.right, b.bottom],
+          shown: document.querySelector('.leanvideo-report').style.display}; }"""
+
+
+@pytest.mark.browser
+def test_the_report_box_keeps_off_the_side_panels_and_narrows_before_covering_its_node(
+    comfy_server: ComfyServer, editor_url: str
+) -> None:
+    """In a narrow window the box of a tall node, with no room below or beside it at full width, was laid
+    over the node's own widgets (or over the icon bar); a node mostly under the Node Library had its box
+    drawn over the library's list."""
+    pan = "([dx, dy]) => { const c = window.app.canvas; c.ds.offset[0] += dx; c.ds.offset[1] += dy;"
+    pan += " c.setDirty(true, true); }"
+    with open_app(editor_url) as page:
+        page.set_viewport_size({"width": 900, "height": 700})
+        page.evaluate(OPEN_JS, [_bumped("ltxv_tiny_t2v_int8.ui.json"), "narrow.json"])
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        page.wait_for_timeout(500)
+        _idle(comfy_server.url)
+        checkpoint, free_vram = 1, 16
+        page.wait_for_function(
+            f"() => ({REPORT_JS})({checkpoint}) && ({REPORT_JS})({free_vram})", timeout=10_000
+        )
+        page.evaluate("() => window.app.canvas.ds.changeScale(1, [450, 350])")
+        page.evaluate(SELECT_JS, checkpoint)
+        page.evaluate(pan, [250, 150])
+        page.wait_for_timeout(600)
+        placed = page.evaluate(PLACED_JS, checkpoint)
+        (left, top, right, bottom), (bl, bt, br, bb) = placed["node"], placed["box"]
+        assert placed["shown"] == "block", placed
+        assert br <= left or bl >= right or bb <= top or bt >= bottom, placed  # beside, not over, its node
+        open_left, _ = page.evaluate(OPEN_EDGES_JS, (top + bottom) / 2)
+        assert bl >= open_left - 2, (placed, open_left)  # not over the icon bar
+        # mostly under the Node Library: the box is in the canvas beside the panel, not over its list
+        page.evaluate(SELECT_JS, free_vram)
+        node_left = page.evaluate(PLACED_JS, free_vram)["node"][0]
+        page.evaluate(pan, [90 - node_left, 0])
+        library = "Workspace.ToggleSidebarTab.node-library"
+        page.evaluate("async (c) => { await window.app.extensionManager.command.execute(c); }", library)
+        page.wait_for_timeout(1200)
+        page.evaluate("() => window.app.canvas.setDirty(true, true)")
+        placed = page.evaluate(PLACED_JS, free_vram)
+        open_left, _ = page.evaluate(OPEN_EDGES_JS, placed["node"][1] + 8)
+        assert placed["node"][0] < open_left < placed["node"][2], (placed, open_left)  # its right end shows
+        assert placed["shown"] == "block", placed
+        assert placed["box"][0] >= open_left - 2, (placed, open_left)

@@ -252,23 +252,43 @@ function placeBox(canvas) {
   const text = shown.join("\n");
   if (element.textContent !== text) element.textContent = text;
   // under the node, as wide as twice its width on screen (within MIN_WIDTH…MAX_WIDTH); beside it where
-  // the window has no room below, then above it (clear of the toolbar of a selected node); moved in
-  // from the window's edges
-  const widthOnScreen = right - left;
-  element.style.maxWidth = `${Math.round(Math.min(MAX_WIDTH, Math.max(MIN_WIDTH, 2 * widthOnScreen)))}px`;
-  element.style.display = "block";
-  const [width, height] = [element.offsetWidth, element.offsetHeight];
+  // the window has no room below (level with its title, or moved up as far as it must), then above it
+  // (clear of the toolbar of a selected node); narrower (to MIN_WIDTH) where it fits there so, before
+  // it covers the node; never over a panel at the side
+  const [open, shut] = openSpan(canvas, rect, rect.top + Math.max(top + 8, 0));
   const [x, y] = [rect.left + left, rect.top + top];
+  const wanted = Math.round(Math.min(MAX_WIDTH, Math.max(MIN_WIDTH, 2 * (right - left))));
+  const under = Math.max(x, open);
   const spots = [
-    [x, rect.top + bottom + GAP],
-    [rect.left + right + GAP, y],
-    [x - GAP - width, y],
-    [x, y - TOOLBAR - GAP - height],
+    [shut - under, () => [under, rect.top + bottom + GAP]],
+    [shut - (rect.left + right + GAP), (width, height) => [rect.left + right + GAP, beside(height)]],
+    [x - GAP - open, (width, height) => [x - GAP - width, beside(height)]],
+    [shut - under, (width, height) => [under, y - TOOLBAR - GAP - height]],
   ];
-  const fits = ([sx, sy]) => sx >= 0 && sy >= 0 && sx + width <= window.innerWidth && sy + height <= window.innerHeight;
-  const [boxLeft, boxTop] = spots.find(fits) ?? [x, window.innerHeight - height];
-  element.style.left = `${Math.round(Math.max(0, Math.min(boxLeft, window.innerWidth - width)))}px`;
-  element.style.top = `${Math.round(Math.max(0, boxTop))}px`;
+  const beside = (height) => Math.max(0, Math.min(y, window.innerHeight - height)); // level with its title
+  element.style.display = "block";
+  const sized = (width) => {
+    element.style.maxWidth = `${width}px`;
+    return [element.offsetWidth, element.offsetHeight];
+  };
+  const fits = ([sx, sy], [width, height]) =>
+    sx >= open && sy >= 0 && sx + width <= shut && sy + height <= window.innerHeight;
+  let placed = null;
+  for (const [room, at] of spots) {
+    if (Math.min(wanted, room) < MIN_WIDTH) continue;
+    const size = sized(Math.min(wanted, Math.floor(room)));
+    const spot = at(...size);
+    if (fits(spot, size)) {
+      placed = spot;
+      break;
+    }
+  }
+  if (!placed) {
+    const [width, height] = sized(Math.max(MIN_WIDTH, Math.min(wanted, shut - open)));
+    placed = [Math.min(under, shut - width), window.innerHeight - height];
+  }
+  element.style.left = `${Math.round(Math.max(0, Math.min(placed[0], window.innerWidth - element.offsetWidth)))}px`;
+  element.style.top = `${Math.round(Math.max(0, placed[1]))}px`;
   element.leanvideoNode = node.id;
 }
 
@@ -279,7 +299,11 @@ let markersDue = 0; // the animation frame that places them, once per frame
 
 function placeMarkers() {
   const shown = new Set();
-  for (const element of document.querySelectorAll(".lg-node[data-node-id]")) {
+  // as big as the canvas's marker at this zoom; none where the editor draws nodes in outline (zoomed out)
+  const scale = app.canvas?.ds?.scale ?? 1;
+  const outlined = app.canvas?.low_quality || scale < 0.6;
+  const size = Math.round(14 * scale);
+  for (const element of outlined ? [] : document.querySelectorAll(".lg-node[data-node-id]")) {
     const id = element.getAttribute("data-node-id");
     const node = app.graph?.getNodeById?.(id);
     if (!node || !NODES.has(node.type) || !reportOf(node) || node.flags?.collapsed) continue;
@@ -290,16 +314,24 @@ function placeMarkers() {
       .map((child) => child.getBoundingClientRect())
       .filter((rect) => rect.width > 0 && rect.left > middle)
       .map((rect) => rect.left);
-    const [x, y] = [Math.min(bounds.right - 6, ...lefts) - 4 - 14, bounds.top + bounds.height / 2 - 7];
-    if (x < 0 || y < 0 || x + 14 > window.innerWidth || y + 14 > window.innerHeight) continue; // away
-    const hit = document.elementFromPoint(x + 7, y + 7);
+    const x = Math.min(bounds.right - 6 * scale, ...lefts) - 4 * scale - size;
+    const y = bounds.top + bounds.height / 2 - size / 2;
+    if (x < 0 || y < 0 || x + size > window.innerWidth || y + size > window.innerHeight) continue; // away
+    const hit = document.elementFromPoint(x + size / 2, y + size / 2);
     if (hit && !element.contains(hit)) continue; // under a panel or another node
     let marker = MARKERS.get(id);
     if (!marker?.isConnected) {
       marker = markerElement();
       MARKERS.set(id, marker);
     }
-    Object.assign(marker.style, { left: `${Math.round(x)}px`, top: `${Math.round(y)}px`, display: "flex" });
+    Object.assign(marker.style, {
+      left: `${Math.round(x)}px`,
+      top: `${Math.round(y)}px`,
+      width: `${size}px`,
+      height: `${size}px`,
+      font: `bold ${Math.round(size * 0.64)}px sans-serif`,
+      display: "flex",
+    });
     shown.add(id);
   }
   for (const [id, marker] of MARKERS) if (!shown.has(id)) marker.style.display = "none";
@@ -308,14 +340,11 @@ function placeMarkers() {
 function markerElement() {
   const marker = overlay("leanvideo-report-marker", {
     zIndex: "999", // under the report box
-    width: "14px",
-    height: "14px",
     boxSizing: "border-box",
     border: "1.2px solid currentColor",
     borderRadius: "50%",
     alignItems: "center",
     justifyContent: "center",
-    font: "bold 9px sans-serif",
     color: "var(--fg-color, #999)",
   });
   marker.textContent = "i";
@@ -334,6 +363,28 @@ function inSight(canvas, rect, [left, top, right, bottom]) {
     const hit = document.elementFromPoint(rect.left + Math.min(Math.max(x, 0), rect.width - 1), py);
     return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
   });
+}
+
+// The span of the window's width, at height y, where the canvas shows between the panels at its sides
+// (the icon bar, a sidebar): [left, right) in window pixels. Panels run from an edge, so each end is
+// found by halving the distance from the canvas's middle, where nothing is drawn over it.
+function openSpan(canvas, rect, y) {
+  const shows = (x) => {
+    const hit = document.elementFromPoint(x, y);
+    return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget, .leanvideo-report");
+  };
+  const edge = (inside, outside) => {
+    if (shows(outside)) return outside;
+    while (Math.abs(outside - inside) > 4) {
+      const half = (inside + outside) / 2;
+      if (shows(half)) inside = half;
+      else outside = half;
+    }
+    return inside;
+  };
+  const middle = Math.min(Math.max(rect.left + rect.width / 2, 0), window.innerWidth - 1);
+  if (!shows(middle)) return [0, window.innerWidth];
+  return [Math.ceil(edge(middle, Math.max(rect.left, 0))), Math.floor(edge(middle, Math.min(rect.right, window.innerWidth) - 1)) + 1];
 }
 
 const EXTENSION = {
