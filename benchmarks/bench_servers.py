@@ -153,6 +153,7 @@ def open_server(
             workspace.comfyui_dir,
             python=workspace.python,
             searched_first=workspace.user_models_dir,  # a model of yours there: it would run instead
+            searched_extra=workspace.extra_model_folders,
         )
     config = ServerConfig.in_workspace(
         workspace,

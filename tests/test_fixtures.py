@@ -391,6 +391,15 @@ def test_a_model_of_yours_under_a_tiny_name_in_your_comfyuis_models_is_refused(t
     save_file({"w": torch.zeros(2)}, str(ours.text_encoder), {STAMP_KEY: "2"})
     with pytest.raises(ShadowedFixturesError, match=r"clip_l.safetensors: another tiny model than"):
         check_not_shadowed(models, ours)
+    # the folders of that ComfyUI's extra_model_paths.yaml are searched before the workspace's too: a
+    # cut-short copy there under a tiny model's name failed the demo's prompt (exit 6, not refused)
+    shared = tmp_path / "shared" / "checkpoints"
+    shared.mkdir(parents=True)
+    (shared / "ltxv-tiny.safetensors").write_bytes(b"cut short")
+    check_not_shadowed(None, ours, {"loras": [shared]})  # not a folder of checkpoints
+    with pytest.raises(ShadowedFixturesError) as refused:
+        check_not_shadowed(None, ours, {"checkpoints": [shared]})
+    assert list(refused.value.paths) == [shared / "ltxv-tiny.safetensors"]
 
 
 def test_a_full_disk_while_writing_a_tiny_model_names_the_file(

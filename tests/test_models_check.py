@@ -9,6 +9,7 @@ import json
 import math
 import os
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from runner.graph.convert import convert_ui_workflow
 from runner.graph.models import ModelRef, ModelSource, model_sources, required_models, required_models_ui
 from runner.graph.workflow import is_ui_workflow
 from runner.jobs.models import check_models, template_documents, template_sources
+from runner.local.extra_model_paths import read_extra_model_paths
 from runner.local.server import ComfyServer
-from runner.local.workspace import WORKFLOWS_DIR
+from runner.local.server_config import ServerConfig, write_extra_model_paths
+from runner.local.workspace import WORKFLOWS_DIR, Workspace
 from runner.transport.client import ComfyClient
 from tests.ui_export import RELEASE_SOURCES
 
@@ -330,6 +333,81 @@ def test_the_folders_of_the_users_extra_model_paths_yaml_are_searched_as_its_ser
     (user / "extra_model_paths.yaml").write_text("mine:\n  loras: [a, b]\n", encoding="utf-8")
     assert main(["models", "check", str(path)]) == 2
     assert "extra_model_paths.yaml: mine.loras is not a path" in capsys.readouterr().err
+
+
+def test_files_are_found_in_the_order_the_users_comfyui_searches_its_folders(tmp_path: Path) -> None:
+    """A user's ComfyUI searches the ``is_default`` folders of its ``extra_model_paths.yaml``, then its
+    own ``models``, then the file's other folders; the workspace's come last. `models check` searched
+    the workspace's before the file's folders, so a cut-short file there under a tiny model's name was
+    `present` while the server loaded the other one and failed."""
+    path, models = write(tmp_path)
+    for folder in ("front", "back", "ws"):
+        (tmp_path / folder / "loras").mkdir(parents=True)
+    (tmp_path / "ComfyUI").mkdir()
+    (tmp_path / "ComfyUI" / "extra_model_paths.yaml").write_text(
+        "back:\n  base_path: ../back\n  loras: loras\n"
+        "front:\n  base_path: ../front\n  is_default: true\n  loras: |\n    nowhere\n    loras\n",
+        encoding="utf-8",
+    )
+    extra = read_extra_model_paths(tmp_path / "ComfyUI" / "extra_model_paths.yaml")
+    assert extra.first == {"loras": [tmp_path / "front" / "loras", tmp_path / "front" / "nowhere"]}
+    assert extra.after == {"loras": [tmp_path / "back" / "loras"]}
+
+    def found(*where: str) -> str | None:
+        for folder in ("front", "back", "ws"):
+            (tmp_path / folder / "loras" / "l.safetensors").unlink(missing_ok=True)
+        (models / "loras").mkdir(exist_ok=True)
+        (models / "loras" / "l.safetensors").unlink(missing_ok=True)
+        for folder in where:
+            target = models if folder == "models" else tmp_path / folder
+            (target / "loras" / "l.safetensors").write_bytes(WEIGHTS)
+        report = check_models(path, models, also=[tmp_path / "ws"], templates={}, extra=extra)
+        (lora,) = [f for f in report.files if f.name == "l.safetensors"]
+        return Path(lora.path).parents[1].name if lora.path else None
+
+    assert found("front", "models", "back", "ws") == "front"
+    assert found("models", "back", "ws") == "models"
+    assert found("back", "ws") == "back"  # the workspace's came first
+    assert found("ws") == "ws"
+    assert found() is None
+
+
+@pytest.mark.integration
+def test_servers_of_a_users_comfyui_search_its_folders_in_its_own_order(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The pinned ComfyUI loads the user's ``extra_model_paths.yaml``, then the servers' own file: the
+    folders of the user's (not ``is_default``) came before the user's ``models``, where that ComfyUI
+    launched by its user searches ``models`` first."""
+    user = tmp_path / "ComfyUI"
+    (user / "models" / "loras").mkdir(parents=True)
+    (user / "main.py").write_text("")
+    (user / "extra_model_paths.yaml").write_text(
+        "back:\n  base_path: ../back\n  loras: loras\n"
+        "front:\n  base_path: ../front\n  is_default: true\n  loras: |\n    second\n    first\n",
+        encoding="utf-8",
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    config = ServerConfig(user, state, tmp_path / "ws", extra_models_dirs=(user / "models",))
+    ours = write_extra_model_paths(config)
+    loads = (
+        f"import json, sys; sys.path.insert(0, {str(workspace.comfyui_dir)!r}); import folder_paths; "
+        "import utils.extra_config as e; [e.load_extra_path_config(p) for p in sys.argv[1:]]; "
+        "print(json.dumps(folder_paths.get_folder_paths('loras')))"
+    )
+    argv = [str(workspace.python), "-c", loads, str(user / "extra_model_paths.yaml"), str(ours)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    searched = [Path(p) for p in json.loads(done.stdout.splitlines()[-1]) if p.startswith(str(tmp_path))]
+    assert searched == [
+        tmp_path / "front" / "first",
+        tmp_path / "front" / "second",
+        user / "models" / "loras",
+        tmp_path / "back" / "loras",
+        tmp_path / "ws" / "loras",
+    ]
+    extra = read_extra_model_paths(user / "extra_model_paths.yaml")  # what `models check` reads
+    assert [*extra.first["loras"], user / "models" / "loras", *extra.after["loras"]] == searched[:4]
 
 
 def test_a_dangling_link_and_a_tiny_model_not_yet_written_are_said(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from runner.cli.render import print_json
 from runner.cli.server_options import existing_folder
 from runner.jobs.models import ModelsReport, check_models
-from runner.local.extra_model_paths import EXTRA_PATHS_FILE, read_extra_model_paths
+from runner.local.extra_model_paths import ExtraModelPaths, comfyui_extra_model_paths
 from runner.local.workspace import find_workspace
 
 
@@ -35,7 +35,8 @@ def add_models_parser(sub: Any) -> None:
         type=existing_folder,
         default=None,
         help="models folder (default: the workspace's; with install.py --comfyui, that ComfyUI's models "
-        "folder, then the workspace's, then the folders of that ComfyUI's extra_model_paths.yaml)",
+        "folder and the folders of its extra_model_paths.yaml, in the order it searches them, then the "
+        "workspace's)",
     )
     check.add_argument("--sha256", action="store_true", help="also hash every present file")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -44,20 +45,18 @@ def add_models_parser(sub: Any) -> None:
 def run_models_command(args: argparse.Namespace, console: Console) -> int:
     """Run ``leanvideo models check``; returns the exit code (errors propagate as runner.errors)."""
     also: tuple[Path, ...] = ()
-    paths_file: Path | None = None
+    extra = ExtraModelPaths()
     if args.models:
         models_dir = fixtures_dir = args.models
     else:  # with the user's own ComfyUI, its models folder first: the workspace's holds the tiny models
         workspace = find_workspace()
         models_dir, fixtures_dir = workspace.user_models_dir or workspace.models_dir, workspace.models_dir
         also = (workspace.models_dir,) if workspace.user_models_dir and workspace.models_dir.is_dir() else ()
-        paths_file = workspace.comfyui_dir / EXTRA_PATHS_FILE  # the servers' ComfyUI reads it at start
-        paths_file = paths_file if paths_file.is_file() else None
-    extra = read_extra_model_paths(paths_file) if paths_file else {}
+        extra = comfyui_extra_model_paths(workspace.comfyui_dir)  # the servers' ComfyUI reads it at start
     report = check_models(
         args.workflow, models_dir, also=also, hashes=args.sha256, fixtures_dir=fixtures_dir, extra=extra
     )
-    report.extra_paths = str(paths_file) if paths_file else None
+    report.extra_paths = str(extra.file) if extra.file else None
     if args.json:
         print_json(console, report.to_json())
     else:

@@ -219,6 +219,7 @@ def run_demo(
         workspace.comfyui_dir,
         python=workspace.python,
         searched_first=workspace.user_models_dir,  # a model of yours there would run under a tiny one's name
+        searched_extra=workspace.extra_model_folders,
     )
     fixtures_seconds = time.monotonic() - began
     # a run's own suffix: two demos started in the same second into one --out keep their files apart

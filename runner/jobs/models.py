@@ -34,6 +34,7 @@ from runner.graph.workflow import api_workflow, is_ui_workflow
 from runner.graph.workflow_file import read_json_file
 from runner.install.pin import sha256_file
 from runner.jobs.int8_files import int8_layout_problem, quantize_on_load_by_node
+from runner.local.extra_model_paths import ExtraModelPaths
 from runner.local.server_config import MODEL_FOLDERS
 
 logger = logging.getLogger(__name__)
@@ -120,11 +121,12 @@ def check_models(
     hashes: bool = False,
     templates: Mapping[str, ModelSource] | None = None,
     fixtures_dir: Path | None = None,
-    extra: Mapping[str, Sequence[Path]] | None = None,
+    extra: ExtraModelPaths | None = None,
 ) -> ModelsReport:
-    """The report for ``workflow_path`` (API or editor format) against ``models_dir``, then the folders
-    ``also``, then ``extra`` (a folder name -> folders of it, as a ComfyUI's ``extra_model_paths.yaml``
-    adds them); a file found in none goes to ``models_dir``; see the module docstring. A missing tiny
+    """The report for ``workflow_path`` (API or editor format) against ``models_dir`` and the folders a
+    ComfyUI's ``extra_model_paths.yaml`` adds (``extra``: its ``is_default`` ones before ``models_dir``,
+    the others after it, as that ComfyUI searches them), then the folders ``also``; a file found in none
+    goes to ``models_dir``; see the module docstring. A missing tiny
     model is to be written into ``fixtures_dir`` (default ``models_dir``): the workspace's models folder
     beside a user's own ComfyUI.
 
@@ -152,9 +154,12 @@ def check_models(
             report.files.append(ModelFile(**known, status=status, hint=ref.problem))
             continue
         try:
-            found = next(
-                (f for d in (models_dir, *also) if (f := _locate(d, ref.folder, ref.name)) is not None), None
-            ) or _locate_extra(extra or {}, ref.folder, ref.name)
+            found = (
+                _locate_extra(extra.first if extra else {}, ref.folder, ref.name)
+                or _locate(models_dir, ref.folder, ref.name)
+                or _locate_extra(extra.after if extra else {}, ref.folder, ref.name)
+                or next((f for d in also if (f := _locate(d, ref.folder, ref.name)) is not None), None)
+            )
         except OSError as exc:  # a name no file can have (over 255 bytes, say)
             hint = f"no file can have this name ({exc.strerror or exc})"
             report.files.append(ModelFile(**known, status="invalid", hint=hint))
@@ -177,7 +182,8 @@ def check_models(
                 cited_in=again.cited_in if again else None,
             )
         else:
-            index = index if index is not None else _model_index((models_dir, *also), extra or {})  # once
+            folders = extra.folders() if extra else {}
+            index = index if index is not None else _model_index((models_dir, *also), folders)  # once
             folder = ref.folder or (source.directory if source else None)
             tiny = _fixture_path(fixtures_dir or models_dir, ref.folder, ref.name)
             target = tiny.parent if tiny else models_dir / folder if folder else None

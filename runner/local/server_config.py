@@ -9,10 +9,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from runner.errors import UsageError, WorkspaceError
+from runner.local.extra_model_paths import comfyui_extra_model_paths
 from runner.local.ports import pick_free_port
 from runner.local.server_args import refuse_owned_flags
 from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, Workspace
@@ -131,15 +133,29 @@ def write_headless_page(config: ServerConfig) -> Path:
 
 
 def write_extra_model_paths(config: ServerConfig) -> Path:
-    """Write the extra-model-paths file that points ComfyUI at our models and node folders: the
-    ``extra_models_dirs`` first (a user's ComfyUI's ``models``: every folder in it, by its name), then
-    ``models_dir``. ComfyUI searches the folders of a kind in that order."""
-    document: dict[str, dict[str, str]] = {}
-    for index, folder in enumerate(config.extra_models_dirs, start=1):
+    """Write the extra-model-paths file that points ComfyUI at our models and node folders, searched as
+    the user's own ComfyUI searches them, then the workspace's: the folders its ``extra_model_paths.yaml``
+    marks ``is_default``, its ``models`` (``extra_models_dirs``: every folder in it, by its name), the
+    file's other folders, then ``models_dir``. ComfyUI loads that file itself, before this one, putting
+    its other folders before its ``models`` when not told otherwise: so its ``models`` go to the front
+    here (``is_default``, each kind's folders given last to first), and then its ``is_default`` ones
+    again, as given."""
+    document: dict[str, dict[str, Any]] = {}
+    for index, folder in reversed(list(enumerate(config.extra_models_dirs, start=1))):
         present = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
-        entry = {"base_path": str(folder), **{name: name for name in present}}
-        document[f"leanvideo_models_{index}"] = entry | _model_kinds()
-    workspace = {"base_path": str(config.models_dir), **_model_kinds()}
+        kinds = {name: (name,) for name in present} | MODEL_FOLDERS
+        document[f"leanvideo_models_{index}"] = {
+            "base_path": str(folder),
+            "is_default": True,
+            **{kind: "\n".join(reversed(subdirs)) for kind, subdirs in kinds.items()},
+        }
+    theirs = comfyui_extra_model_paths(config.comfyui_dir).first if config.extra_models_dirs else {}
+    if theirs:
+        document["leanvideo_your_defaults"] = {
+            "is_default": True,
+            **{kind: "\n".join(str(p) for p in reversed(paths)) for kind, paths in theirs.items()},
+        }
+    workspace: dict[str, Any] = {"base_path": str(config.models_dir), **_model_kinds()}
     if config.custom_node_dirs:
         workspace["custom_nodes"] = "\n".join(str(p.resolve()) for p in config.custom_node_dirs)
     document["leanvideo"] = workspace

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import WorkspaceError
+from runner.local.extra_model_paths import comfyui_extra_model_paths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE_PACK_DIR = REPO_ROOT / "custom_nodes"
@@ -50,6 +51,13 @@ class Workspace:
         workspace's own ComfyUI (its models are in :attr:`models_dir`)."""
         folder = self.comfyui_dir / "models"
         return folder if self.user_comfyui and folder.is_dir() else None
+
+    @property
+    def extra_model_folders(self) -> dict[str, list[Path]]:
+        """The model folders, by folder name, that the ComfyUI's own ``extra_model_paths.yaml`` adds,
+        which the servers we start search before the workspace's :attr:`models_dir` (none without one).
+        Raises :class:`~runner.errors.UsageError` when ComfyUI could not read that file."""
+        return comfyui_extra_model_paths(self.comfyui_dir).folders()
 
     def node_dirs(self) -> tuple[Path, ...]:
         """The node folders a server we start loads besides the fixtures': our pack, and with the user's own
