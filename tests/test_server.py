@@ -312,25 +312,39 @@ def test_custom_node_packs_that_did_not_import_are_said_with_the_python_that_run
     started without its nodes, and `serve` said only "ready" (ComfyUI logs it, the runner hid it)."""
     from runner.local.server_log import custom_node_failures, custom_nodes_warning
 
+    nodes = tmp_path / "ComfyUI" / "custom_nodes"
+    for pack in ("user_node", "gguf", "no_requirements"):
+        (nodes / pack).mkdir(parents=True)
+    for pack in ("user_node", "gguf"):
+        (nodes / pack / "requirements.txt").write_text("tabulate\n", encoding="utf-8")
     log = tmp_path / "comfyui.log"
     log.write_text(
         "Traceback (most recent call last):\n  ...\nModuleNotFoundError: No module named 'tabulate'\n\n"
-        "Cannot import /home/u/ComfyUI/custom_nodes/user_node module for custom nodes: No module named "
+        f"Cannot import {nodes}/user_node module for custom nodes: No module named "
         "'tabulate'\nCannot import /r/custom_nodes/.mypy_cache module for custom nodes: [Errno 2] No "
         "such file\n"
         "\nImport times for custom nodes:\n   0.0 seconds (IMPORT FAILED): "
-        "/home/u/ComfyUI/custom_nodes/user_node\n",
+        f"{nodes}/user_node\n",
         encoding="utf-8",
     )
-    assert custom_node_failures(log) == {
-        "/home/u/ComfyUI/custom_nodes/user_node": "No module named 'tabulate'"
-    }
+    assert custom_node_failures(log) == {f"{nodes}/user_node": "No module named 'tabulate'"}
     assert import_failures(log) == []  # the built-in nodes' own marker is another line
     assert custom_nodes_warning(log, Path("/venv/bin/python")) == (
         "started without the custom nodes that did not import: user_node (No module named 'tabulate'). "
         "It runs under /venv/bin/python: install what they need into that Python "
-        "(`/venv/bin/python -m pip install -r /home/u/ComfyUI/custom_nodes/user_node/requirements.txt`)"
+        f"(`/venv/bin/python -m pip install -r {nodes}/user_node/requirements.txt`)"
     )
+    # each pack that lists its requirements, and none that lists none: that pip said "Could not open
+    # requirements file", and a second pack's file was not named
+    with log.open("a", encoding="utf-8") as more:
+        for pack in ("no_requirements", "gguf"):
+            more.write(f"Cannot import {nodes}/{pack} module for custom nodes: No module named 'x'\n")
+    said = custom_nodes_warning(log, Path("/venv/bin/python")) or ""
+    assert f"-r {nodes}/user_node/requirements.txt -r {nodes}/gguf/requirements.txt`)" in said
+    assert "no_requirements (No module named 'x')" in said and "no_requirements/req" not in said
+    (nodes / "user_node" / "requirements.txt").unlink()
+    (nodes / "gguf" / "requirements.txt").unlink()
+    assert (custom_nodes_warning(log, Path("/venv/bin/python")) or "").endswith("into that Python")
     assert custom_nodes_warning(tmp_path / "none.log", Path("/venv/bin/python")) is None
 
 

@@ -95,10 +95,13 @@ def custom_nodes_warning(path: Path, python: Path) -> str | None:
     if not failed:
         return None
     packs = "; ".join(f"{Path(folder).name} ({error})" for folder, error in failed.items())
-    first = Path(next(iter(failed)))
+    listed = [Path(folder) / "requirements.txt" for folder in failed]
+    listed = [file for file in listed if file.is_file()]  # a pack without one says in its README
+    how = " ".join(f"-r {file}" for file in listed)
+    fix = f" (`{python} -m pip install {how}`)" if listed else ""
     return (
         f"started without the custom nodes that did not import: {packs}. It runs under {python}: "
-        f"install what they need into that Python (`{python} -m pip install -r {first}/requirements.txt`)"
+        f"install what they need into that Python{fix}"
     )
 
 
