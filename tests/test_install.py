@@ -314,9 +314,26 @@ def test_register_refuses_when_the_name_is_taken(inst: ModuleType, tmp_path: Pat
     else:
         slot.symlink_to(tmp_path, target_is_directory=True)
     before = sorted(p.name for p in slot.iterdir())
-    with pytest.raises(inst.InstallError, match="already exists and is not a link to"):
+    said = "already exists and is not a link to" if occupant == "dir" else f"is a link to {tmp_path}, not to"
+    with pytest.raises(inst.InstallError, match=said):  # a link says where it goes: another clone?
         inst.register_pack(comfy, pack)
     assert sorted(p.name for p in slot.iterdir()) == before
+
+
+def test_going_back_to_the_workspaces_comfyui_says_the_link_left_in_the_users(
+    inst: ModuleType, tmp_path: Path
+) -> None:
+    """`--workspace-comfyui` left the pack linked in the user's ComfyUI and said nothing of it; nothing
+    said how to take LeanVideo out of that ComfyUI."""
+    comfy = make_tree(tmp_path / "ComfyUI", FAKE_COMFY)
+    pack = make_tree(tmp_path / "repo" / "custom_nodes" / "leanvideo", {"__init__.py": ""})
+    assert inst.left_link(comfy, pack) is None  # not linked: nothing to say
+    inst.register_pack(comfy, pack)
+    link = comfy / "custom_nodes" / "leanvideo"
+    assert inst.left_link(comfy, pack) == (
+        f"left {link} -> {pack}: your ComfyUI still loads LeanVideo's nodes when you start it; "
+        f"`rm {link}` takes them out of it"
+    )
 
 
 def test_register_keeps_a_clone_of_leanvideo_that_comfyui_manager_installed(

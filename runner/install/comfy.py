@@ -280,7 +280,12 @@ def register_pack(comfy: Path, pack: Path) -> None:
             "unloaded (their log says so)"
         )
         return
-    if link.is_symlink() or link.exists():
+    if link.is_symlink():  # another clone's link: which one, so the user can tell which to keep
+        raise InstallError(
+            f"{link} is a link to {os.readlink(link)}, not to {pack} (another LeanVideo clone?); remove the "
+            f"link (`rm {link}`) and run again to use this one. Nothing was changed"
+        )
+    if link.exists():
         raise InstallError(
             f"{link} already exists and is not a link to {pack}; move it away (an older LeanVideo install?) "
             "and run again. Nothing was changed"
@@ -288,6 +293,19 @@ def register_pack(comfy: Path, pack: Path) -> None:
     link.parent.mkdir(exist_ok=True)
     link.symlink_to(pack, target_is_directory=True)
     say(f"registered the node pack: {link} -> {pack}")
+
+
+def left_link(comfy: Path, pack: Path) -> str | None:
+    """What to say of the pack's link in ``comfy`` (a ComfyUI an earlier ``--comfyui`` gave) once the
+    workspace's own ComfyUI is used again: the link stays (that ComfyUI started by its user still loads
+    the pack), and how to take it out; None when there is no such link."""
+    link = comfy / "custom_nodes" / PACK_NAME
+    if not (link.is_symlink() and link.resolve() == pack.resolve()):
+        return None
+    return (
+        f"left {link} -> {pack}: your ComfyUI still loads LeanVideo's nodes when you start it; "
+        f"`rm {link}` takes them out of it"
+    )
 
 
 def requirement_names(requirements: Path) -> list[str]:
