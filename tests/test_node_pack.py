@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from runner.local.server import ComfyServer, ServerConfig
-from runner.local.workspace import REPO_ROOT
+from runner.local.workspace import FIXTURE_NODES_DIR, NODE_PACK_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +71,48 @@ def test_the_version_is_the_loaded_copys_and_never_comfyuis(
     (comfy / "pyproject.toml").write_text('[project]\nname = "ComfyUI"\nversion = "0.3.75"\n')
     monkeypatch.setattr(routes, "PACK_DIR", comfy / "custom_nodes" / "leanvideo")
     assert routes.pack_version() == metadata.version("leanvideo")
+
+
+CLASH_PACK = """class Clash:
+    CATEGORY = "other"
+    RETURN_TYPES = ()
+    FUNCTION = "run"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {}}
+
+    def run(self):
+        return ()
+
+
+NODE_CLASS_MAPPINGS = {%r: Clash}
+"""
+
+
+def test_node_ids_another_pack_registers_too_are_said_as_the_server_starts(
+    server_config: ServerConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ComfyUI lets the pack loaded last take a node id without a word: a pack of the user's that
+    registered `LeanVideoFreeVRAM` replaced ours in silence (workflows ran its node)."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    for folder, node_id in ((before, "LeanVideoPatchAttention"), (after, "LeanVideoFreeVRAM")):
+        (folder / "clash_pack").mkdir(parents=True)
+        (folder / "clash_pack" / "__init__.py").write_text(CLASH_PACK % node_id, encoding="utf-8")
+    dirs = (before, NODE_PACK_DIR, FIXTURE_NODES_DIR, after)  # loaded in that order
+    config = ServerConfig(**{**server_config.__dict__, "custom_node_dirs": dirs})
+    with caplog.at_level(logging.WARNING, logger="runner.local.server"), ComfyServer(config) as server:
+        info = httpx.get(f"{server.url}/object_info", timeout=60).json()
+    assert info["LeanVideoFreeVRAM"]["python_module"] == "custom_nodes.clash_pack"
+    assert info["LeanVideoPatchAttention"]["python_module"] == "custom_nodes.leanvideo"
+    said = [r.getMessage() for r in caplog.records if "LeanVideo: " in r.getMessage()]
+    assert len(said) == 2, said
+    taken, replaced = said  # as the packs load, then once all are loaded
+    assert "take the place of nodes another custom node pack registered" in taken
+    assert "LeanVideoPatchAttention (of custom_nodes.clash_pack)" in taken
+    assert (
+        "registers nodes under its ids and replaces them: LeanVideoFreeVRAM (now custom_nodes.clash_pack's)"
+        in replaced
+    )
+    assert all(line.startswith(f"ComfyUI on port {config.port}: LeanVideo: ") for line in said)

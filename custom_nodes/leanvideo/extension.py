@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from comfy_api.latest import ComfyExtension, io
 
+from .name_clashes import clashes, ours_by_id, said_replaced, said_taken
 from .routes import register_routes
 
 logger = logging.getLogger(__name__)
@@ -21,6 +23,7 @@ class LeanVideoExtension(ComfyExtension):
 
     def __init__(self, *, registers_nodes: bool = True) -> None:
         self.registers_nodes = registers_nodes
+        self.ours: dict[str, type[io.ComfyNode]] = {}  # its nodes by id, once registered
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
         import importlib
@@ -31,7 +34,21 @@ class LeanVideoExtension(ComfyExtension):
         nodes: list[type[io.ComfyNode]] = []
         for name in NODE_MODULES:
             nodes.extend(importlib.import_module(f"{__package__}.{name}").NODES)
+        self.ours = ours_by_id(nodes)
+        _check_ids(self.ours, said_taken)  # registered by a pack loaded before this one
         return nodes
+
+    async def check_replaced(self, _app: object) -> None:
+        """Once every custom node pack is loaded (the server's start): say which of this pack's node ids
+        a pack loaded later took."""
+        _check_ids(self.ours, said_replaced)
+
+
+def _check_ids(ours: dict[str, type[io.ComfyNode]], say: Callable[[dict[str, str]], str]) -> None:
+    import nodes
+
+    if found := clashes(nodes.NODE_CLASS_MAPPINGS, ours):
+        logger.warning(say(found))
 
 
 def _check_kernel_variable() -> None:
@@ -93,4 +110,6 @@ def create_extension() -> LeanVideoExtension:
         telemetry.attach(server.prompt_queue)
         server.leanvideo_telemetry = telemetry
     register_routes(server.routes, telemetry, server.prompt_queue)
-    return LeanVideoExtension()
+    extension = LeanVideoExtension()
+    server.app.on_startup.append(extension.check_replaced)  # after every custom node pack loaded
+    return extension

@@ -38,6 +38,7 @@ from runner.local.server_log import (
     keep_previous_log,
     missing_nodes_warning,
     missing_package_hint,
+    pack_warnings,
     read_log_tail,
 )
 from runner.local.server_record import remove_own_record, write_record
@@ -137,6 +138,8 @@ class ComfyServer:
             logger.warning("ComfyUI on port %d %s", self.config.port, missing)
         if (failed := custom_nodes_warning(self.log_path, self.config.python)) is not None:
             logger.warning("ComfyUI on port %d %s", self.config.port, failed)
+        for said in pack_warnings(self.log_path):  # in its log only, where nobody reads it
+            logger.warning("ComfyUI on port %d: %s", self.config.port, said)
         self._write_record()
 
     def _launch(self, lock: int) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "keep_previous_log",
     "missing_nodes_warning",
     "missing_package_hint",
+    "pack_warnings",
     "read_log_tail",
 ]
 
@@ -103,6 +104,20 @@ def custom_nodes_warning(path: Path, python: Path) -> str | None:
         f"started without the custom nodes that did not import: {packs}. It runs under {python}: "
         f"install what they need into that Python{fix}"
     )
+
+
+PACK_SAYS = "LeanVideo: "  # how the node pack's start-up warnings to its user begin
+
+
+def pack_warnings(path: Path) -> list[str]:
+    """What the node pack told its user in ComfyUI's log ``path`` as the server started (a second copy
+    of it left unloaded, node ids another pack took, a ``LEANVIDEO_INT8_KERNEL`` that names no kernel):
+    each such line from ``LeanVideo:`` on."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line[line.find(PACK_SAYS) :] for line in text.splitlines() if PACK_SAYS in line]
 
 
 def missing_package_hint(tail: str, python: Path) -> str:
