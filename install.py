@@ -139,8 +139,9 @@ def install(opts: Options) -> dict[str, Any]:
             )
         say(f"keeping your ComfyUI at {comfyui} (from --comfyui; --workspace-comfyui goes back to ours)")
     earlier = Path(old["comfyui"]) if old.get("source") == "existing" and old.get("comfyui") else None
-    if opts.workspace_comfyui and earlier is not None and (said := left_link(earlier, pack)):
-        say(said)  # back to ours: the user's ComfyUI keeps its link until they remove it
+    left = left_link(earlier, pack) if opts.workspace_comfyui and earlier is not None else None
+    if left:
+        say(left)  # back to ours: the user's ComfyUI keeps its link until they remove it
     comfy = validate_comfyui(comfyui) if comfyui else opts.workspace / "ComfyUI"
     if comfyui:  # read and linked before anything else, so a refusal of the folder leaves it as it was
         version, digest, verified = check_existing_comfyui(comfy, pin)
