@@ -146,6 +146,12 @@ def install(opts: Options) -> dict[str, Any]:
     if comfyui:  # read and linked before anything else, so a refusal of the folder leaves it as it was
         version, digest, verified = check_existing_comfyui(comfy, pin)
         register_pack(comfy, pack)
+    active = os.environ.get("VIRTUAL_ENV")
+    if active and opts.venv is not None and Path(active).resolve() != opts.venv.resolve():
+        say(  # a user who activated their ComfyUI's venv first may expect that one to be used
+            f"the active venv {active} is left as it is; LeanVideo installs into {opts.venv} "
+            f"(`--venv {active}` or `--no-venv` would install into the active one)"
+        )
     python = ensure_python(opts.venv)
     if comfyui:
         source = "existing"

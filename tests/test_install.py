@@ -492,6 +492,21 @@ def test_main_stops_on_low_disk_before_creating_the_venv(
     assert not (tmp_path / "venv").exists()
 
 
+def test_an_active_venv_that_is_not_used_is_said(
+    inst: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user who activated their ComfyUI's venv first was not told LeanVideo installs into its own."""
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=1024**3))  # stops there
+    theirs = tmp_path / "ComfyUI" / "venv"
+    monkeypatch.setenv("VIRTUAL_ENV", str(theirs))
+    assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"the active venv {theirs} is left as it is; LeanVideo installs into {tmp_path / 'venv'}" in said
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))  # the one it installs into: nothing to say
+    assert inst.main(["--workspace", str(tmp_path / "ws"), "--venv", str(tmp_path / "venv")]) == 1
+    assert "the active venv" not in capsys.readouterr().out
+
+
 # --- the stamp and the record ----------------------------------------------------------------------------
 
 
