@@ -68,6 +68,30 @@ def test_a_table_of_other_versions_is_marked_stale(
     assert "stale (table format 99, now" in out and "torch" not in out.partition("stale")[2].partition(")")[0]
 
 
+def test_a_table_your_own_comfyui_wrote_is_not_called_stale_for_leanvideos_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Your ComfyUI started by you runs its own Python: a table it wrote without comfy-kitchen was
+    called stale, "measured again at next use", judged by LeanVideo's Python, which has it."""
+    user = tmp_path / "ComfyUI"
+    (user / "main.py").parent.mkdir()
+    (user / "main.py").write_text("")
+    entries = {"cpu:x86|float32|128x256|rows<=64|row": Choice("w8a16", "measured")}
+    save_table(user / "user" / TABLE, current_fingerprint() | {"comfy_kitchen": "0.0.1"}, entries)
+    workspace = tmp_path / "ws"
+    (workspace / "servers").mkdir(parents=True)
+    save_table(
+        workspace / "servers" / "8188" / "user" / TABLE, current_fingerprint() | {"torch": "2.0.0"}, entries
+    )
+    monkeypatch.setenv("LEANVIDEO_WORKSPACE", str(workspace))
+    monkeypatch.setenv("LEANVIDEO_COMFYUI", str(user))
+    assert main(["kernels"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "made under other versions than LeanVideo's Python has (comfy-kitchen 0.0.1, now" in out
+    assert "in use by your ComfyUI's own Python if it has them" in out
+    assert "stale (torch 2.0.0, now" in out  # a server leanvideo started: LeanVideo's Python
+
+
 def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

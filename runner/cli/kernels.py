@@ -48,13 +48,9 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
 
     workspace = None if args.paths else find_workspace()
     servers = workspace.servers_dir if workspace is not None else None
+    yours = workspace.comfyui_dir / "user" if workspace and workspace.user_comfyui else None
     places = args.paths or [  # the servers leanvideo started, and your own ComfyUI started by you
-        place
-        for place in (
-            servers,
-            workspace.comfyui_dir / "user" if workspace and workspace.user_comfyui else None,
-        )
-        if place is not None and place.is_dir()
+        place for place in (servers, yours) if place is not None and place.is_dir()
     ]
     paths = find_tables(places)
     if args.clear:
@@ -79,20 +75,30 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
     for table in tables:
-        for view in _tables(table):
+        # your ComfyUI started by you runs its own Python, whose versions this one cannot judge
+        theirs = yours is not None and table.path.is_relative_to(yours.resolve())
+        for view in _tables(table, theirs=theirs):
             console.print(view)
     return 0
 
 
-def _tables(table: KernelTable) -> list[Table]:
+def _tables(table: KernelTable, *, theirs: bool = False) -> list[Table]:
     """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16;
     below it, each reason a kernel was ruled out, with the kernels and, unless it held for every shape,
-    the shapes (weight/≤rows) where it did."""
+    the shapes (weight/≤rows) where it did. ``theirs``: written by the user's own ComfyUI, under its
+    own Python, not the one judging it here."""
     versions = (
         f"torch {table.fingerprint.get('torch')}, comfy-kitchen {table.fingerprint.get('comfy_kitchen')}"
     )
     differs = escape("; ".join(table.stale_because()) or "other versions")
-    state = "in use" if table.current else f"[yellow]stale ({differs}): measured again at next use[/]"
+    state = (
+        "in use"
+        if table.current
+        else f"[yellow]made under other versions than LeanVideo's Python has ({differs}): in use by your "
+        "ComfyUI's own Python if it has them; a server leanvideo starts measures again[/]"
+        if theirs
+        else f"[yellow]stale ({differs}): measured again at next use[/]"
+    )
     views = []
     for device in sorted({row.shape.device for row in table.rows}):
         title = f"{escape(str(table.path))} ({escape(versions)}, {state})\n{escape(device)}"
