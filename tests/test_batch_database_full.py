@@ -90,10 +90,22 @@ def test_a_database_that_does_not_answer_is_said_once_a_minute_not_per_retry(
         assert all(quiet.filter(r) for r in others)
         clock[0] += 61
         assert not quiet.filter(outage[0])
+        quiet.check_answers_again()  # records came a moment ago: still out
+        clock[0] += 31
+        quiet.check_answers_again()  # none for 30 s: it answers again, said once
+        quiet.check_answers_again()
+        # a host that takes connections and says nothing: psycopg's timeout, with its traceback
+        silent = RuntimeError("(psycopg.errors.ConnectionTimeout) connection timeout expired")
+        assert not quiet.filter(_record("Exception listing queues:", silent))
     lines = [r.getMessage() for r in caplog.records if r.name == "test.outage"]
-    assert len(lines) == 2 and quiet.dropped == 61
+    assert len(lines) == 4 and quiet.dropped == 62
     assert lines[0].startswith("the batch database postgresql://lv:***@127.0.0.1:5544/q does not answer (")
     assert "Connection refused" in lines[0] and "retrying" in lines[0]
+    assert lines[2] == (
+        "the batch database postgresql://lv:***@127.0.0.1:5544/q answers again (it did not for about 61 s); "
+        "jobs are recorded"
+    )
+    assert "connection timeout expired" in lines[3]  # a new outage is said at once
 
 
 @pytest.fixture
@@ -160,3 +172,46 @@ def test_a_full_database_disk_stops_the_batch_with_one_error_and_a_rerun_finishe
     again = run_batch(*argv, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert_exactly_once(jobs_of(db_url, "full"), out, 4)
+
+
+def test_a_worker_stopped_while_the_database_does_not_answer_waits_for_it_to_hand_its_jobs_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopped during a PostgreSQL outage, a worker logged "could not hand its unfinished jobs back" with
+    a traceback, exited 0, and its jobs stayed `running` under its id until it was started again."""
+    from contextlib import contextmanager
+
+    from runner.batch import worker as worker_module
+    from runner.batch.pool import ServerPool
+    from runner.errors import LeanVideoError
+
+    worker = worker_module.BatchWorker(
+        "postgresql://lv:secret@127.0.0.1:1/q", ServerPool(["http://127.0.0.1:9"]), worker_id="m1"
+    )
+    answers_after = [3]
+
+    @contextmanager
+    def open_client(url: str) -> Iterator[str]:
+        answers_after[0] -= 1
+        if answers_after[0] > 0:
+            raise LeanVideoError("cannot open the batch database postgresql://lv:***@127.0.0.1:1/q: refused")
+        yield "client"
+
+    monkeypatch.setattr(worker_module, "open_client", open_client)
+    monkeypatch.setattr(worker_module, "hand_back_jobs", lambda client, worker_id: ["j1", "j2"])
+    monkeypatch.setattr(worker_module, "HAND_BACK_RETRY_S", 0.01)
+    with caplog.at_level(logging.WARNING, logger="runner.batch.worker"):
+        assert worker._hand_back() == 2 and not worker.stranded  # the third try: the database is back
+        waited = [r.getMessage() for r in caplog.records]
+        assert len(waited) == 1 and "the batch database does not answer (cannot open" in waited[0]
+        assert "waiting up to 120 s to put its unfinished jobs back" in waited[0]
+        caplog.clear()
+        answers_after[0] = 10**6  # it does not come back: given up, said in one line, no traceback
+        monkeypatch.setattr(worker_module, "HAND_BACK_DB_WAIT_S", 0.05)
+        assert worker._hand_back() == 0 and worker.stranded
+    (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert error.exc_info is None
+    assert (
+        "they wait for a worker with its id; run the same command again (or batch worker --worker-id m1)"
+        in (error.getMessage())
+    )

@@ -371,6 +371,7 @@ def test_results_and_verbs_refuse_what_they_cannot_use(
         (["--db", "sqlite:////nonexistent/dir/x.db"], "the folder /nonexistent/dir does not exist"),
         (["--db", "mysql://h/db"], "expected sqlite:///PATH or postgresql://"),
         (["--db", "mysql://a:secret@h/db"], "--db 'mysql://a:***@h/db': expected sqlite:///PATH"),
+        (["--db", "postgresql://a:secret@h:5432/"], "--db 'postgresql://a:***@h:5432/' names no database"),
         (["--server", "localhost:8188"], "server must be an http:// or https:// URL"),
         (["--server", "http://127.0.0.1:9"], "--server: http://127.0.0.1:9 is given twice"),
         (["--server", "http://127.0.0.1:9/"], "--server: http://127.0.0.1:9 is given twice"),
@@ -745,3 +746,27 @@ def test_a_prompt_that_batch_cancel_interrupted_elsewhere_is_cancelled_not_a_wor
         outcome = run_attempt(job, fake.url, worker="w", attempt=1, cancelled=lambda: cancelled["now"])
     assert outcome["fault"] == "cancelled", outcome
     assert not [r for r in caplog.records if "workflow fault" in r.getMessage()], caplog.text
+
+
+def test_a_postgres_url_is_opened_with_a_connect_timeout_unless_it_gives_one() -> None:
+    """A database host that took connections and answered nothing held `batch status` 261 s."""
+    from runner.batch.database_url import with_connect_timeout
+
+    assert with_connect_timeout("postgresql://a:b@h/q") == "postgresql://a:b@h/q?connect_timeout=10"
+    assert (
+        with_connect_timeout("postgres://h/q?sslmode=require")
+        == "postgres://h/q?sslmode=require&connect_timeout=10"
+    )
+    assert with_connect_timeout("postgresql://h/q?connect_timeout=3") == "postgresql://h/q?connect_timeout=3"
+    assert with_connect_timeout("sqlite:////tmp/q.sqlite") == "sqlite:////tmp/q.sqlite"
+
+
+def test_a_database_that_cannot_be_opened_is_said_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """It came after DBOS's "Could not connect to postgres database to verify existence" warning and
+    ended with SQLAlchemy's "(Background on this error at: …)" link."""
+    from runner.cli.main import main
+
+    assert main(["batch", "status", "x", "--db", "postgresql://a:secret@127.0.0.1:1/q"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot open the batch database postgresql://a:***@127.0.0.1:1/q: ("), err
+    assert len(err.splitlines()) == 1 and "Connection refused" in err, err

@@ -86,8 +86,16 @@ OUTAGE_MARKERS = (
     "the database system is starting up",
     "consuming input failed",
     "connection is closed",
+    "timeout expired",  # psycopg's ConnectionTimeout: a host that takes connections and says nothing
+    "Connection timed out",
+    "could not receive data from server",
+    "could not send data to server",
+    "SSL connection has been closed unexpectedly",
 )
 OUTAGE_SAY_EVERY_S = 60.0
+# Without an outage record for this long, the database answers again (DBOS's queue thread polls it
+# every fraction of a second; a connection that times out takes 10 s to say so)
+ANSWERS_AGAIN_AFTER_S = 30.0
 
 
 class DatabaseOutageQuiet(logging.Filter):
@@ -101,6 +109,8 @@ class DatabaseOutageQuiet(logging.Filter):
         self._database = database
         self._lock = threading.Lock()
         self._said_at: float | None = None
+        self._began: float | None = None  # the first record of the outage going on
+        self._last: float | None = None  # its latest record
         self.dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -110,6 +120,8 @@ class DatabaseOutageQuiet(logging.Filter):
         now = time.monotonic()
         with self._lock:
             self.dropped += 1
+            self._began = now if self._began is None else self._began
+            self._last = now
             say = self._said_at is None or now - self._said_at >= OUTAGE_SAY_EVERY_S
             if say:
                 self._said_at = now
@@ -121,3 +133,18 @@ class DatabaseOutageQuiet(logging.Filter):
                 line[:200],
             )
         return False
+
+    def check_answers_again(self) -> None:
+        """Say, once, that the database answers again when its outage's records stopped
+        :data:`ANSWERS_AGAIN_AFTER_S` ago (the worker calls this as it waits)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._began is None or self._last is None or now - self._last < ANSWERS_AGAIN_AFTER_S:
+                return
+            began, last = self._began, self._last
+            self._began = self._last = self._said_at = None
+        self._logger.warning(
+            "the batch database %s answers again (it did not for about %.0f s); jobs are recorded",
+            self._database,
+            last - began,
+        )

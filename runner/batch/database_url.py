@@ -14,22 +14,39 @@ import re
 import sqlite3
 import sys
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from runner.errors import UsageError, WorkspaceError
 
-__all__ = ["DB_ENV", "DEFAULT_DB_NAME", "redact_db_url", "resolve_db_url", "sqlite_file", "sqlite_problem"]
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB_NAME",
+    "redact_db_url",
+    "resolve_db_url",
+    "sqlite_file",
+    "sqlite_problem",
+    "with_connect_timeout",
+]
 
 DB_ENV = "LEANVIDEO_DB"
 DEFAULT_DB_NAME = "batch.sqlite"
+
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+CONNECT_TIMEOUT_S = 10  # a database host that takes connections in silence held a command 4.5 minutes
 
 
 def resolve_db_url(given: str | None, workspace_root: Path) -> str:
     """``given``, else ``$LEANVIDEO_DB``, else a SQLite file in the workspace."""
     url = given or os.environ.get(DB_ENV) or f"sqlite:///{(workspace_root / DEFAULT_DB_NAME).resolve()}"
     where = "--db" if given else f"${DB_ENV}"
-    if not url.startswith(("sqlite:///", "postgresql://", "postgres://", "postgresql+psycopg://")):
+    if not url.startswith(("sqlite:///", *POSTGRES_SCHEMES)):
         raise UsageError(
             f"{where} {redact_db_url(url)!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+        )
+    if url.startswith(POSTGRES_SCHEMES) and not urlsplit(url).path.strip("/"):
+        raise UsageError(  # DBOS said "Database name must be specified" as an error of its own (exit 1)
+            f"{where} {redact_db_url(url)!r} names no database: postgresql://USER@HOST:PORT/DB"
         )
     database = sqlite_file(url)
     if database is not None and (problem := sqlite_problem()) is not None:
@@ -68,6 +85,17 @@ def sqlite_file(db_url: str) -> Path | None:
     if not db_url.startswith("sqlite:///"):
         return None
     return Path(db_url.removeprefix("sqlite:///").partition("?")[0])
+
+
+def with_connect_timeout(url: str) -> str:
+    """``url`` as it is opened: a PostgreSQL one gives up connecting after :data:`CONNECT_TIMEOUT_S`
+    unless it says otherwise (``?connect_timeout=S``, as libpq reads it); without it a host that takes
+    connections and answers nothing held a command for minutes."""
+    parts = urlsplit(url)
+    if not url.startswith(POSTGRES_SCHEMES) or "connect_timeout" in parse_qs(parts.query):
+        return url
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=f"{query}connect_timeout={CONNECT_TIMEOUT_S}"))
 
 
 def redact_db_url(url: str) -> str:

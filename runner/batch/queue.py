@@ -34,7 +34,7 @@ from typing import Any
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
 from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
-from runner.batch.database_url import redact_db_url, sqlite_file
+from runner.batch.database_url import redact_db_url, sqlite_file, with_connect_timeout
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
 from runner.errors import LeanVideoError, UsageError
@@ -100,16 +100,31 @@ def check_batch_name(name: str, *, where: str = "batch name") -> str:
     return name
 
 
+def _not_a_maintenance_warning(record: logging.LogRecord) -> bool:
+    """Drops DBOS's "Could not connect to postgres database to verify existence of …", said before the
+    error that follows it whenever the server does not answer."""
+    return not record.getMessage().startswith("Could not connect to postgres database to verify")
+
+
 @contextmanager
 def open_client(db_url: str) -> Iterator[DBOSClient]:
     """A client of the queue's database, created (and its schema migrated) on first use."""
+    dbos_log = logging.getLogger("dbos")
+    dbos_log.addFilter(_not_a_maintenance_warning)  # the error below says why the database is unusable
     try:
         if (database := sqlite_file(db_url)) is not None:
             database.parent.mkdir(parents=True, exist_ok=True)
-        DBOS.migrate(db_url)
-        client = DBOSClient(system_database_url=db_url, application_name=APP_NAME)
+        DBOS.migrate(with_connect_timeout(db_url))
+        client = DBOSClient(system_database_url=with_connect_timeout(db_url), application_name=APP_NAME)
     except Exception as exc:  # SQLAlchemy / psycopg errors: the database cannot be used
-        raise LeanVideoError(f"cannot open the batch database {redact_db_url(db_url)}: {exc}") from exc
+        said = " ".join(  # psycopg's hint kept; not SQLAlchemy's statement, parameters and "Background" link
+            line.strip()
+            for line in str(exc).splitlines()
+            if line.strip() and not line.startswith(("(Background on this error", "[SQL:", "[parameters:"))
+        )
+        raise LeanVideoError(f"cannot open the batch database {redact_db_url(db_url)}: {said}") from exc
+    finally:
+        dbos_log.removeFilter(_not_a_maintenance_warning)
     try:
         yield client
     finally:

@@ -74,6 +74,8 @@ POLLING_INTERVAL_S = 0.2  # how often an idle worker looks at the queue
 PREFETCH = 1  # jobs taken beyond the free slots: the next one starts as soon as a slot frees
 DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
 HAND_BACK_WAIT_S = 10.0  # on stop, how long attempts whose prompts came off get to see it, before hand-back
+HAND_BACK_DB_WAIT_S = 120.0  # on stop, how long a database that does not answer is waited for to hand back
+HAND_BACK_RETRY_S = 5.0
 # An attempt whose worker died while its prompt was out (found by the next attempt's orphan check)
 LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
 
@@ -189,6 +191,11 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
     return run_batch_job
 
 
+def _first_line(error: BaseException) -> str:
+    """An error's first line, short: a database error's message runs on with its SQL and a link."""
+    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+
+
 class BatchWorker:
     """DBOS launched in this process, taking jobs off :data:`QUEUE` onto ``pool``'s servers."""
 
@@ -216,6 +223,7 @@ class BatchWorker:
         self._held = contextlib.ExitStack()
         self._launched = False
         self.handed_back = 0  # unfinished jobs put back on the queue when the worker stopped
+        self.stranded = False  # they could not be: they wait for a worker of this id
         self.stood_down = 0  # times it gave its jobs back because none of its servers answered
 
     def __enter__(self) -> BatchWorker:
@@ -354,14 +362,37 @@ class BatchWorker:
         deadline = time.monotonic() + HAND_BACK_WAIT_S  # attempts whose prompts were taken off end first
         while self.runner.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
-        try:
-            with open_client(self.db_url) as client:
-                ids = hand_back_jobs(client, self.worker_id)
-        except Exception:
-            logger.exception(
-                "worker %s: could not hand its unfinished jobs back to the queue", self.worker_id
-            )
-            return 0
+        began, said = time.monotonic(), False
+        while True:
+            try:
+                with open_client(self.db_url) as client:
+                    ids = hand_back_jobs(client, self.worker_id)
+                break
+            except (Exception, KeyboardInterrupt) as exc:  # the database does not answer (an outage)
+                gave_up = (
+                    isinstance(exc, KeyboardInterrupt) or time.monotonic() - began >= HAND_BACK_DB_WAIT_S
+                )
+                if gave_up:
+                    self.stranded = True
+                    logger.error(
+                        "worker %s: could not put its unfinished jobs back on the queue (%s): they wait for "
+                        "a worker with its id; run the same command again (or batch worker --worker-id %s) "
+                        "once the database answers",
+                        self.worker_id,
+                        "stopped while waiting" if isinstance(exc, KeyboardInterrupt) else _first_line(exc),
+                        self.worker_id,
+                    )
+                    return 0
+                if not said:
+                    said = True
+                    logger.warning(
+                        "worker %s: the batch database does not answer (%s): waiting up to %.0f s to put its "
+                        "unfinished jobs back on the queue (Ctrl-C leaves them for a worker with its id)",
+                        self.worker_id,
+                        _first_line(exc),
+                        HAND_BACK_DB_WAIT_S,
+                    )
+                time.sleep(HAND_BACK_RETRY_S)
         if ids:
             logger.info("worker %s handed %d unfinished job(s) back to the queue", self.worker_id, len(ids))
         return len(ids)
@@ -375,7 +406,9 @@ class BatchWorker:
 
     def check_database(self) -> None:
         """Raise :class:`LeanVideoError` once DBOS has failed to write the database for a full disk
-        (:mod:`runner.batch.database_full`); the caller leaves the ``with`` block and the worker stops."""
+        (:mod:`runner.batch.database_full`); the caller leaves the ``with`` block and the worker stops.
+        Says when a database that did not answer answers again."""
+        self._down.check_answers_again()
         if (failure := self._full.failure) is not None:
             raise LeanVideoError(
                 f"the batch database {redact_db_url(self.db_url)} can no longer be written: {failure}. "

@@ -225,6 +225,9 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
                 time.sleep(REFRESH_S)
         except KeyboardInterrupt:
             _say_stopping(err, worker, args.grace)
+    if worker.stranded:  # said why; the jobs wait for this worker id, held by no one now
+        err.print(f"stopped; its unfinished jobs wait for worker {worker.worker_id}", highlight=False)
+        return 1
     if worker.handed_back:
         err.print(f"stopped: {worker.handed_back} unfinished job(s) went back on the queue", highlight=False)
     else:

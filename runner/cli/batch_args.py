@@ -58,8 +58,9 @@ def add_batch_parser(sub: Any) -> None:
     worker = verbs.add_parser(
         "worker",
         help="take jobs from the queue onto these servers until Ctrl-C",
-        epilog="exit codes: 0 stopped with Ctrl-C or SIGTERM, 1 the database cannot be used, 2 usage (also "
-        "a worker id in use on this machine)",
+        epilog="exit codes: 0 stopped with Ctrl-C or SIGTERM, 1 the database cannot be used (also when, "
+        "stopped while it did not answer, the worker's unfinished jobs could not go back on the queue: "
+        "they wait for a worker with its id), 2 usage (also a worker id in use on this machine)",
     )
     _servers(worker, required=True)
     _db(worker)
