@@ -770,3 +770,20 @@ def test_a_database_that_cannot_be_opened_is_said_in_one_line(capsys: pytest.Cap
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot open the batch database postgresql://a:***@127.0.0.1:1/q: ("), err
     assert len(err.splitlines()) == 1 and "Connection refused" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "timed"),
+    [
+        (["batch", "worker", "--server", "http://127.0.0.1:9"], True),
+        (["batch", "submit", "j.jsonl", "--server", "http://127.0.0.1:9", "--wait"], True),
+        (["batch", "submit", "j.jsonl", "--server", "http://127.0.0.1:9"], False),
+        (["batch", "status", "b"], False),
+        (["run", "w.json"], False),
+    ],
+)
+def test_a_workers_log_lines_say_when(argv: list[str], timed: bool) -> None:
+    """A worker runs for hours: its lines had no time, so how long an outage lasted could not be read."""
+    from runner.cli.main import build_parser, log_format
+
+    assert log_format(build_parser().parse_args(argv)).startswith("%(asctime)s ") is timed

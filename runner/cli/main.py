@@ -188,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def log_format(args: argparse.Namespace) -> str:
+    """How the command's log lines look: with the time of day for a batch worker (or ``submit --wait``),
+    which runs for hours (how long a database outage lasted, say), else the level and message."""
+    worker = args.command == "batch" and (args.batch_command == "worker" or getattr(args, "wait", False))
+    return ("%(asctime)s " if worker else "") + "%(levelname)s %(message)s"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     passthrough: list[str] = []
@@ -201,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": {"type": "UsageError", "message": refused.message, "exit_code": 2}}))
         raise
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
+        level=logging.INFO if args.verbose else logging.WARNING, format=log_format(args), datefmt="%H:%M:%S"
     )
     for stream in (sys.stdout, sys.stderr):  # a terminal that is not UTF-8: "?" for what it lacks, no crash
         if isinstance(stream, io.TextIOWrapper):
