@@ -296,24 +296,36 @@ def test_with_a_users_own_comfyui_its_models_folder_is_searched_first(
     assert files["ltxv-tiny.safetensors"]["target"] == str(workspace / "models" / "checkpoints")
 
 
+# Sections of an extra_model_paths.yaml: one after the ComfyUI's models, one put before them
+BACK = "back:\n  base_path: ../back\n  loras: loras\n"
+FRONT = "base_path: ../front\n  is_default: true\n"
+
+
+def users_comfyui(tmp_path: Path, extra_model_paths: str) -> Path:
+    """A user's ComfyUI folder at ``tmp_path / "ComfyUI"`` with the ``extra_model_paths.yaml`` given."""
+    user = tmp_path / "ComfyUI"
+    user.mkdir()
+    (user / "main.py").write_text("")
+    (user / "extra_model_paths.yaml").write_text(extra_model_paths, encoding="utf-8")
+    return user
+
+
 def test_the_folders_of_the_users_extra_model_paths_yaml_are_searched_as_its_servers_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ComfyUI's main.py loads the ``extra_model_paths.yaml`` beside it, so the servers LeanVideo starts
     from a user's ComfyUI found a LoRA there that `models check` called missing (exit 1)."""
     path, workspace_models = write(tmp_path)
-    user = tmp_path / "ComfyUI"
+    user = users_comfyui(
+        tmp_path,
+        "mine:\n  base_path: ../shared\n  is_default: true\n  loras: |\n    elsewhere\n    my-loras\n"
+        "other:\n",
+    )
     (user / "models" / "text_encoders").mkdir(parents=True)
     (user / "models" / "text_encoders" / "te.safetensors").write_bytes(WEIGHTS)
-    (user / "main.py").write_text("")
     shared = tmp_path / "shared"
     (shared / "my-loras").mkdir(parents=True)
     (shared / "my-loras" / "l.safetensors").write_bytes(WEIGHTS)
-    (user / "extra_model_paths.yaml").write_text(
-        "mine:\n  base_path: ../shared\n  is_default: true\n  loras: |\n    elsewhere\n    my-loras\n"
-        "other:\n",
-        encoding="utf-8",
-    )
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "models").symlink_to(workspace_models)
@@ -343,12 +355,7 @@ def test_files_are_found_in_the_order_the_users_comfyui_searches_its_folders(tmp
     path, models = write(tmp_path)
     for folder in ("front", "back", "ws"):
         (tmp_path / folder / "loras").mkdir(parents=True)
-    (tmp_path / "ComfyUI").mkdir()
-    (tmp_path / "ComfyUI" / "extra_model_paths.yaml").write_text(
-        "back:\n  base_path: ../back\n  loras: loras\n"
-        "front:\n  base_path: ../front\n  is_default: true\n  loras: |\n    nowhere\n    loras\n",
-        encoding="utf-8",
-    )
+    users_comfyui(tmp_path, f"{BACK}front:\n  {FRONT}  loras: |\n    nowhere\n    loras\n")
     extra = read_extra_model_paths(tmp_path / "ComfyUI" / "extra_model_paths.yaml")
     assert extra.first == {"loras": [tmp_path / "front" / "loras", tmp_path / "front" / "nowhere"]}
     assert extra.after == {"loras": [tmp_path / "back" / "loras"]}
@@ -379,14 +386,8 @@ def test_servers_of_a_users_comfyui_search_its_folders_in_its_own_order(
     """The pinned ComfyUI loads the user's ``extra_model_paths.yaml``, then the servers' own file: the
     folders of the user's (not ``is_default``) came before the user's ``models``, where that ComfyUI
     launched by its user searches ``models`` first."""
-    user = tmp_path / "ComfyUI"
+    user = users_comfyui(tmp_path, f"{BACK}front:\n  {FRONT}  loras: |\n    second\n    first\n")
     (user / "models" / "loras").mkdir(parents=True)
-    (user / "main.py").write_text("")
-    (user / "extra_model_paths.yaml").write_text(
-        "back:\n  base_path: ../back\n  loras: loras\n"
-        "front:\n  base_path: ../front\n  is_default: true\n  loras: |\n    second\n    first\n",
-        encoding="utf-8",
-    )
     state = tmp_path / "state"
     state.mkdir()
     config = ServerConfig(user, state, tmp_path / "ws", extra_models_dirs=(user / "models",))
