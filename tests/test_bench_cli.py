@@ -244,6 +244,16 @@ def test_a_bench_stopped_before_any_run_leaves_its_out_usable(
     assert main([str(TINY), "--out", str(out)]) == 4
     assert not out.exists()
 
+    def shadowed(*args: object, **kwargs: object) -> None:  # a model of yours under a tiny model's name
+        from runner.fixtures import ShadowedFixturesError
+
+        (out / "servers").mkdir(parents=True)
+        raise ShadowedFixturesError({tmp_path / "ltxv-tiny.safetensors": "a model of yours"})
+
+    monkeypatch.setattr(benchmarks.harness, "run_matrix", shadowed)
+    assert main([str(TINY), "--out", str(out)]) == 2
+    assert not out.exists()  # it was left, empty
+
     def stopped_in_a_run(*args: object, **kwargs: object) -> None:
         (out / "runs" / "baseline").mkdir(parents=True)
         raise KeyboardInterrupt

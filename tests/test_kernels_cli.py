@@ -90,6 +90,8 @@ def test_a_table_your_own_comfyui_wrote_is_not_called_stale_for_leanvideos_pytho
     assert "made under other versions than LeanVideo's Python has (comfy-kitchen 0.0.1, now" in out
     assert "in use by your ComfyUI's own Python if it has them" in out
     assert "stale (torch 2.0.0, now" in out  # a server leanvideo started: LeanVideo's Python
+    assert main(["kernels", str(user / "user")]) == 0  # named by its folder: the same
+    assert "made under other versions than LeanVideo's Python has" in capsys.readouterr().out
 
 
 def test_clear_removes_every_table_and_a_bad_file_or_path_is_named(

@@ -14,7 +14,7 @@ from runner.transport.server_url import check_server_url, same_server
         ("http://localhost:8188", "http://127.0.0.1:8188"),
         ("http://127.0.0.1:8188", "http://127.0.0.1:8188/"),
         ("http://LocalHost:8188", "http://[::1]:8188"),
-        ("http://[::ffff:127.0.0.1]:8188", "http://127.0.0.2:8188"),
+        ("http://[::ffff:127.0.0.1]:8188", "http://localhost:8188"),
         ("http://gpu1.example:80", "http://GPU1.example"),
         ("https://gpu1.example", "https://gpu1.example:443/"),
         ("http://[2001:db8::1]:8188", "http://[2001:0db8:0:0::1]:8188"),
@@ -32,6 +32,7 @@ def test_spellings_of_one_server_are_one_server(first: str, second: str) -> None
         ("http://127.0.0.1:8188", "https://127.0.0.1:8188"),
         ("http://gpu1:8188", "http://gpu2:8188"),
         ("http://localhost:8188", "http://192.168.1.5:8188"),  # may be one; the URLs do not say so
+        ("http://localhost:8188", "http://127.0.0.2:8188"),  # a server on 127.0.0.1 is not there
         ("http://proxy/comfy1", "http://proxy/comfy2"),
         ("http://gpu1:80", "http://gpu1:8080"),
     ],

@@ -205,10 +205,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     err = Console(stderr=True, soft_wrap=True, markup=False)
     try:
         outcome = run_matrix(matrix, settings, progress=lambda line: err.print(line, highlight=False))
-    except (WorkflowError, WorkspaceError, ServerError, KeyboardInterrupt):  # refused or stopped before
-        # any run (a bad matrix, LeanVideo not installed, a --server gone before its flags were read,
-        # Ctrl-C while a server started): what it made goes, so the same --out can be used again (kept
-        # once a run was recorded)
+    except (LeanVideoError, KeyboardInterrupt):  # refused or stopped before any run (a bad matrix,
+        # LeanVideo not installed, a model of yours under a tiny model's name, a --server gone before its
+        # flags were read, Ctrl-C while a server started): what it made goes, so the same --out can be
+        # used again (kept once a run was recorded)
         _remove_made(inside, made, out)
         raise
     if args.json:

@@ -34,7 +34,8 @@ def add_demo_parser(sub: Any) -> None:
         "bytes, peak RSS, sampling and prompt time and the frame PSNR between the two; writes both MP4s, "
         "a run record beside each and a contact sheet PNG. ComfyUI flags after `--` pass through.",
         epilog="exit codes: 0 done, 2 usage (also a --port in use), 3 not installed, 4 a server did not "
-        "start or was lost, 6 a prompt failed, 130 interrupted",
+        "start or was lost, 5 a server rejected a demo workflow (another custom node pack that took one of "
+        "LeanVideo's node ids: its server's start-up says so), 6 a prompt failed, 130 interrupted",
     )
     demo.add_argument("--out", type=given_path, default=Path("leanvideo-out"), help="output folder")
     demo.add_argument(

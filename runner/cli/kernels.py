@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.cli.render import print_json
-from runner.local.workspace import find_workspace
+from runner.errors import WorkspaceError
+from runner.local.workspace import Workspace, find_workspace
 
 if TYPE_CHECKING:
     from runner.jobs.kernel_tables import KernelTable
@@ -46,7 +47,7 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     # Imported here: the table's fingerprint needs torch, which the rest of the CLI imports only on use.
     from runner.jobs.kernel_tables import clear_tables, find_tables, read_tables
 
-    workspace = None if args.paths else find_workspace()
+    workspace = find_workspace() if not args.paths else _workspace_if_any()
     servers = workspace.servers_dir if workspace is not None else None
     yours = workspace.comfyui_dir / "user" if workspace and workspace.user_comfyui else None
     places = args.paths or [  # the servers leanvideo started, and your own ComfyUI started by you
@@ -82,6 +83,14 @@ def run_kernels_command(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _workspace_if_any() -> Workspace | None:
+    """The installed workspace, or None: tables named by path are read without one."""
+    try:
+        return find_workspace()
+    except WorkspaceError:
+        return None
+
+
 def _tables(table: KernelTable, *, theirs: bool = False) -> list[Table]:
     """One view per device in ``table``: each shape class, its kernel, and the others' time vs w8a16;
     below it, each reason a kernel was ruled out, with the kernels and, unless it held for every shape,
@@ -95,7 +104,7 @@ def _tables(table: KernelTable, *, theirs: bool = False) -> list[Table]:
         "in use"
         if table.current
         else f"[yellow]made under other versions than LeanVideo's Python has ({differs}): in use by your "
-        "ComfyUI's own Python if it has them; a server leanvideo starts measures again[/]"
+        "ComfyUI's own Python if it has them (the servers leanvideo starts keep tables of their own)[/]"
         if theirs
         else f"[yellow]stale ({differs}): measured again at next use[/]"
     )

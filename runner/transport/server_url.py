@@ -16,7 +16,10 @@ from runner.errors import UsageError
 __all__ = ["check_server_url", "same_server", "server_key"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
-LOOPBACK = "loopback"  # localhost, 127.0.0.0/8 and ::1: this machine, however it is written
+# localhost, 127.0.0.1 and ::1: this machine as a server on it is reached (127.0.0.2 is another
+# address; a server bound to 127.0.0.1 does not answer there)
+LOOPBACK = "loopback"
+LOOPBACK_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
 
 def check_server_url(url: str) -> str:
@@ -40,18 +43,19 @@ def check_server_url(url: str) -> str:
 
 def server_key(url: str) -> tuple[str, str, int, str]:
     """What names the server ``url`` (checked by :func:`check_server_url`) addresses, as far as the URL
-    tells: scheme, host (this machine's names taken as one; letter case and IPv6 spelling ignored), port
-    (the scheme's default when none is given) and path (servers behind one proxy differ by it)."""
+    tells: scheme, host (``localhost``, ``127.0.0.1`` and ``::1`` taken as one; letter case and IPv6
+    spelling ignored; names are not looked up), port (the scheme's default when none is given) and
+    path (servers behind one proxy differ by it)."""
     parts = urlsplit(check_server_url(url))
     host = (parts.hostname or "").lower().rstrip(".")
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        loopback = host == "localhost" or host.endswith(".localhost")
+        loopback = host == "localhost"
     else:
         mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
         address = mapped or address
-        loopback = address.is_loopback
+        loopback = address in LOOPBACK_ADDRESSES
         host = str(address)
     port = parts.port or DEFAULT_PORTS[parts.scheme]
     return parts.scheme, LOOPBACK if loopback else host, port, parts.path.rstrip("/")
