@@ -215,3 +215,14 @@ def test_a_worker_stopped_while_the_database_does_not_answer_waits_for_it_to_han
         "they wait for a worker with its id; run the same command again (or batch worker --worker-id m1)"
         in (error.getMessage())
     )
+
+    def interrupted(seconds: float) -> None:  # Ctrl-C while it waits: it stops waiting
+        raise KeyboardInterrupt
+
+    caplog.clear()
+    worker.stranded = False
+    monkeypatch.setattr(worker_module, "HAND_BACK_DB_WAIT_S", 60.0)
+    monkeypatch.setattr(worker_module.time, "sleep", interrupted)
+    with caplog.at_level(logging.WARNING, logger="runner.batch.worker"):
+        assert worker._hand_back() == 0 and worker.stranded
+    assert "could not put its unfinished jobs back on the queue (stopped while waiting)" in caplog.text

@@ -365,6 +365,8 @@ class BatchWorker:
         began, said = time.monotonic(), False
         while True:
             try:
+                if said:  # waited here, a Ctrl-C taken as stopping the wait
+                    time.sleep(HAND_BACK_RETRY_S)
                 with open_client(self.db_url) as client:
                     ids = hand_back_jobs(client, self.worker_id)
                 break
@@ -392,7 +394,6 @@ class BatchWorker:
                         _first_line(exc),
                         HAND_BACK_DB_WAIT_S,
                     )
-                time.sleep(HAND_BACK_RETRY_S)
         if ids:
             logger.info("worker %s handed %d unfinished job(s) back to the queue", self.worker_id, len(ids))
         return len(ids)
