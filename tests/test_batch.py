@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -63,9 +64,12 @@ def test_a_batch_spreads_over_two_servers_and_its_manifest_lists_every_file(
     assert f"job folders in {out.resolve()}" in " ".join(done.stdout.split())
     last = done.stderr.splitlines(keepends=True)[-1]  # the progress view's last line (not a terminal)
     assert last.startswith(tuple(servers)) and last.endswith("0\n"), repr(last)
-    said = [line for line in done.stderr.splitlines() if " finished (" in line]  # as it went
-    assert said[0].startswith("batch four: 0/4 finished (0 succeeded, 0 failed)"), done.stderr
-    assert "batch four: 4/4 finished (4 succeeded, 0 failed), 0 running on servers, 0 waiting" in said
+    said = [line for line in done.stderr.splitlines() if " finished (" in line]  # as it went, timed
+    assert re.match(r"\d\d:\d\d:\d\d batch four: 0/4 finished \(0 succeeded, 0 failed\)", said[0]), (
+        done.stderr
+    )
+    ended = " batch four: 4/4 finished (4 succeeded, 0 failed), 0 running on servers, 0 waiting"
+    assert any(line.endswith(ended) for line in said), said
     assert all(int(line.split(", ")[-2].split()[0]) <= 2 for line in said)  # two servers, one slot each
     records = assert_exactly_once(jobs_of(db_url, "four"), out, 4)
     assert {r["server"] for r in records} == set(servers)

@@ -102,8 +102,8 @@ def test_a_database_that_does_not_answer_is_said_once_a_minute_not_per_retry(
     assert lines[0].startswith("the batch database postgresql://lv:***@127.0.0.1:5544/q does not answer (")
     assert "Connection refused" in lines[0] and "retrying" in lines[0]
     assert lines[2] == (
-        "the batch database postgresql://lv:***@127.0.0.1:5544/q answers again (it did not for about 61 s); "
-        "jobs are recorded"
+        "the batch database postgresql://lv:***@127.0.0.1:5544/q answers again (it did not for at least "
+        "61 s); jobs are recorded"
     )
     assert "connection timeout expired" in lines[3]  # a new outage is said at once
 

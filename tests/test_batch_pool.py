@@ -180,6 +180,13 @@ def test_only_expected_dbos_tracebacks_are_dropped() -> None:
     assert noise.filter(record(late)) and noise.filter(record(ValueError("a real fault")))
     noise.shut_down = True
     assert not noise.filter(record(late)) and noise.filter(record(ValueError("a real fault")))
+    # said without a traceback while a worker stopped during a database outage
+    for said in (
+        "Background thread Thread-5 (queue_thread) did not exit within timeout",
+        "Error fetching dequeued workflow statuses: DBOS Error: System database accessed before DBOS was "
+        "launched",
+    ):
+        assert not noise.filter(logging.LogRecord("dbos", logging.WARNING, __file__, 1, said, None, None))
     # DBOS's warning for a workflow another execution took over is kept (two machines, one worker id)
     disowned = "Workflow b/slow is no longer owned by this execution. Waiting for the recorded outcome"
     assert noise.filter(logging.LogRecord("dbos", logging.WARNING, __file__, 1, disowned, None, None))

@@ -6,7 +6,9 @@ import importlib.abc
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -97,3 +99,32 @@ def test_a_stop_after_the_command_returned_does_not_change_its_exit(
     assert entry.run() == 0
     os.kill(os.getpid(), signal.SIGTERM)  # ignored now: the command's work is done
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_threads_a_command_left_running_do_not_keep_the_process_alive() -> None:
+    """A batch worker stopped while its database did not answer said "stopped", then hung as long as the
+    outage lasted (DBOS's threads still tried to record), and Ctrl-C and SIGTERM did nothing."""
+    script = (
+        "import sys, threading, time\n"
+        "from runner.cli.entry import end\n"
+        "threading.Thread(target=time.sleep, args=(600,)).start()  # not a daemon: Python waits for it\n"
+        "print('said', flush=True)\n"
+        "sys.exit(end(7, linger_s=0.5))\n"
+    )
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (7, "said\n")
+    assert time.monotonic() - began < 30
+    quick = "import sys; from runner.cli.entry import end; sys.exit(end(3))"  # none left: at once
+    assert subprocess.run([sys.executable, "-c", quick], timeout=60).returncode == 3
+    # threads there before the command (a test's, in this process) are not the command's to end
+    import threading
+
+    waiting = threading.Event()
+    theirs = threading.Thread(target=waiting.wait, args=(60,))
+    theirs.start()
+    try:
+        assert entry.end(5, linger_s=0.2, before={theirs}) == 5
+    finally:
+        waiting.set()
+        theirs.join()

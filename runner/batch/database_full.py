@@ -144,7 +144,7 @@ class DatabaseOutageQuiet(logging.Filter):
             began, last = self._began, self._last
             self._began = self._last = self._said_at = None
         self._logger.warning(
-            "the batch database %s answers again (it did not for about %.0f s); jobs are recorded",
+            "the batch database %s answers again (it did not for at least %.0f s); jobs are recorded",
             self._database,
             last - began,
         )

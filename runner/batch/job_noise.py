@@ -33,10 +33,14 @@ class CancelledJobNoise(logging.Filter):
     failing to record what they did (they go back on the queue). DBOS's warning that a workflow "is no
     longer owned by this execution" is dropped for a workflow that was cancelled (expected after
     ``batch cancel``, and printed into the live progress view) and kept otherwise: two machines given
-    one --worker-id (which no local lock can see) cause it too."""
+    one --worker-id (which no local lock can see) cause it too. Once shut down, DBOS's own complaints
+    of being used after that, or of its threads still waiting for a database that does not answer, are
+    dropped too."""
 
     NAMES = ("DBOSAwaitedWorkflowCancelledError", "DBOSWorkflowCancelledError")
     SHUT_DOWN = "accessed before DBOS was launched"
+    # a shut-down DBOS's queue thread still waiting for its database (an outage): the stop goes on
+    THREAD_LEFT = "did not exit within timeout"
     NOT_OWNED = re.compile(r"Workflow (\S+) (?:outcome was not recorded: the workflow )?is no longer owned")
 
     def __init__(self) -> None:
@@ -45,6 +49,8 @@ class CancelledJobNoise(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
+        if self.shut_down and any(said in record.getMessage() for said in (self.SHUT_DOWN, self.THREAD_LEFT)):
+            return False
         if error is None:
             not_owned = self.NOT_OWNED.match(record.getMessage())
             return not_owned is None or not is_cancelled(not_owned.group(1), quiet=True)

@@ -192,8 +192,9 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
 
 
 def _first_line(error: BaseException) -> str:
-    """An error's first line, short: a database error's message runs on with its SQL and a link."""
-    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+    """An error's first line (a database error's message runs on with its SQL and a link), whole words."""
+    line = (str(error).splitlines() or [type(error).__name__])[0]
+    return line if len(line) <= 300 else f"{line[:300].rsplit(' ', 1)[0]} …"
 
 
 class BatchWorker:

@@ -214,8 +214,8 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
             err.print("stopped before taking any job (none of its servers had answered)", highlight=False)
             return 0
         err.print(
-            f"worker {worker.worker_id}: up to {pool.slots} job(s) at once on {', '.join(pool.urls)} "
-            f"({redact_db_url(db_url)}); Ctrl-C finishes running jobs and stops",
+            f"{_now()} worker {worker.worker_id}: up to {pool.slots} job(s) at once on "
+            f"{', '.join(pool.urls)} ({redact_db_url(db_url)}); Ctrl-C finishes running jobs and stops",
             highlight=False,
         )
         try:
@@ -226,12 +226,17 @@ def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
         except KeyboardInterrupt:
             _say_stopping(err, worker, args.grace)
     if worker.stranded:  # said why; the jobs wait for this worker id, held by no one now
-        err.print(f"stopped; its unfinished jobs wait for worker {worker.worker_id}", highlight=False)
+        err.print(
+            f"{_now()} stopped; its unfinished jobs wait for worker {worker.worker_id}", highlight=False
+        )
         return 1
     if worker.handed_back:
-        err.print(f"stopped: {worker.handed_back} unfinished job(s) went back on the queue", highlight=False)
+        err.print(
+            f"{_now()} stopped: {worker.handed_back} unfinished job(s) went back on the queue",
+            highlight=False,
+        )
     else:
-        err.print("stopped", highlight=False)
+        err.print(f"{_now()} stopped", highlight=False)
     return 0
 
 
@@ -247,7 +252,7 @@ def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
         wait = "no job is running on a server"
     again = "; Ctrl-C again stops now" if running and grace > 0 else ""
     err.print(
-        f"stopping: {wait}; jobs not finished then go back on the queue for the next worker{again}",
+        f"{_now()} stopping: {wait}; jobs not finished then go back on the queue for the next worker{again}",
         highlight=False,
     )
 
@@ -332,8 +337,13 @@ def _say_progress(
     now = time.monotonic()
     if line == said[0] and now - said[1] < PLAIN_EVERY_S:
         return said
-    err.print(line, highlight=False, markup=False)
+    err.print(f"{_now()} {line}", highlight=False, markup=False)
     return line, now
+
+
+def _now() -> str:
+    """The time of day a worker's line begins with, as its log lines do (a worker runs for hours)."""
+    return time.strftime("%H:%M:%S")
 
 
 def _is_manifest_of(path: Path, name: str) -> bool:
