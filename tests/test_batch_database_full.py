@@ -91,7 +91,9 @@ def test_a_database_that_does_not_answer_is_said_once_a_minute_not_per_retry(
         clock[0] += 61
         assert not quiet.filter(outage[0])
         quiet.check_answers_again()  # records came a moment ago: still out
+        assert quiet.out  # a worker stopped now says its running jobs cannot be recorded yet
         clock[0] += 31
+        assert not quiet.out
         quiet.check_answers_again()  # none for 30 s: it answers again, said once
         quiet.check_answers_again()
         # a host that takes connections and says nothing: psycopg's timeout, with its traceback

@@ -134,6 +134,12 @@ class DatabaseOutageQuiet(logging.Filter):
             )
         return False
 
+    @property
+    def out(self) -> bool:
+        """Whether the database is out now: it did not answer within :data:`ANSWERS_AGAIN_AFTER_S`."""
+        with self._lock:
+            return self._last is not None and time.monotonic() - self._last < ANSWERS_AGAIN_AFTER_S
+
     def check_answers_again(self) -> None:
         """Say, once, that the database answers again when its outage's records stopped
         :data:`ANSWERS_AGAIN_AFTER_S` ago (the worker calls this as it waits)."""

@@ -406,6 +406,11 @@ class BatchWorker:
             return self.runner.on_servers(batch)
         return sum(server.running for server in self.pool.snapshot())
 
+    @property
+    def database_out(self) -> bool:
+        """Whether the batch database does not answer now (an outage going on)."""
+        return self._down.out
+
     def check_database(self) -> None:
         """Raise :class:`LeanVideoError` once DBOS has failed to write the database for a full disk
         (:mod:`runner.batch.database_full`); the caller leaves the ``with`` block and the worker stops.

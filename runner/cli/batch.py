@@ -251,6 +251,8 @@ def _say_stopping(err: Console, worker: BatchWorker, grace: int) -> None:
     else:
         wait = "no job is running on a server"
     again = "; Ctrl-C again stops now" if running and grace > 0 else ""
+    if running and grace > 0 and worker.database_out:  # they cannot end before it answers
+        again = "; the batch database does not answer, so they cannot be recorded before it does" + again
     err.print(
         f"{_now()} stopping: {wait}; jobs not finished then go back on the queue for the next worker{again}",
         highlight=False,
