@@ -21,6 +21,7 @@ from runner.errors import UsageError, WorkspaceError
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB_NAME",
+    "database_error_text",
     "redact_db_url",
     "resolve_db_url",
     "sqlite_file",
@@ -96,6 +97,17 @@ def with_connect_timeout(url: str) -> str:
         return url
     query = f"{parts.query}&" if parts.query else ""
     return urlunsplit(parts._replace(query=f"{query}connect_timeout={CONNECT_TIMEOUT_S}"))
+
+
+def database_error_text(error: BaseException) -> str:
+    """What a database error says, on one line: psycopg's message and hint, without SQLAlchemy's
+    statement, parameters and "Background on this error" link."""
+    said = " ".join(
+        line.strip()
+        for line in str(error).splitlines()
+        if line.strip() and not line.startswith(("(Background on this error", "[SQL:", "[parameters:"))
+    )
+    return said or type(error).__name__
 
 
 def redact_db_url(url: str) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 from dbos import DBOS, DBOSClient, EnqueueOptions
 
 from runner.batch.attempt import PARTIAL_DIR, finished_record, occupant_problem
-from runner.batch.database_url import redact_db_url, sqlite_file, with_connect_timeout
+from runner.batch.database_url import database_error_text, redact_db_url, sqlite_file, with_connect_timeout
 from runner.batch.jobs_file import PreparedJob
 from runner.batch.orphans import take_off_orphans
 from runner.errors import LeanVideoError, UsageError
@@ -117,11 +117,7 @@ def open_client(db_url: str) -> Iterator[DBOSClient]:
         DBOS.migrate(with_connect_timeout(db_url))
         client = DBOSClient(system_database_url=with_connect_timeout(db_url), application_name=APP_NAME)
     except Exception as exc:  # SQLAlchemy / psycopg errors: the database cannot be used
-        said = " ".join(  # psycopg's hint kept; not SQLAlchemy's statement, parameters and "Background" link
-            line.strip()
-            for line in str(exc).splitlines()
-            if line.strip() and not line.startswith(("(Background on this error", "[SQL:", "[parameters:"))
-        )
+        said = database_error_text(exc)
         raise LeanVideoError(f"cannot open the batch database {redact_db_url(db_url)}: {said}") from exc
     finally:
         dbos_log.removeFilter(_not_a_maintenance_warning)

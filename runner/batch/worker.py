@@ -53,7 +53,7 @@ from dbos import DBOS
 
 from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet
-from runner.batch.database_url import redact_db_url
+from runner.batch.database_url import database_error_text, redact_db_url
 from runner.batch.job_noise import CancelledJobNoise, is_cancelled
 from runner.batch.orphans import cancel_left_prompts, take_off_orphans
 from runner.batch.pool import ServerPool
@@ -189,12 +189,6 @@ def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[
     finally:
         dbos_log.removeFilter(_not_a_registration_again)
     return run_batch_job
-
-
-def _first_line(error: BaseException) -> str:
-    """An error's first line (a database error's message runs on with its SQL and a link), whole words."""
-    line = (str(error).splitlines() or [type(error).__name__])[0]
-    return line if len(line) <= 300 else f"{line[:300].rsplit(' ', 1)[0]} …"
 
 
 class BatchWorker:
@@ -382,7 +376,9 @@ class BatchWorker:
                         "a worker with its id; run the same command again (or batch worker --worker-id %s) "
                         "once the database answers",
                         self.worker_id,
-                        "stopped while waiting" if isinstance(exc, KeyboardInterrupt) else _first_line(exc),
+                        "stopped while waiting"
+                        if isinstance(exc, KeyboardInterrupt)
+                        else database_error_text(exc),
                         self.worker_id,
                     )
                     return 0
@@ -392,7 +388,7 @@ class BatchWorker:
                         "worker %s: the batch database does not answer (%s): waiting up to %.0f s to put its "
                         "unfinished jobs back on the queue (Ctrl-C leaves them for a worker with its id)",
                         self.worker_id,
-                        _first_line(exc),
+                        database_error_text(exc),
                         HAND_BACK_DB_WAIT_S,
                     )
         if ids:
