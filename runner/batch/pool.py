@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from runner.errors import ServerError, UsageError
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
-from runner.transport.server_url import check_server_url, server_key
+from runner.transport.server_url import server_key
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +85,9 @@ class ServerPool:
     ) -> None:
         if not urls:
             raise UsageError("a server pool needs at least one server")
-        for url in urls:  # a typo is said now, not counted as a server that is down
-            check_server_url(url)
-        if len({server_key(url) for url in urls}) != len(urls):  # localhost and 127.0.0.1 are one
+        # a typo is said now (server_key checks each), not counted as a server that is down;
+        # localhost and 127.0.0.1 are one
+        if len({server_key(url) for url in urls}) != len(urls):
             raise UsageError(f"a server is listed twice: {urls}")
         if per_server < 1:
             raise UsageError(f"per_server must be ≥ 1, got {per_server}")

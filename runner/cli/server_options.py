@@ -116,13 +116,10 @@ class AppendServer(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         urls = list(getattr(namespace, self.dest, None) or [])
-        if values in urls:
-            raise argparse.ArgumentError(self, f"{values} is given twice: list each server once")
         earlier = next((url for url in urls if same_server(url, values)), None)
-        if earlier is not None:  # localhost and 127.0.0.1, a default port written out, …
-            raise argparse.ArgumentError(
-                self, f"{earlier} and {values} are one server, given twice: list each server once"
-            )
+        if earlier is not None:  # the same URL, or localhost and 127.0.0.1, a default port written out, …
+            one = f"{values} is" if earlier == values else f"{earlier} and {values} are one server,"
+            raise argparse.ArgumentError(self, f"{one} given twice: list each server once")
         setattr(namespace, self.dest, [*urls, values])
 
 
