@@ -182,8 +182,8 @@ def check_models(
                 cited_in=again.cited_in if again else None,
             )
         else:
-            folders = extra.folders() if extra else {}
-            index = index if index is not None else _model_index((models_dir, *also), folders)  # once
+            if index is None:  # once, for the first missing file
+                index = _model_index((models_dir, *also), extra.folders() if extra else {})
             folder = ref.folder or (source.directory if source else None)
             tiny = _fixture_path(fixtures_dir or models_dir, ref.folder, ref.name)
             target = tiny.parent if tiny else models_dir / folder if folder else None
