@@ -259,13 +259,13 @@ function placeBox(canvas) {
   const [x, y] = [rect.left + left, rect.top + top];
   const wanted = Math.round(Math.min(MAX_WIDTH, Math.max(MIN_WIDTH, 2 * (right - left))));
   const under = Math.max(x, open);
+  const beside = (height) => Math.max(0, Math.min(y, window.innerHeight - height)); // level with its title
   const spots = [
     [shut - under, () => [under, rect.top + bottom + GAP]],
     [shut - (rect.left + right + GAP), (width, height) => [rect.left + right + GAP, beside(height)]],
     [x - GAP - open, (width, height) => [x - GAP - width, beside(height)]],
     [shut - under, (width, height) => [under, y - TOOLBAR - GAP - height]],
   ];
-  const beside = (height) => Math.max(0, Math.min(y, window.innerHeight - height)); // level with its title
   element.style.display = "block";
   const sized = (width) => {
     element.style.maxWidth = `${width}px`;
@@ -359,20 +359,23 @@ function inSight(canvas, rect, [left, top, right, bottom]) {
   if (right < 0 || bottom < 0 || left > rect.width || top > rect.height) return false;
   const py = rect.top + Math.min(Math.max(top + 8, 0), rect.height - 1);
   // its title's left end, middle and right end: a node half under a panel is still in sight
-  return [left + 8, (left + right) / 2, right - 8].some((x) => {
-    const hit = document.elementFromPoint(rect.left + Math.min(Math.max(x, 0), rect.width - 1), py);
-    return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
-  });
+  return [left + 8, (left + right) / 2, right - 8].some((x) =>
+    showsCanvas(canvas, rect.left + Math.min(Math.max(x, 0), rect.width - 1), py),
+  );
+}
+
+// Whether the window point (x, y) shows the canvas: the canvas itself or a node on it, not a panel or
+// menu over it (the report box and markers let the pointer through, so they are never hit).
+function showsCanvas(canvas, x, y) {
+  const hit = document.elementFromPoint(x, y);
+  return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
 }
 
 // The span of the window's width, at height y, where the canvas shows between the panels at its sides
 // (the icon bar, a sidebar): [left, right) in window pixels. Panels run from an edge, so each end is
 // found by halving the distance from the canvas's middle, where nothing is drawn over it.
 function openSpan(canvas, rect, y) {
-  const shows = (x) => {
-    const hit = document.elementFromPoint(x, y);
-    return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget, .leanvideo-report");
-  };
+  const shows = (x) => showsCanvas(canvas, x, y);
   const edge = (inside, outside) => {
     if (shows(outside)) return outside;
     while (Math.abs(outside - inside) > 4) {
