@@ -119,8 +119,8 @@ def test_a_dead_workers_prompt_comes_off_before_its_job_waits_for_a_server(tmp_p
     ran to its end. Now the orphan is taken off while every slot is busy, before the job waits."""
     import threading
 
+    from runner.batch.job_runner import JobRunner, LeftForLater
     from runner.batch.pool import ServerPool
-    from runner.batch.worker import JobRunner, LeftForLater
 
     out = tmp_path / "out"
     with FakeComfy(finish) as fake:

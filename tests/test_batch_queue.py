@@ -569,7 +569,7 @@ def test_registering_the_job_workflow_again_is_not_warned_about() -> None:
     """A worker registers its job workflow each time it launches DBOS (after a stand-down too, so the
     workflow runs on its new pool state); DBOS's warning about a second registration of a name was
     printed to the worker's terminal."""
-    from runner.batch.worker import JobRunner, register_job_workflow
+    from runner.batch.job_runner import JobRunner, register_job_workflow
 
     said: list[str] = []
     handler = logging.Handler()

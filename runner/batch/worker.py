@@ -1,12 +1,12 @@
 """Run a batch's jobs: a DBOS executor that takes jobs off the shared queue onto its servers.
 
-A :class:`BatchWorker` launches DBOS in this process (DBOS allows one executor per process) with the
-job workflow registered, and takes up to ``per_server × servers`` jobs at once from the queue, plus
-:data:`PREFETCH` waiting for the next free slot (DBOS picks up queued work every
-:data:`POLLING_INTERVAL_S`; a job already taken starts the moment a slot frees). DBOS keeps one such
-limit per queue, in its database: the worker started last sets it for all. The
-job workflow is durable; its only step is one attempt on one server (:mod:`runner.batch.attempt`),
-so what DBOS records is the outcome of each attempt:
+A :class:`BatchWorker` launches DBOS in this process (DBOS allows one executor per process) with the job
+workflow registered (its body: :class:`~runner.batch.job_runner.JobRunner`), and takes up to
+``per_server × servers`` jobs at once from the queue, plus :data:`PREFETCH` waiting for the next free
+slot (DBOS picks up queued work every :data:`POLLING_INTERVAL_S`; a job already taken starts the moment
+a slot frees). DBOS keeps one such limit per queue, in its database: the worker started last sets it for
+all. The job workflow is durable; its only step is one attempt on one server
+(:mod:`runner.batch.attempt`), so what DBOS records is the outcome of each attempt:
 
 - an attempt that fails because its **server** stopped answering is followed by another, on the
   least busy healthy server (the failed one is out of the pool until a probe answers), up to the
@@ -19,16 +19,16 @@ so what DBOS records is the outcome of each attempt:
 
 A worker that stops (Ctrl-C, ``--grace``) lets the jobs whose prompts are out on servers finish; a job
 still waiting for a free server (all of them out, or busy) leaves at once, unrecorded
-(:class:`LeftForLater`). Once DBOS is down and the prompts of jobs still running are off their servers,
-every job the worker left unfinished goes back on the queue, where any worker takes it
-(:func:`~runner.batch.queue.hand_back_jobs`): a ``submit --wait`` takes other batches' queued jobs too,
-and would otherwise leave them to a worker of its own id.
+(:class:`~runner.batch.job_runner.LeftForLater`). Once DBOS is down and the prompts of jobs still
+running are off their servers, every job the worker left unfinished goes back on the queue, where any
+worker takes it (:func:`~runner.batch.queue.hand_back_jobs`): a ``submit --wait`` takes other batches'
+queued jobs too, and would otherwise leave them to a worker of its own id.
 
-When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker
-with the same ``worker_id`` starts (by default this machine's name and its server list, so
-restarting the same command recovers them; two live workers never share an id:
-:mod:`runner.batch.worker_ids`); any worker then takes them. An attempt that had finished but was not
-recorded yet finds its folder in place and runs nothing (:func:`runner.batch.attempt.finished_record`).
+When the process dies, DBOS puts the jobs it was running back on the queue the next time a worker with
+the same ``worker_id`` starts (by default this machine's name and its server list, so restarting the
+same command recovers them; two live workers never share an id: :mod:`runner.batch.worker_ids`); any
+worker then takes them. An attempt that had finished but was not recorded yet finds its folder in place
+and runs nothing (:func:`runner.batch.attempt.finished_record`).
 
 Example::
 
@@ -43,28 +43,17 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from dbos import DBOS
 
-from runner.batch.attempt import PARTIAL_DIR, InFlight, inspect_folder, output_fault, run_attempt
 from runner.batch.database_full import DatabaseFullWatch, DatabaseOutageQuiet
 from runner.batch.database_url import database_error_text, redact_db_url
-from runner.batch.job_noise import CancelledJobNoise, is_cancelled
-from runner.batch.orphans import cancel_left_prompts, take_off_orphans
+from runner.batch.job_noise import CancelledJobNoise
+from runner.batch.job_runner import JobRunner, register_job_workflow
+from runner.batch.orphans import cancel_left_prompts
 from runner.batch.pool import ServerPool
-from runner.batch.queue import (
-    APP_NAME,
-    APP_VERSION,
-    JOB_WORKFLOW,
-    QUEUE,
-    hand_back_jobs,
-    open_client,
-)
+from runner.batch.queue import APP_NAME, APP_VERSION, QUEUE, hand_back_jobs, open_client
 from runner.batch.worker_ids import default_worker_id, hold_worker_id
 from runner.errors import LeanVideoError, ServerError
 
@@ -76,119 +65,8 @@ DEFAULT_GRACE_S = 600  # on stop, how long running jobs get to finish
 HAND_BACK_WAIT_S = 10.0  # on stop, how long attempts whose prompts came off get to see it, before hand-back
 HAND_BACK_DB_WAIT_S = 120.0  # on stop, how long a database that does not answer is waited for to hand back
 HAND_BACK_RETRY_S = 5.0
-# An attempt whose worker died while its prompt was out (found by the next attempt's orphan check)
-LOST_ATTEMPT = {"status": "lost", "fault": "worker", "seconds": None}
-
-
 FIRST_ANSWER_WAIT_S = 5.0  # how long a starting worker waits for a server before saying none answers
 STAND_DOWN_S = 60.0  # none of its servers answering this long, a worker gives its jobs back (check_servers)
-
-
-class LeftForLater(BaseException):
-    """Raised out of a job whose worker began stopping before the job took a server. A BaseException on
-    purpose: DBOS records only what derives from Exception, so neither the step nor the job is
-    recorded; the job stays pending under the worker's id until the stopped worker hands it back to the
-    queue (not failed, not errored). Without it, a stop with every server out waited the whole
-    ``--grace`` for jobs that could never start."""
-
-
-class JobRunner:
-    """What a job workflow does, bound to this process's pool (the workflow's steps call it)."""
-
-    def __init__(self, pool: ServerPool, worker_id: str) -> None:
-        self.pool = pool
-        self.worker_id = worker_id
-        self.draining = threading.Event()  # stopping: no job takes a server any more
-        self.stop = threading.Event()  # stopped: DBOS is down, nothing more is recorded
-        self.in_flight = InFlight()  # the prompts out on servers, taken off them if the worker stops early
-        self._on_servers: Counter[str] = Counter()  # batch name -> its jobs holding a server slot now
-        self._lock = threading.Lock()
-
-    def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
-        """The job workflow's body: attempts until success, a job fault, or ``max_attempts``."""
-        log: list[dict[str, Any]] = []
-        outcome: dict[str, Any] = {}
-        for _ in range(int(job["max_attempts"])):
-            outcome = DBOS.run_step({"name": "attempt"}, self.attempt, job, len(log) + 1)
-            for lost in outcome.pop("lost", []):  # a worker died during it: it ran, and is counted
-                log.append({"attempt": len(log) + 1, "server": lost["server"], **LOST_ATTEMPT})
-            log.append({k: outcome.get(k) for k in ("attempt", "server", "status", "fault", "seconds")})
-            if outcome["status"] == "success" or outcome.get("fault") != "server":
-                break
-        record = {**outcome, "attempts": len(log), "attempt_log": log}
-        if record["status"] != "success" and record.get("fault") == "server":
-            record["error"] = {
-                **record["error"],
-                "message": f"gave up after {len(log)} attempt(s); last: {record['error']['message']}",
-            }
-        return record
-
-    def attempt(self, job: dict[str, Any], attempt: int) -> dict[str, Any]:
-        """One attempt (a DBOS step): the finished record if the job's folder exists, else a run."""
-        done, problem = inspect_folder(job)
-        if done is not None:
-            logger.info("job %s: results already in place; not run again", job["job_id"])
-            return done
-        if problem is not None:  # checked before a server is taken
-            return output_fault(job, server=None, worker=self.worker_id, attempt=attempt, message=problem)
-        left = f"job {job['job_id']}: the worker stopped before it took a server"
-        # a dead worker's prompt of this job comes off its server before this job waits for one: left
-        # there, it ran on while newer jobs queued behind it on that server
-        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
-        try:
-            server = self.pool.acquire(self.draining)
-        except ServerError:
-            if self.draining.is_set():
-                raise LeftForLater(left) from None
-            raise
-        failed = False
-        with self._lock:
-            self._on_servers[job["batch"]] += 1
-        try:
-            if self.draining.is_set():  # the worker began stopping as this job got its slot
-                raise LeftForLater(left)
-            workflow_id = DBOS.workflow_id
-            outcome = run_attempt(
-                job,
-                server,
-                worker=self.worker_id,
-                attempt=attempt,
-                cancelled=lambda: is_cancelled(workflow_id),
-                in_flight=self.in_flight,
-                lost=lost,
-            )
-            failed = outcome.get("fault") == "server"
-            return outcome
-        finally:
-            with self._lock:
-                self._on_servers[job["batch"]] -= 1
-            self.pool.release(server, server_failed=failed, reason="a job lost it")
-
-    def on_servers(self, batch: str) -> int:
-        """How many of ``batch``'s jobs hold a server slot of this worker now."""
-        with self._lock:
-            return self._on_servers[batch]
-
-
-def _not_a_registration_again(record: logging.LogRecord) -> bool:
-    return f"registration of function '{JOB_WORKFLOW}'" not in record.getMessage()
-
-
-def register_job_workflow(runner: JobRunner) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Register the job workflow, bound to ``runner``, under :data:`JOB_WORKFLOW` (again: the last
-    registration in a process wins, which is how a second worker in one process gets its pool)."""
-
-    dbos_log = logging.getLogger("dbos")
-    dbos_log.addFilter(_not_a_registration_again)  # DBOS warns of each after the first; this one is meant
-    try:
-
-        @DBOS.workflow(name=JOB_WORKFLOW)
-        def run_batch_job(job: dict[str, Any]) -> dict[str, Any]:
-            return runner.run_job(job)
-
-    finally:
-        dbos_log.removeFilter(_not_a_registration_again)
-    return run_batch_job
 
 
 class BatchWorker:
