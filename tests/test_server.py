@@ -29,7 +29,7 @@ from runner.local.server import (
     write_headless_page,
 )
 from runner.local.server_args import refuse_owned_flags
-from runner.local.server_log import import_failures
+from runner.local.server_log import import_failures, read_log
 from runner.local.workspace import NODE_PACK_DIR, Workspace
 
 pytestmark = pytest.mark.integration
@@ -301,8 +301,8 @@ def test_nodes_that_did_not_import_are_read_from_the_log(tmp_path: Path) -> None
         "IMPORT FAILED: nodes_lt.py\nIMPORT FAILED: nodes_wan.py\n\nThis issue might be caused by …\n",
         encoding="utf-8",
     )
-    assert import_failures(log) == ["nodes_lt.py", "nodes_wan.py"]
-    assert import_failures(tmp_path / "none.log") == []
+    assert import_failures(log.read_text()) == ["nodes_lt.py", "nodes_wan.py"]
+    assert import_failures(read_log(tmp_path / "none.log")) == []
 
 
 def test_custom_node_packs_that_did_not_import_are_said_with_the_python_that_runs_the_server(
@@ -327,9 +327,9 @@ def test_custom_node_packs_that_did_not_import_are_said_with_the_python_that_run
         f"{nodes}/user_node\n",
         encoding="utf-8",
     )
-    assert custom_node_failures(log) == {f"{nodes}/user_node": "No module named 'tabulate'"}
-    assert import_failures(log) == []  # the built-in nodes' own marker is another line
-    assert custom_nodes_warning(log, Path("/venv/bin/python")) == (
+    assert custom_node_failures(log.read_text()) == {f"{nodes}/user_node": "No module named 'tabulate'"}
+    assert import_failures(log.read_text()) == []  # the built-in nodes' own marker is another line
+    assert custom_nodes_warning(log.read_text(), Path("/venv/bin/python")) == (
         "started without the custom nodes that did not import: user_node (No module named 'tabulate'). "
         "It runs under /venv/bin/python: install what they need into that Python "
         f"(`/venv/bin/python -m pip install -r {nodes}/user_node/requirements.txt`)"
@@ -339,13 +339,46 @@ def test_custom_node_packs_that_did_not_import_are_said_with_the_python_that_run
     with log.open("a", encoding="utf-8") as more:
         for pack in ("no_requirements", "gguf"):
             more.write(f"Cannot import {nodes}/{pack} module for custom nodes: No module named 'x'\n")
-    said = custom_nodes_warning(log, Path("/venv/bin/python")) or ""
+    said = custom_nodes_warning(log.read_text(), Path("/venv/bin/python")) or ""
     assert f"-r {nodes}/user_node/requirements.txt -r {nodes}/gguf/requirements.txt`)" in said
     assert "no_requirements (No module named 'x')" in said and "no_requirements/req" not in said
     (nodes / "user_node" / "requirements.txt").unlink()
     (nodes / "gguf" / "requirements.txt").unlink()
-    assert (custom_nodes_warning(log, Path("/venv/bin/python")) or "").endswith("into that Python")
-    assert custom_nodes_warning(tmp_path / "none.log", Path("/venv/bin/python")) is None
+    assert (custom_nodes_warning(log.read_text(), Path("/venv/bin/python")) or "").endswith(
+        "into that Python"
+    )
+    assert custom_nodes_warning(read_log(tmp_path / "none.log"), Path("/venv/bin/python")) is None
+
+
+def test_start_warnings_say_each_kind_from_one_reading_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A started server's warnings (built-in nodes, custom packs, the pack's own lines) come from one
+    reading of its log, each line naming the server; a server with no log says nothing."""
+    from runner.local import server_log
+
+    log = tmp_path / "comfyui.log"
+    log.write_text(
+        "IMPORT FAILED: nodes_lt.py\n"
+        f"Cannot import {tmp_path}/custom_nodes/pack module for custom nodes: No module named 'x'\n"
+        "[custom nodes] LeanVideo: node id LeanVideoFreeVRAM is registered by another pack too\n",
+        encoding="utf-8",
+    )
+    read: list[Path] = []
+    real = server_log.read_log
+    monkeypatch.setattr(server_log, "read_log", lambda path: read.append(path) or real(path))
+    said = server_log.start_warnings(log, Path("/venv/bin/python"), "ComfyUI on port 8190")
+    assert read == [log]
+    assert [line.split(" (")[0].split(":")[0] for line in said] == [
+        "ComfyUI on port 8190 started without its nodes from nodes_lt.py",
+        "ComfyUI on port 8190 started without the custom nodes that did not import",
+        "ComfyUI on port 8190",
+    ]
+    assert (
+        said[2]
+        == "ComfyUI on port 8190: LeanVideo: node id LeanVideoFreeVRAM is registered by another pack too"
+    )
+    assert server_log.start_warnings(tmp_path / "none.log", Path("/venv/bin/python"), "ComfyUI") == []
 
 
 @pytest.mark.parametrize(

@@ -33,14 +33,7 @@ from runner.local.server_config import (
     write_extra_model_paths,
     write_headless_page,
 )
-from runner.local.server_log import (
-    custom_nodes_warning,
-    keep_previous_log,
-    missing_nodes_warning,
-    missing_package_hint,
-    pack_warnings,
-    read_log_tail,
-)
+from runner.local.server_log import keep_previous_log, missing_package_hint, read_log_tail, start_warnings
 from runner.local.server_record import remove_own_record, write_record
 from runner.local.state_lock import lock_state_dir, note_holder
 from runner.local.workspace import holds_pack
@@ -134,12 +127,9 @@ class ComfyServer:
         except BaseException:
             self.stop()
             raise
-        if (missing := missing_nodes_warning(self.log_path)) is not None:  # it runs, without those nodes
-            logger.warning("ComfyUI on port %d %s", self.config.port, missing)
-        if (failed := custom_nodes_warning(self.log_path, self.config.python)) is not None:
-            logger.warning("ComfyUI on port %d %s", self.config.port, failed)
-        for said in pack_warnings(self.log_path):  # in its log only, where nobody reads it
-            logger.warning("ComfyUI on port %d: %s", self.config.port, said)
+        # it runs, without what did not import; and the pack's warnings are in its log only otherwise
+        for said in start_warnings(self.log_path, self.config.python, f"ComfyUI on port {self.config.port}"):
+            logger.warning("%s", said)
         self._write_record()
 
     def _launch(self, lock: int) -> None:

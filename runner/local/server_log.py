@@ -1,6 +1,6 @@
 """A server's ``comfyui.log``: its last lines for an error message, what they say went wrong (a missing
-package, built-in nodes that did not import), and the previous server's log kept when a new one starts
-in the same folder.
+package, built-in nodes or custom node packs that did not import, the node pack's warnings), and the
+previous server's log kept when a new one starts in the same folder.
 
 Example::
 
@@ -22,7 +22,9 @@ __all__ = [
     "missing_nodes_warning",
     "missing_package_hint",
     "pack_warnings",
+    "read_log",
     "read_log_tail",
+    "start_warnings",
 ]
 
 LOG_TAIL_LINES = 40
@@ -47,22 +49,37 @@ def keep_previous_log(log: Path) -> None:
         pass
 
 
-def import_failures(path: Path) -> list[str]:
-    """The built-in node files ComfyUI's log says did not import (``IMPORT FAILED: nodes_lt.py``): a
-    damaged or incomplete ComfyUI, or a dependency missing since it was installed."""
+def read_log(path: Path) -> str:
+    """The text of the log ``path``; ``""`` when there is none (or it cannot be read)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return []
-    return [
-        line.split("IMPORT FAILED:", 1)[1].strip() for line in text.splitlines() if "IMPORT FAILED:" in line
+        return ""
+
+
+def start_warnings(path: Path, python: Path, server: str) -> list[str]:
+    """The warnings about ``server`` (``ComfyUI on port 8188``), which started and answers, in its log
+    ``path``, read once: built-in nodes that did not import, custom node packs that did not (``python``
+    is the interpreter it runs), and the node pack's own start-up warnings (``…: LeanVideo: …``)."""
+    text = read_log(path)
+    said = [missing_nodes_warning(text, path), custom_nodes_warning(text, python)]
+    return [f"{server} {warning}" for warning in said if warning is not None] + [
+        f"{server}: {warning}" for warning in pack_warnings(text)
     ]
 
 
-def missing_nodes_warning(path: Path) -> str | None:
-    """What to say of a server that started without some of its built-in nodes (its log ``path`` names
-    them), or None when every one imported."""
-    failed = import_failures(path)
+def import_failures(log: str) -> list[str]:
+    """The built-in node files the ComfyUI log text ``log`` says did not import (``IMPORT FAILED:
+    nodes_lt.py``): a damaged or incomplete ComfyUI, or a dependency missing since it was installed."""
+    return [
+        line.split("IMPORT FAILED:", 1)[1].strip() for line in log.splitlines() if "IMPORT FAILED:" in line
+    ]
+
+
+def missing_nodes_warning(log: str, path: Path) -> str | None:
+    """What to say of a server that started without some of its built-in nodes (its log text ``log``,
+    read from ``path``, names them), or None when every one imported."""
+    failed = import_failures(log)
     if not failed:
         return None
     return (
@@ -71,16 +88,12 @@ def missing_nodes_warning(path: Path) -> str | None:
     )
 
 
-def custom_node_failures(path: Path) -> dict[str, str]:
-    """The custom node packs ComfyUI's log ``path`` says did not import (``Cannot import
+def custom_node_failures(log: str) -> dict[str, str]:
+    """The custom node packs the ComfyUI log text ``log`` says did not import (``Cannot import
     /…/custom_nodes/pack module for custom nodes: No module named 'x'``): their folder -> the error."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
     marker, separator = "Cannot import ", " module for custom nodes: "
     failed: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in log.splitlines():
         start = line.find(marker)
         if start >= 0 and separator in line[start:]:
             folder, error = line[start + len(marker) :].split(separator, 1)
@@ -89,10 +102,10 @@ def custom_node_failures(path: Path) -> dict[str, str]:
     return failed
 
 
-def custom_nodes_warning(path: Path, python: Path) -> str | None:
-    """What to say of a server whose log ``path`` names custom node packs that did not import (their
+def custom_nodes_warning(log: str, python: Path) -> str | None:
+    """What to say of a server whose log text ``log`` names custom node packs that did not import (their
     nodes are missing from it), or None when every one imported; ``python`` is the interpreter it runs."""
-    failed = custom_node_failures(path)
+    failed = custom_node_failures(log)
     if not failed:
         return None
     packs = "; ".join(f"{Path(folder).name} ({error})" for folder, error in failed.items())
@@ -109,15 +122,11 @@ def custom_nodes_warning(path: Path, python: Path) -> str | None:
 PACK_SAYS = "LeanVideo: "  # how the node pack's start-up warnings to its user begin
 
 
-def pack_warnings(path: Path) -> list[str]:
-    """What the node pack told its user in ComfyUI's log ``path`` as the server started (a second copy
-    of it left unloaded, node ids another pack took, a ``LEANVIDEO_INT8_KERNEL`` that names no kernel):
-    each such line from ``LeanVideo:`` on."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    return [line[line.find(PACK_SAYS) :] for line in text.splitlines() if PACK_SAYS in line]
+def pack_warnings(log: str) -> list[str]:
+    """What the node pack told its user in the ComfyUI log text ``log`` as the server started (a second
+    copy of it left unloaded, node ids another pack took, a ``LEANVIDEO_INT8_KERNEL`` that names no
+    kernel): each such line from ``LeanVideo:`` on."""
+    return [line[line.find(PACK_SAYS) :] for line in log.splitlines() if PACK_SAYS in line]
 
 
 def missing_package_hint(tail: str, python: Path) -> str:
