@@ -290,7 +290,24 @@ def test_the_fixtures_know_comfyuis_other_folders_for_their_models() -> None:
     from runner.local.server import MODEL_FOLDERS
 
     for folder, aliases in ALIAS_FOLDERS.items():
-        assert MODEL_FOLDERS[folder] == (folder, *aliases)
+        assert sorted(MODEL_FOLDERS[folder]) == sorted((folder, *aliases))
+
+
+def test_each_kinds_models_folders_are_searched_in_comfyuis_order(workspace: Workspace) -> None:
+    """A file under one name in models/unet and models/diffusion_models: the pinned ComfyUI loads the
+    one in unet (its folder_paths lists unet first), and so must the servers' and the models check's
+    search (MODEL_FOLDERS listed diffusion_models first)."""
+    from runner.local.server import MODEL_FOLDERS
+
+    source = (workspace.comfyui_dir / "folder_paths.py").read_text(encoding="utf-8")
+    theirs = {
+        kind: tuple(re.findall(r'os\.path\.join\(models_dir, "([^"]+)"\)', paths))
+        for kind, paths in re.findall(r'^folder_names_and_paths\["(\w+)"\] = \(\[(.*?)\]', source, re.M)
+    }
+    assert theirs["diffusion_models"] == ("unet", "diffusion_models")  # the reading itself
+    compared = [kind for kind in MODEL_FOLDERS if kind in theirs]
+    assert {"diffusion_models", "text_encoders", "controlnet"} <= set(compared)
+    assert {kind: MODEL_FOLDERS[kind] for kind in compared} == {kind: theirs[kind] for kind in compared}
 
 
 def test_nodes_that_did_not_import_are_read_from_the_log(tmp_path: Path) -> None:

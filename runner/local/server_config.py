@@ -26,7 +26,7 @@ HEADLESS_PAGE = (
 # Folder names ComfyUI looks models up under, mapped to the sub-folders of our models folder.
 MODEL_FOLDERS: dict[str, tuple[str, ...]] = {
     "checkpoints": ("checkpoints",),
-    "diffusion_models": ("diffusion_models", "unet"),
+    "diffusion_models": ("unet", "diffusion_models"),  # ComfyUI's order: unet first
     "text_encoders": ("text_encoders", "clip"),
     "clip": ("text_encoders", "clip"),
     "loras": ("loras",),
