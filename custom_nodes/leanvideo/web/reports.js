@@ -3,11 +3,13 @@
 // "i" in its title bar (over its header where nodes are page elements) says there is one, and
 // pointing at the node (or selecting it alone) shows the report in a box under it (beside it, or above
 // it, where the window has no room). The box is a page element over the canvas, so no node drawn later
-// and no text box of a node covers it, and its text keeps its size at any zoom; it goes when its node is scrolled away or under a panel. Each workflow
-// tab keeps the reports of the runs it queued. The node itself never changes: not its size, not its
+// and no text box of a node covers it, and its text keeps its size at any zoom; it goes when its node
+// is scrolled away or under a panel (where things may go on the page: screen.js). Each workflow tab
+// keeps the reports of the runs it queued. The node itself never changes: not its size, not its
 // widgets; nothing is added to what is saved or submitted.
 import { api } from "../../scripts/api.js";
 import { app } from "../../scripts/app.js";
+import { inSight, openSpan, overlay } from "./screen.js";
 
 const NODES = new Set([
   "LeanVideoDiffusionModelLoaderINT8",
@@ -188,15 +190,6 @@ function trackPointedNode() {
 
 let box = null;
 
-// A page element fixed over the editor that the pointer passes through: the report box, a marker.
-function overlay(className, style) {
-  const element = document.createElement("div");
-  element.className = className;
-  Object.assign(element.style, { position: "fixed", pointerEvents: "none", ...style });
-  document.body.appendChild(element);
-  return element;
-}
-
 function reportBox() {
   if (box?.isConnected) return box;
   box = overlay("leanvideo-report", {
@@ -352,43 +345,6 @@ function markerElement() {
 }
 
 const TOOLBAR = 44; // px above a selected node: the editor's selection toolbox
-
-// Whether the node (its screen rectangle in the canvas) is in view: within the canvas, and its title
-// not under a panel drawn over the canvas (a sidebar).
-function inSight(canvas, rect, [left, top, right, bottom]) {
-  if (right < 0 || bottom < 0 || left > rect.width || top > rect.height) return false;
-  const py = rect.top + Math.min(Math.max(top + 8, 0), rect.height - 1);
-  // its title's left end, middle and right end: a node half under a panel is still in sight
-  return [left + 8, (left + right) / 2, right - 8].some((x) =>
-    showsCanvas(canvas, rect.left + Math.min(Math.max(x, 0), rect.width - 1), py),
-  );
-}
-
-// Whether the window point (x, y) shows the canvas: the canvas itself or a node on it, not a panel or
-// menu over it (the report box and markers let the pointer through, so they are never hit).
-function showsCanvas(canvas, x, y) {
-  const hit = document.elementFromPoint(x, y);
-  return !hit || hit === canvas.canvas || !!hit.closest?.("[data-node-id], .dom-widget");
-}
-
-// The span of the window's width, at height y, where the canvas shows between the panels at its sides
-// (the icon bar, a sidebar): [left, right) in window pixels. Panels run from an edge, so each end is
-// found by halving the distance from the canvas's middle, where nothing is drawn over it.
-function openSpan(canvas, rect, y) {
-  const shows = (x) => showsCanvas(canvas, x, y);
-  const edge = (inside, outside) => {
-    if (shows(outside)) return outside;
-    while (Math.abs(outside - inside) > 4) {
-      const half = (inside + outside) / 2;
-      if (shows(half)) inside = half;
-      else outside = half;
-    }
-    return inside;
-  };
-  const middle = Math.min(Math.max(rect.left + rect.width / 2, 0), window.innerWidth - 1);
-  if (!shows(middle)) return [0, window.innerWidth];
-  return [Math.ceil(edge(middle, Math.max(rect.left, 0))), Math.floor(edge(middle, Math.min(rect.right, window.innerWidth) - 1)) + 1];
-}
 
 const EXTENSION = {
   name: "leanvideo.reports",
