@@ -48,7 +48,7 @@ def cpu_isa() -> str:
 
 def onednn_on() -> bool:
     """Whether torch has oneDNN and it is switched on (``torch.backends.mkldnn``)."""
-    return bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
+    return bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)  # type: ignore[no-untyped-call]
 
 
 def cpu_flags() -> set[str]:

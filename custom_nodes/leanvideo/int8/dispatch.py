@@ -378,7 +378,7 @@ def _disagreement(reference: torch.Tensor, output: torch.Tensor) -> str | None:
     # an odd stride meets every row offset of a kernel's tiles, and the last (partial) tile is kept
     step = max(1, rows.shape[0] // AGREEMENT_ROWS) | 1
     picked = torch.cat([torch.arange(0, rows.shape[0], step), torch.tensor([rows.shape[0] - 1])])
-    picked = picked.unique().to(rows.device)
+    picked = torch.unique(picked).to(rows.device)
     sample = output.reshape(rows.shape).index_select(0, picked)
     agreement = sqnr_db(rows.index_select(0, picked).float(), sample.float())
     return None if agreement >= MIN_AGREEMENT_DB else f"{agreement:.1f} dB against w8a16"

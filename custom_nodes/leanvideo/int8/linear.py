@@ -136,7 +136,7 @@ def int_mm_cpu_fallback() -> str | None:
     element by element: 17–22× the time of a float matmul measured with oneDNN off, 27–43× on an
     AVX2-only EPYC. Every W8A8 kernel here, comfy-kitchen's eager backend included, ends in
     ``torch._int_mm`` on a CPU."""
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return "torch was built without oneDNN, so torch._int_mm runs its scalar loop"
     if not torch.backends.mkldnn.enabled:
         return "oneDNN is switched off in torch.backends.mkldnn, so torch._int_mm runs its scalar loop"
@@ -155,7 +155,7 @@ def onednn_weights() -> OneDNNWeights:
 def _compile_supported() -> bool:
     import torch._dynamo  # torch.compile's front end, imported only when the fused kernel is asked about
 
-    return bool(torch._dynamo.is_dynamo_supported())
+    return bool(torch._dynamo.is_dynamo_supported())  # type: ignore[attr-defined]
 
 
 def w8a8_fits(x: torch.Tensor, packed: Int8Weight) -> bool:

@@ -46,7 +46,8 @@ def onednn_unsupported(x: torch.Tensor) -> str | None:
     """Why the ``onednn`` kernel cannot run ``x`` here, or ``None`` when it can."""
     if x.device.type != "cpu":
         return "oneDNN's int8 linear runs on a CPU only"
-    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
+    mkldnn = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    if not mkldnn or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return "torch was built without oneDNN's int8 linear"
     return onednn_vnni_missing()
 
@@ -85,7 +86,7 @@ class OneDNNWeights:
         """The packed copy of ``qdata`` (packing it now when there is none, or it changed since)."""
         version = _version(qdata)
         with self._lock:
-            entry = self._packed.get(qdata)
+            entry = self._packed.get(qdata)  # type: ignore[no-untyped-call]
             if entry is None or entry[0] != version:
                 entry = (version, torch.ops.onednn.qlinear_prepack(qdata.contiguous(), None))
                 self._packed[qdata] = entry
@@ -94,7 +95,7 @@ class OneDNNWeights:
     def forget(self, qdata: torch.Tensor) -> None:
         """Drop the packed copy of ``qdata`` (the kernel lost its shape: the copy would only hold memory)."""
         with self._lock:
-            self._packed.pop(qdata, None)
+            self._packed.pop(qdata, None)  # type: ignore[no-untyped-call]
 
     def __len__(self) -> int:
         return len(self._packed)
@@ -121,7 +122,7 @@ def onednn_rows(
     # v + 128 as an unsigned byte is v's bits with the top one flipped: one pass over the int8 rows
     shifted = rows_q.view(torch.uint8).bitwise_xor(ZERO_POINT)
     zero_points = torch.zeros(weight_scale.shape[0], dtype=torch.int64)
-    scaled = torch.ops.onednn.qlinear_pointwise(
+    scaled: torch.Tensor = torch.ops.onednn.qlinear_pointwise(
         shifted, 1.0, ZERO_POINT, packed_weight, weight_scale, zero_points,
         None, 1.0, 0, torch.float32, "none", [], "",
     )  # fmt: skip
