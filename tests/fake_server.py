@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import gzip
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,12 @@ class FakeComfy:
         self.script = script
         self.history_misses = history_misses  # answer {} this many times after finish(): the history race
         self.prompt_answer: tuple[int, str, str] | None = None  # (status, content type, body) of POST /prompt
+        # What a reverse proxy in front of it does: answer the next request under a path with a status
+        # and a web page of its own (taken in order, each once); refuse the websocket with a status;
+        # gzip /view always ("always") or when the request accepts it ("asked")
+        self.proxy_answers: list[tuple[str, int]] = []
+        self.ws_refusal: int | None = None
+        self.compress_view: str | None = None
         self.history: dict[str, Any] = {}
         self.running: set[str] = set()
         self.calls: list[tuple[str, Any]] = []
@@ -103,7 +110,7 @@ class FakeComfy:
             await asyncio.sleep(0)
 
     async def _serve(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._as_proxy])
         app.router.add_get("/ws", self._ws)
         app.router.add_post("/prompt", self._prompt)
         app.router.add_get("/history/{prompt_id}", self._history)
@@ -177,6 +184,20 @@ class FakeComfy:
 
     # -- handlers ------------------------------------------------------------------------------
 
+    @web.middleware
+    async def _as_proxy(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        for index, (path, status) in enumerate(self.proxy_answers):
+            if request.path.startswith(path):
+                del self.proxy_answers[index]
+                self.calls.append((f"proxy {status}", request.path))
+                page = f"<html><body><h1>{status}</h1>nginx</body></html>"
+                moved = {"Location": f"https://comfy.example/comfy{request.path_qs}"} if status < 400 else {}
+                return web.Response(status=status, text=page, content_type="text/html", headers=moved)
+        if request.path == "/ws" and self.ws_refusal is not None:
+            self.calls.append((f"proxy {self.ws_refusal}", request.path))
+            return web.Response(status=self.ws_refusal, text="websockets not passed on here")
+        return await handler(request)  # type: ignore[no-any-return]
+
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
@@ -227,7 +248,12 @@ class FakeComfy:
 
     async def _view(self, request: web.Request) -> web.Response:
         self.calls.append(("GET /view", request.query.get("filename")))
-        return web.Response(body=VIDEO_BYTES)
+        response = web.Response(body=VIDEO_BYTES, content_type="video/mp4")
+        asked = "gzip" in request.headers.get("Accept-Encoding", "")
+        if self.compress_view == "always" or (self.compress_view == "asked" and asked):
+            response.body = gzip.compress(VIDEO_BYTES)
+            response.headers["Content-Encoding"] = "gzip"
+        return response
 
     async def _object_info(self, request: web.Request) -> web.Response:
         return web.json_response({})

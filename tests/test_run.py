@@ -63,6 +63,7 @@ def test_run_with_overrides_writes_a_complete_record(comfy_server: ComfyServer, 
     assert environment["comfyui_version"] == "0.3.75" and "--cpu" in environment["comfyui_argv"]
     assert environment["pytorch_version"] and environment["device"]["type"] == "cpu"
     assert environment["leanvideo_version"] and environment["runner_version"]
+    assert environment["server_url"] == comfy_server.url  # which server ran it
     timing = record["timing"]
     assert 0 < timing["server_execution_s"] <= timing["wall_s"]
     assert timing["phases"]["sampling"] > 0 and timing["phases"]["vae_decode"] > 0

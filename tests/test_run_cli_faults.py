@@ -53,10 +53,12 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
             main(["run", str(tmp_path / "wf.json"), *bad])
         assert caught.value.code == 2
     err = capsys.readouterr().err
-    assert "expected 'NAME: VALUE'" in err and "HTTP headers carry ASCII only" in err
-    assert "a header value cannot hold a carriage return (\\r)" in err
-    assert "'X Trace: 1': a header name is letters, digits and" in err
-    assert "'Content-Length: 5': Content-Length is set by the HTTP client for each request" in err
+    assert "expected 'NAME: VALUE'" in err and "header 'X-Name': HTTP headers carry ASCII only" in err
+    assert "header 'X-Trace': its value cannot hold a carriage return (\\r)" in err
+    assert "header 'X Trace': a header name is letters, digits and" in err
+    assert "header 'Content-Length' is set by the HTTP client for each request" in err
+    # a header's value is never said (a key or password would go into a CI log)
+    assert "no-colon" not in err and "café" not in err and "Injected" not in err
     assert "argument --timeout: nan: must be a positive number of seconds" in err
     assert "argument --retries: -1: must be 0 or more" in err
     said = "--server: given twice (http://127.0.0.1:8188, then http://127.0.0.1:8189): this command talks"
@@ -66,10 +68,7 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as caught:  # read from a file with its line end
         main(["run", str(tmp_path / "wf.json"), "--token", "s3cret\n"])
     assert caught.value.code == 2
-    assert (
-        "--token (or $LEANVIDEO_TOKEN) holds a line break (\\n): give the token alone"
-        in capsys.readouterr().err
-    )
+    assert "--token holds a line break (\\n): give the token alone" in capsys.readouterr().err
     assert "server must be an http:// or https:// URL, got 'notaurl'" in err
     assert "server URL 'http://127.0.0.1:99999': Port out of range" in err
     assert "server URL 'http://127.0.0.1:8188?x=1' has a query or fragment" in err

@@ -8,7 +8,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -191,20 +191,22 @@ _FRAMING_HEADERS = frozenset(
 
 
 def header_value(text: str) -> str:
-    """An extra HTTP header ``NAME: VALUE`` (ASCII), or argparse's usage error."""
+    """An extra HTTP header ``NAME: VALUE`` (ASCII), or argparse's usage error, which names the header
+    but never says its value (a key or password would go into logs)."""
     name, colon, value = text.partition(":")
     if not colon or not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 'NAME: VALUE'")
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(f"{text!r}: HTTP headers carry ASCII only")
-    if not set(name.strip()) <= _TOKEN_CHARS:
-        raise argparse.ArgumentTypeError(f"{text!r}: a header name is letters, digits and !#$%&'*+-.^_`|~")
-    if control := _control_character(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: a header value cannot hold {control}")
-    if name.strip().lower() in _FRAMING_HEADERS:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: {name.strip()} is set by the HTTP client for each request; leave it out"
+            "expected 'NAME: VALUE' (what was given is not shown: it may be a secret)"
         )
+    shown = f"header {name.strip()!r}" if name.strip().isascii() else "a header"
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"{shown}: HTTP headers carry ASCII only")
+    if not set(name.strip()) <= _TOKEN_CHARS:
+        raise argparse.ArgumentTypeError(f"{shown}: a header name is letters, digits and !#$%&'*+-.^_`|~")
+    if control := _control_character(value):
+        raise argparse.ArgumentTypeError(f"{shown}: its value cannot hold {control}")
+    if name.strip().lower() in _FRAMING_HEADERS:
+        raise argparse.ArgumentTypeError(f"{shown} is set by the HTTP client for each request; leave it out")
     return text
 
 
@@ -231,8 +233,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token",
-        default=os.environ.get("LEANVIDEO_TOKEN"),
-        help="bearer token for a proxy ($LEANVIDEO_TOKEN)",
+        help="bearer token for a proxy, sent as 'Authorization: Bearer TOKEN' (default $LEANVIDEO_TOKEN, "
+        "unless --header gives an Authorization header)",
     )
     parser.add_argument(
         "--header",
@@ -258,16 +260,35 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
     for value in args.header:  # checked by header_value
         name, _, content = value.partition(":")
         headers.append((name.strip(), content.strip()))
-    if args.token is not None and not args.token.isascii():
-        _usage_error("--token (or $LEANVIDEO_TOKEN): HTTP headers carry ASCII only")
-    if args.token is not None and (control := _control_character(args.token)):
-        _usage_error(f"--token (or $LEANVIDEO_TOKEN) holds {control}: give the token alone")
+    token = given_token(args.token, headers, os.environ)
     try:
         return RunOptions(
-            server=args.server, headers=tuple(headers), token=args.token, retries=args.retries, **settings
+            server=args.server, headers=tuple(headers), token=token, retries=args.retries, **settings
         )
     except ValueError as exc:
         _usage_error(str(exc))
+
+
+TOKEN_VARIABLE = "LEANVIDEO_TOKEN"
+
+
+def given_token(
+    token: str | None, headers: Sequence[tuple[str, str]], environ: Mapping[str, str]
+) -> str | None:
+    """The bearer token to send: ``--token``, else ``$LEANVIDEO_TOKEN`` unless an Authorization header
+    is given (the header given on the command line wins over the environment's default); a usage error
+    (exit 2) for ``--token`` beside an Authorization header, or a token that cannot be a header value."""
+    authorization = any(name.lower() == "authorization" for name, _ in headers)
+    if token is not None and authorization:
+        _usage_error("--token and --header 'Authorization: …' both set the Authorization header: give one")
+    where = "--token"
+    if token is None and not authorization and environ.get(TOKEN_VARIABLE):
+        token, where = environ[TOKEN_VARIABLE], f"${TOKEN_VARIABLE}"
+    if token is not None and not token.isascii():
+        _usage_error(f"{where}: HTTP headers carry ASCII only")
+    if token is not None and (control := _control_character(token)):
+        _usage_error(f"{where} holds {control}: give the token alone")
+    return token
 
 
 # What LEANVIDEO_INT8_KERNEL may hold: the INT8 loaders' path choices (leanvideo.int8.linear.MATMUL_ROUTES,

@@ -99,12 +99,13 @@ class RunOutcome:
 
 
 def collect_environment(client: ComfyClient) -> dict[str, Any]:
-    """Environment fields from ``/system_stats`` and, when the pack is loaded, ``/leanvideo/info``."""
+    """Environment fields from ``/system_stats`` and, when the pack is loaded, ``/leanvideo/info``, and
+    the server's URL as given (the run record says which server ran it)."""
     try:
         pack_info = client.get_json("/leanvideo/info")
     except ServerError:
         pack_info = None
-    return collect_server_info(client.get_json("/system_stats"), pack_info)
+    return {"server_url": client.base_url, **collect_server_info(client.get_json("/system_stats"), pack_info)}
 
 
 def prepare_workflow(

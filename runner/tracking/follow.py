@@ -7,7 +7,9 @@ backoff (0.1 s doubling to 2 s, for at most ``client.reconnect_timeout``) and re
 following), else
 :class:`~runner.errors.PromptLostError` (the server restarted and forgot it). A socket quiet for
 ``client.idle_check`` seconds is reconciled the same way. After ``executing{node: null}`` the history
-entry is polled until it is written (the websocket/history race).
+entry is polled until it is written (the websocket/history race). Where the websocket is refused (a
+proxy that does not pass it on), :func:`poll_prompt` follows the prompt by asking ``/history`` and
+``/queue`` alone.
 
 Example::
 
@@ -102,6 +104,40 @@ def follow_prompt(
     entry = wait_history(client, tracker.prompt_id, deadline)
     tracker.apply_history(entry)
     return entry
+
+
+POLL_INTERVAL_S = 0.5  # without a websocket: how often the prompt's history and the queue are asked
+
+
+def poll_prompt(
+    client: ComfyClient, tracker: PromptTracker, deadline: float, emit: EventHandler
+) -> dict[str, Any]:
+    """Follow a submitted prompt without a websocket (a proxy in front of the server refused it): ask
+    ``/history/{id}`` and ``/queue`` every :data:`POLL_INTERVAL_S` until its history entry is written;
+    returns the entry. No step's progress is seen, nor any node's own time: the entry has the server's
+    start and end. The server failing for ``client.reconnect_timeout`` is
+    :class:`~runner.errors.ServerUnreachableError`, as when following over the websocket."""
+    trouble_since: float | None = None
+    trouble = ""
+    while True:
+        now = time.monotonic()
+        if now > deadline:
+            raise FollowTimeout(trouble if trouble_since is not None else None)
+        try:
+            entry = _reconcile(client, tracker.prompt_id)
+        except ServerUnreachableError as exc:
+            trouble_since, trouble = trouble_since or now, str(exc)
+            if now - trouble_since > client.reconnect_timeout:
+                raise ServerUnreachableError(
+                    f"ComfyUI at {client.base_url} has failed for {client.reconnect_timeout:g} s: {exc}"
+                ) from exc
+        else:
+            trouble_since = None
+            if entry is not None:
+                tracker.apply_history(entry)
+                return entry
+        emit(ClientEvent("waiting"))  # a handler that stops the prompt gets its turn
+        time.sleep(max(0.0, min(POLL_INTERVAL_S, deadline - time.monotonic())))
 
 
 def _reconnect(client: ComfyClient, deadline: float) -> websocket.WebSocket:

@@ -24,6 +24,7 @@ import httpx
 
 from runner.errors import OutputWriteError, ServerError
 from runner.install.pin import sha256_file
+from runner.transport.answers import GATEWAY_STATUSES, GatewayAnswer, describe_answer, from_comfyui
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -106,12 +107,15 @@ def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     name = item["filename"]
 
     def fail(error: Exception, attempts: int) -> ServerError:
-        return ServerError(f"download of {name!r} failed: {error}")
+        if isinstance(error, GatewayAnswer):
+            said = describe_answer(error.response, credentials=bool(client.headers))
+            return ServerError(f"GET {client.base_url}/view for {name!r} answered {said}")
+        return ServerError(f"download of {name!r} from {client.base_url} failed: {error}")
 
     return client.retrying(
         f"GET /view {name!r}",
         lambda: _stream_to(client, item, target),
-        (httpx.TransportError, _ShortRead),
+        (httpx.TransportError, _ShortRead, GatewayAnswer),
         fail,
         retry_timeouts=True,  # a stalled download (a paused server) comes back: the prompt's work is done
     )
@@ -125,7 +129,7 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     """One attempt; a cut or short body, or a file that cannot be written, removes what it wrote."""
     try:
         return _stream_once(client, item, target)
-    except (httpx.TransportError, _ShortRead):
+    except (httpx.TransportError, _ShortRead, GatewayAnswer):
         target.unlink(missing_ok=True)
         raise
     except FileExistsError:  # the name was taken meanwhile: nothing of ours to remove
@@ -145,14 +149,20 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
 def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     size = 0
     with client.open_view(item) as response:
+        if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+            raise GatewayAnswer(response)  # a proxy's: ComfyUI behind it may answer again
         if response.status_code != 200:
-            raise ServerError(f"GET /view for {item['filename']!r} answered {response.status_code}")
+            said = describe_answer(response, credentials=bool(client.headers))
+            raise ServerError(f"GET {client.base_url}/view for {item['filename']!r} answered {said}")
         expected = response.headers.get("content-length")
+        # a proxy may compress the file although asked not to: then it is decoded, and the length it
+        # announced is the compressed one's
+        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
         with target.open("xb") as handle:
-            for chunk in response.iter_raw(1 << 20):
+            for chunk in response.iter_bytes(1 << 20) if encoded else response.iter_raw(1 << 20):
                 handle.write(chunk)
                 size += len(chunk)
-    if expected is not None and int(expected) != size:
+    if expected is not None and not encoded and int(expected) != size:
         raise _ShortRead(f"{item['filename']}: received {size} bytes, the server announced {expected}")
     return size
 

@@ -1,7 +1,8 @@
 """Run one prompt: submit it, follow it to the end over the websocket, survive drops, collect results.
 
 Submitting: the websocket is opened *before* the prompt is posted, with a ``prompt_id`` the client
-chooses, so no event of our prompt can be missed. :mod:`runner.tracking.events` documents the table
+chooses, so no event of our prompt can be missed (a websocket a proxy refuses: the prompt is followed by
+polling its history, said once per prompt). :mod:`runner.tracking.events` documents the table
 mapping server messages to client events; ``executing{node: null}`` is taken as completion, and the
 history entry is then polled until it is written (the websocket/history race).
 
@@ -43,9 +44,16 @@ from runner.errors import (
     ServerUnreachableError,
 )
 from runner.tracking.events import ClientEvent, PromptTracker
-from runner.tracking.follow import EventHandler, FollowTimeout, close_socket, follow_prompt
+from runner.tracking.follow import (
+    POLL_INTERVAL_S,
+    EventHandler,
+    FollowTimeout,
+    close_socket,
+    follow_prompt,
+    poll_prompt,
+)
 from runner.tracking.result import PromptResult, describe_failure, result_from_tracker
-from runner.transport.client import ComfyClient, Workflow
+from runner.transport.client import ComfyClient, WebsocketRefused, Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +91,16 @@ def run_prompt(
             handler_failed = True
             raise
 
-    sock = client.connect_websocket()
+    try:
+        sock = client.connect_websocket()
+    except WebsocketRefused as refused:
+        logger.warning(
+            "%s; the prompt is followed by asking /history and /queue every %g s instead (no progress "
+            "of its steps, no node's own time): let the proxy pass websockets on for /ws",
+            refused,
+            POLL_INTERVAL_S,
+        )
+        sock = None
     submitted, wall_start = time.monotonic(), time.time()
     # ``deadline`` (time.monotonic()) is a whole job's, which began before this prompt was submitted.
     deadline = submitted + timeout if deadline is None else min(deadline, submitted + timeout)
@@ -92,10 +109,15 @@ def run_prompt(
         try:
             client.submit(workflow, prompt_id)
         except BaseException:
-            close_socket(sock)
+            if sock is not None:
+                close_socket(sock)
             raise
         queued = True
-        entry = follow_prompt(client, sock, tracker, deadline, emit, reconnects)
+        entry = (
+            poll_prompt(client, tracker, deadline, emit)
+            if sock is None
+            else follow_prompt(client, sock, tracker, deadline, emit, reconnects)
+        )
     except (KeyboardInterrupt, BrokenPipeError) as stop:  # Ctrl-C, or the reader of stdout went away
         result, stopped = _abandon(client, tracker, wall_start, submitted, reconnects[0], "cancelled")
         why = "stdout was closed: " if isinstance(stop, BrokenPipeError) else ""

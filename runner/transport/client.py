@@ -30,7 +30,19 @@ from typing import Any, TypeVar
 import httpx
 import websocket
 
-from runner.errors import LeanVideoError, ServerError, UsageError, WorkflowError
+from runner.errors import ServerError, UsageError
+from runner.transport.answers import (
+    GATEWAY_STATUSES,
+    GatewayAnswer,
+    body_text,
+    certificate_problem,
+    describe_answer,
+    failure_text,
+    forward_proxy,
+    from_comfyui,
+    rejection,
+    status_reason,
+)
 from runner.transport.retry import RetryPolicy
 from runner.transport.server_url import check_server_url
 
@@ -46,7 +58,13 @@ MIN_REQUEST_TIMEOUT_S = 1.0  # a request made as the deadline passes (the last s
 Workflow = dict[str, Any]
 T = TypeVar("T")
 
-__all__ = ["DEFAULT_SERVER", "ComfyClient", "describe_rejection"]
+__all__ = ["DEFAULT_SERVER", "ComfyClient", "WebsocketRefused"]
+
+
+class WebsocketRefused(ServerError):
+    """The server, or a proxy in front of it, answered the websocket handshake with a refusal (a 4xx
+    status): asking again changes nothing, so it is not repeated; a prompt is then followed by polling
+    (:func:`runner.tracking.follow.poll_prompt`)."""
 
 
 class ComfyClient:
@@ -69,6 +87,8 @@ class ComfyClient:
         self.client_id = client_id or uuid.uuid4().hex
         self.headers = dict(headers or {})
         if token:
+            if any(name.lower() == "authorization" for name in self.headers):
+                raise UsageError("both a token and an Authorization header were given: give one of them")
             self.headers["Authorization"] = f"Bearer {token}"
         for name, value in self.headers.items():  # httpx would fail at the first request, untold which
             if not (name.isascii() and value.isascii()):
@@ -132,6 +152,8 @@ class ComfyClient:
             isinstance(error, httpx.TimeoutException) and not retry_timeouts
         ):
             return False  # a timeout is no cut: the request already waited its whole timeout
+        if isinstance(error, WebsocketRefused) or certificate_problem(error, self.base_url):
+            return False  # asked again, it is refused again
         delay = self.retry.delay(attempt, self._rng)
         if self.deadline is not None and time.monotonic() + delay >= self.deadline:
             return False
@@ -149,15 +171,34 @@ class ComfyClient:
 
         def fail(error: Exception, attempts: int) -> ServerError:
             tries = f" after {attempts} attempts" if attempts > 1 else ""
-            return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {_why(error)}")
+            if isinstance(error, GatewayAnswer):
+                return ServerError(
+                    f"{method} {self.base_url}{path}{tries} answered {self._said(error.response)}"
+                )
+            return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {self._why(error)}")
 
-        return self.retrying(
-            f"{method} {path}",
-            # the pool a retry renewed; no longer than the deadline leaves
-            lambda: self._http.request(method, path, timeout=self._timeout_now(), **kwargs),
-            (httpx.TransportError,),
-            fail,
-        )
+        def once() -> httpx.Response:  # on the pool a retry renewed; no longer than the deadline leaves
+            response = self._http.request(method, path, timeout=self._timeout_now(), **kwargs)
+            if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+                raise GatewayAnswer(response)
+            return response
+
+        return self.retrying(f"{method} {path}", once, (httpx.TransportError, GatewayAnswer), fail)
+
+    def _said(self, response: httpx.Response) -> str:
+        """An unexpected answer's status and what it means (:func:`.answers.describe_answer`)."""
+        return describe_answer(response, credentials=bool(self.headers))
+
+    def _why(self, error: Exception) -> str:
+        """What a failed request or handshake met, in words: an untrusted certificate, a forward proxy
+        that does not answer, or :func:`.answers.failure_text`'s."""
+        if (untrusted := certificate_problem(error, self.base_url)) is not None:
+            return untrusted
+        said = failure_text(error)
+        refused = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionError))
+        if refused and (proxy := forward_proxy(self.base_url)) is not None:
+            said += f" (through the proxy {proxy} that the environment names; $no_proxy exempts a host)"
+        return said
 
     def _timeout_now(self) -> float:
         """One request's timeout: ``http_timeout``, cut to what the deadline leaves (at least
@@ -183,19 +224,19 @@ class ComfyClient:
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise ServerError(f"GET {self.base_url}{path} answered {response.status_code}: {_body(response)}")
+            raise ServerError(f"GET {self.base_url}{path} answered {self._said(response)}")
         try:
             return response.json()
         except ValueError as exc:
-            raise ServerError(f"GET {self.base_url}{path} did not answer JSON: {_body(response)}") from exc
+            raise ServerError(
+                f"GET {self.base_url}{path} did not answer JSON: {body_text(response)}"
+            ) from exc
 
     def post_json(self, path: str, body: dict[str, Any]) -> None:
         """POST ``body`` as JSON to ``path``; a :class:`ServerError` when unreachable or not answered 2xx."""
         response = self._request("POST", path, json=body)
         if not response.is_success:
-            raise ServerError(
-                f"POST {self.base_url}{path} answered {response.status_code}: {_body(response)}"
-            )
+            raise ServerError(f"POST {self.base_url}{path} answered {self._said(response)}")
 
     def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
         """POST the workflow to ``/prompt``; returns the prompt id (ours, not the server's).
@@ -209,16 +250,23 @@ class ComfyClient:
         while True:
             try:
                 response = self._http.post("/prompt", json=body, timeout=self._timeout_now())
+                if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+                    raise GatewayAnswer(response)  # it may have reached ComfyUI: asked below, as a cut
                 break
-            except httpx.TransportError as exc:
+            except (httpx.TransportError, GatewayAnswer) as exc:
                 if not self._retry_after(attempt, "POST /prompt", exc):
                     late = (  # the server may yet queue what it received
                         f"; if it comes back it may still run prompt {prompt_id}"
-                        if isinstance(exc, httpx.TimeoutException)
+                        if isinstance(exc, (httpx.TimeoutException, GatewayAnswer))
                         else ""
                     )
+                    why = (
+                        f"answered {self._said(exc.response)}"
+                        if isinstance(exc, GatewayAnswer)
+                        else self._why(exc)
+                    )
                     raise ServerError(
-                        f"cannot submit to ComfyUI at {self.base_url}/prompt: {_why(exc)}{late}"
+                        f"cannot submit to ComfyUI at {self.base_url}/prompt: {why}{late}"
                     ) from exc
                 attempt += 1
                 time.sleep(SUBMIT_SETTLE_S)
@@ -228,9 +276,9 @@ class ComfyClient:
                     )
                     return prompt_id
         if response.status_code == 400:
-            raise _rejection(response)
+            raise rejection(response)
         if response.status_code != 200:
-            raise ServerError(f"POST /prompt answered {response.status_code}: {_body(response)}")
+            raise ServerError(f"POST {self.base_url}/prompt answered {self._said(response)}")
         return prompt_id
 
     def cancel(self, prompt_id: str) -> bool:
@@ -278,10 +326,21 @@ class ComfyClient:
         header = [f"{key}: {value}" for key, value in self.headers.items()]
 
         def connect() -> websocket.WebSocket:
-            return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+            try:
+                return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+            except websocket.WebSocketBadStatusException as exc:
+                if 400 <= exc.status_code < 500 and exc.status_code not in (408, 429):
+                    raise WebsocketRefused(
+                        f"{self.base_url}/ws refused the websocket ({exc.status_code}"
+                        f"{status_reason(exc.status_code)}): the server, or a proxy in front of it "
+                        "that does not pass websockets on"
+                    ) from None
+                raise
 
         def fail(error: Exception, attempts: int) -> ServerError:
-            return ServerError(f"cannot open the websocket of {self.base_url}: {error}")
+            if isinstance(error, WebsocketRefused):
+                return WebsocketRefused(str(error))
+            return ServerError(f"cannot open the websocket of {self.base_url}: {self._why(error)}")
 
         if not retry:
             try:
@@ -313,54 +372,5 @@ class ComfyClient:
         hashes it.
         """
         params = {"filename": item["filename"], "subfolder": item.get("subfolder", ""), "type": item["type"]}
-        return self._http.stream("GET", "/view", params=params)
-
-
-def _rejection(response: httpx.Response) -> LeanVideoError:
-    """The error a 400 answer of ``POST /prompt`` stands for: ComfyUI's report of the workflow's faults,
-    or, when the answer is something else (a proxy's or firewall's page), the server error it is."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return WorkflowError(describe_rejection(body))
-    return ServerError(
-        f"POST /prompt answered 400 without ComfyUI's report of the workflow (a proxy in between?): "
-        f"{_body(response)}"
-    )
-
-
-def describe_rejection(body: dict[str, Any]) -> str:
-    """One readable message from a 400 answer of ``POST /prompt``, naming nodes and inputs."""
-    error = body.get("error", {})
-    lines = [f"server rejected the workflow: {error.get('message', 'unknown error')}"]
-    if error.get("details"):
-        lines[0] += f" ({error['details']})"
-    for node_id, node in body.get("node_errors", {}).items():
-        for item in node.get("errors", []):
-            name = item.get("extra_info", {}).get("input_name", "")
-            where = f"node {node_id} ({node.get('class_type', '?')})" + (f" input {name!r}" if name else "")
-            lines.append(f"  {where}: {item.get('message', '')} {item.get('details', '')}".rstrip())
-    return "\n".join(lines)
-
-
-def _body(response: httpx.Response) -> str:
-    """The start of an unexpected answer, or what it is when it is a web page rather than ComfyUI's."""
-    if "html" in response.headers.get("content-type", ""):
-        return "a web page, not ComfyUI's API (is this URL a ComfyUI server?)"
-    return response.text[:200]
-
-
-def _why(error: Exception) -> str:
-    """What a failed request met, in words; a timeout says how long was waited and what it suggests."""
-    if not isinstance(error, httpx.TimeoutException):
-        return str(error)
-    try:
-        waited = error.request.extensions.get("timeout", {}).get("read")
-    except RuntimeError:  # an exception raised without its request
-        waited = None
-    within = f" within {waited:.3g} s" if isinstance(waited, (int, float)) else ""  # 9.97, not 9.97081
-    if isinstance(error, httpx.ConnectTimeout):
-        return f"the connection was not taken{within} (a wrong address, or a firewall dropping it?)"
-    return f"it took the connection but did not answer{within} (a hung or paused server?)"
+        # the file as it is: a proxy that compresses answers must not hand back its gzip of it
+        return self._http.stream("GET", "/view", params=params, headers={"Accept-Encoding": "identity"})

@@ -32,6 +32,13 @@ def check_server_url(url: str) -> str:
         raise UsageError(f"server URL {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise UsageError(f"server must be an http:// or https:// URL, got {url!r}")
+    if parts.username is not None or parts.password is not None:  # said without the password
+        shown = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
+        raise UsageError(
+            f"server URL {shown.geturl()!r} holds a user name and password, which would be printed with "
+            "it and not reach the websocket: give them as --header 'Authorization: Basic …' (the base64 "
+            "of USER:PASSWORD) and the URL without them"
+        )
     if not parts.hostname:
         raise UsageError(f"server URL {url!r} names no host")
     if port == 0:

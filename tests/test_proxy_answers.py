@@ -1,0 +1,245 @@
+"""What a reverse proxy in front of ComfyUI answers, and what the runner makes of it: a compressed
+output file, a gateway error while ComfyUI behind it restarts, a refusal for want of a token, a
+redirect, a websocket it does not pass on, a certificate of a private CA, a forward proxy that does not
+answer. Fault injection a real server cannot give: the scripted fake server plays the proxy."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import logging
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.errors import PromptTimeoutError, ServerError, UsageError
+from runner.tracking.outputs import download_outputs
+from runner.tracking.prompt import run_prompt
+from runner.transport.client import ComfyClient
+from runner.transport.retry import RetryPolicy
+from runner.transport.server_url import check_server_url
+from tests.fake_server import OUTPUTS, VIDEO_BYTES, WORKFLOW, FakeComfy
+from tests.test_client_faults import finish_normally, start_and_enter_node_2
+
+
+async def runs_to_the_end(fake: FakeComfy, pid: str) -> None:
+    await start_and_enter_node_2(fake, pid)
+    await finish_normally(fake, pid)
+
+
+async def runs_on(fake: FakeComfy, pid: str) -> None:
+    await start_and_enter_node_2(fake, pid)
+
+
+@pytest.mark.parametrize("compress", ["asked", "always"])
+def test_a_compressing_proxy_leaves_the_output_files_as_they_are(compress: str, tmp_path: Path) -> None:
+    """A proxy gzipping what accepts it (Traefik's compress middleware): the gzip was saved as the
+    video, with its size and sha256, exit 0. The file is asked for as it is, and a proxy that
+    compresses anyway is decoded."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.compress_view = compress
+        result = run_prompt(client, WORKFLOW, timeout=20)
+        (file,) = download_outputs(client, result.outputs, tmp_path / "run")
+    assert file.path.read_bytes() == VIDEO_BYTES
+    assert file.bytes == len(VIDEO_BYTES) and file.sha256 == hashlib.sha256(VIDEO_BYTES).hexdigest()
+
+
+def test_a_gateway_answer_is_repeated_as_a_cut_connection_is(tmp_path: Path) -> None:
+    """ComfyUI restarting behind a proxy is a 502/503/504 page, not a cut: one on /history after the
+    prompt ran failed the run (no record, no outputs), one on /view failed the download."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.proxy_answers = [("/object_info", 504), ("/history", 502), ("/view", 503)]
+        assert client.get_json("/object_info") == {}
+        result = run_prompt(client, WORKFLOW, timeout=20)
+        (file,) = download_outputs(client, result.outputs, tmp_path / "run")
+    assert result.status == "success" and result.outputs == OUTPUTS
+    assert file.path.read_bytes() == VIDEO_BYTES
+    assert [call for call in fake.calls if call[0].startswith("proxy")] == [
+        ("proxy 504", "/object_info"),
+        ("proxy 502", f"/history/{result.prompt_id}"),
+        ("proxy 503", "/view"),
+    ]
+    assert client.retries_made == 3
+
+
+def test_a_gateway_answer_to_a_submission_does_not_queue_the_prompt_twice() -> None:
+    """A 502 for POST /prompt may come after ComfyUI took it: it is sent again only once /queue and
+    /history say ComfyUI does not have it, as after a cut."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.proxy_answers = [("/prompt", 502)]
+        result = run_prompt(client, WORKFLOW, timeout=20)
+    assert result.status == "success"
+    assert [call for call in fake.calls if call[0] == "POST /prompt"] == [("POST /prompt", result.prompt_id)]
+    assert ("proxy 502", "/prompt") in fake.calls
+
+
+def test_answers_of_a_proxy_say_what_they_mean() -> None:
+    """Each said as a web page "not ComfyUI's API (is this URL a ComfyUI server?)", pointing away from
+    the token, the redirect or the ComfyUI behind the proxy."""
+    with FakeComfy(runs_to_the_end) as fake:
+        fake.proxy_answers = [("/object_info", 502)] * 3 + [("/object_info", 401)] * 2
+        fake.proxy_answers += [("/object_info", 403), ("/object_info", 301)]
+        with ComfyClient(fake.url, retry=RetryPolicy(retries=2)) as client:
+            with pytest.raises(ServerError) as down:
+                client.get_json("/object_info")
+            with pytest.raises(ServerError) as bare:
+                client.get_json("/object_info")
+        with ComfyClient(fake.url, token="t0ken") as client, pytest.raises(ServerError) as wrong:
+            client.get_json("/object_info")
+        with ComfyClient(fake.url, headers={"X-Api-Key": "k3y"}) as client:
+            with pytest.raises(ServerError) as forbidden:
+                client.get_json("/object_info")
+            with pytest.raises(ServerError) as moved:
+                client.get_json("/object_info")
+    assert str(down.value) == (
+        f"GET {fake.url}/object_info after 3 attempts answered 502 Bad Gateway from a proxy in front of "
+        "ComfyUI: ComfyUI behind it does not answer (down, starting or restarting?)"
+    )
+    assert "answered 401 Unauthorized: refused without credentials (a proxy in front of ComfyUI?): give " in (
+        str(bare.value)
+    )
+    assert "--token, or --header 'NAME: VALUE' (or $LEANVIDEO_TOKEN)" in str(bare.value)
+    assert "answered 401 Unauthorized: the token or headers given were refused" in str(wrong.value)
+    assert "answered 403 Forbidden: the token or headers given were refused" in str(forbidden.value)
+    assert "t0ken" not in str(wrong.value) and "k3y" not in str(forbidden.value)
+    assert (
+        "answered 301 Moved Permanently: it redirects to https://comfy.example/comfy: give that as the "
+        "server URL" in str(moved.value)
+    )
+
+
+def test_a_websocket_the_proxy_refuses_is_replaced_by_polling(caplog: pytest.LogCaptureFixture) -> None:
+    """Every run failed after six handshakes with the library's dump of the refusal; the prompt is
+    followed through /history and /queue instead, said once, and stopped as ever at its timeout."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.ws_refusal = 404
+        with caplog.at_level(logging.WARNING):
+            result = run_prompt(client, WORKFLOW, timeout=20)
+        assert result.status == "success" and result.outputs == OUTPUTS
+        assert result.server_seconds is not None
+        assert fake.calls.count(("proxy 404", "/ws")) == 1  # a refusal is not asked again
+        said = [r.getMessage() for r in caplog.records if "/ws refused the websocket" in r.getMessage()]
+        assert said == [
+            f"{fake.url}/ws refused the websocket (404 Not Found): the server, or a proxy in front of it "
+            "that does not pass websockets on; the prompt is followed by asking /history and /queue every "
+            "0.5 s instead (no progress of its steps, no node's own time): let the proxy pass websockets "
+            "on for /ws"
+        ]
+    with FakeComfy(runs_on) as fake, ComfyClient(fake.url) as client:
+        fake.ws_refusal = 400
+        with pytest.raises(PromptTimeoutError):
+            run_prompt(client, WORKFLOW, timeout=1.5)
+        assert any(call[0] == "POST /interrupt" for call in fake.calls)
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path, list[int]]]:
+    """An HTTPS server answering ``{}`` to every GET, with a certificate of its own (no CA trusts it):
+    its URL, the certificate and how many connections it accepted."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate to serve")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    accepted = [0]
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        def get_request(self) -> tuple[socket.socket, object]:
+            accepted[0] += 1
+            return super().get_request()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = Server(("127.0.0.1", 0), Answer)
+    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", cert, accepted
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_certificate_no_ca_here_trusts_is_said_once_with_what_to_give(
+    tls_server: tuple[str, Path, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSSL's words, retried five times; now one refusal naming the host and SSL_CERT_FILE, which
+    then works, for the websocket too (same context)."""
+    url, cert, accepted = tls_server
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    host = url.removeprefix("https://")
+    with ComfyClient(url) as client:
+        with pytest.raises(ServerError) as untrusted:
+            client.get_json("/object_info")
+        with pytest.raises(ServerError) as websocket_too:
+            client.connect_websocket()
+    assert str(untrusted.value).startswith(
+        f"cannot reach ComfyUI at {url}/object_info: the certificate of {host} is not trusted ("
+    )
+    assert "is not trusted (self-signed certificate): " in str(untrusted.value)
+    assert str(untrusted.value).endswith("give the CA that signed it as a PEM file with "
+        "SSL_CERT_FILE=/path/to/ca.pem (or a hashed folder with SSL_CERT_DIR)")  # fmt: skip
+    assert f"cannot open the websocket of {url}: the certificate of {host} is not trusted" in str(
+        websocket_too.value
+    )
+    assert accepted[0] == 2  # one for each: neither was repeated
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with ComfyClient(url) as client:
+        assert client.get_json("/object_info") == {}
+
+
+def test_a_forward_proxy_of_the_environment_is_named_when_it_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With $http_proxy naming a proxy that is down, 'connection refused' was blamed on ComfyUI."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://user:pw@127.0.0.1:{port}")
+    with FakeComfy(runs_to_the_end) as fake:
+        no_retry = ComfyClient(fake.url, retry=RetryPolicy(retries=0))
+        with no_retry as client, pytest.raises(ServerError) as refused:
+            client.get_json("/object_info")
+        assert f"(through the proxy http://127.0.0.1:{port} that the environment names" in str(refused.value)
+        assert "pw" not in str(refused.value)
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        with ComfyClient(fake.url) as client:
+            assert client.get_json("/object_info") == {}
+
+
+def test_credentials_are_given_once_and_never_in_the_url() -> None:
+    """A password in the URL reached HTTP requests but not the websocket, and was printed with every
+    line naming the server; a token beside an Authorization header sent both."""
+    with pytest.raises(UsageError) as in_url:
+        check_server_url("https://alice:pa55word@127.0.0.1:8743/comfy")
+    assert "'https://alice:***@127.0.0.1:8743/comfy' holds a user name and password" in str(in_url.value)
+    assert "pa55word" not in str(in_url.value)
+    with pytest.raises(UsageError, match="both a token and an Authorization header"):
+        ComfyClient("http://127.0.0.1:8188", token="t", headers={"authorization": "Basic eA=="})
+    with contextlib.closing(ComfyClient("http://127.0.0.1:8188", token="t")) as client:
+        assert client.headers == {"Authorization": "Bearer t"}
