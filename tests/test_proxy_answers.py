@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import PromptTimeoutError, ServerError, UsageError
+from runner.errors import PromptTimeoutError, ServerError, ServerUnreachableError, UsageError
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
 from runner.transport.client import ComfyClient
@@ -243,3 +243,19 @@ def test_credentials_are_given_once_and_never_in_the_url() -> None:
         ComfyClient("http://127.0.0.1:8188", token="t", headers={"authorization": "Basic eA=="})
     with contextlib.closing(ComfyClient("http://127.0.0.1:8188", token="t")) as client:
         assert client.headers == {"Authorization": "Bearer t"}
+
+
+def test_history_a_proxy_will_not_give_after_the_prompt_ends_keeps_a_partial_record() -> None:
+    """/history failing after the prompt ran ended the run with no record at all (a plain ServerError);
+    it is the lost server it is, with what was seen of the prompt."""
+    with FakeComfy(runs_to_the_end) as fake:
+        fake.proxy_answers = [("/history", 502)] * 200
+        with (
+            ComfyClient(fake.url, retry=RetryPolicy(retries=0), reconnect_timeout=1.0) as client,
+            pytest.raises(ServerUnreachableError) as lost,
+        ):
+            run_prompt(client, WORKFLOW, timeout=20)
+    assert "has failed for 1 s after prompt" in str(lost.value)
+    assert "answered 502 Bad Gateway from a proxy in front of ComfyUI" in str(lost.value)
+    assert lost.value.result is not None and lost.value.result.partial
+    assert [node.node_id for node in lost.value.result.nodes][:1] == ["1"]

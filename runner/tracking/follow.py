@@ -183,10 +183,22 @@ def _reconcile(client: ComfyClient, prompt_id: str) -> dict[str, Any] | None:
 
 
 def wait_history(client: ComfyClient, prompt_id: str, deadline: float) -> dict[str, Any]:
-    """Poll ``/history/{id}`` (5 ms doubling to 200 ms) until the entry is written."""
+    """Poll ``/history/{id}`` (5 ms doubling to 200 ms) until the entry is written. A server that fails
+    to answer for ``client.reconnect_timeout`` is :class:`~runner.errors.ServerUnreachableError` (the
+    caller keeps a partial record of the prompt), as it is while following."""
     delay = 0.005
+    trouble_since: float | None = None
     while True:
-        entry = client.history_entry(prompt_id)
+        try:
+            entry = client.history_entry(prompt_id)
+        except ServerError as exc:
+            trouble_since = trouble_since or time.monotonic()
+            if time.monotonic() - trouble_since > client.reconnect_timeout:
+                raise ServerUnreachableError(
+                    f"ComfyUI at {client.base_url} has failed for {client.reconnect_timeout:g} s after "
+                    f"prompt {prompt_id} ended: {exc}"
+                ) from exc
+            entry = None
         if entry is not None:
             return entry
         if time.monotonic() > deadline:
