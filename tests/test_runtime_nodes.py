@@ -135,6 +135,35 @@ def test_free_vram_with_nothing_on_value_but_its_output_used_is_named_before_any
     assert [t.node_id for t in caught.value.result.nodes if not t.cached] == [FREE]  # nothing else ran
 
 
+def test_free_vram_with_nothing_on_value_but_its_output_used_is_refused_before_it_is_submitted(
+    comfy_server: ComfyServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`workflow validate` said it was valid and `run` submitted it, to fail at the node (exit 6): both
+    refuse it now (exit 5), naming the node that would get nothing, and nothing reaches the queue."""
+    from runner.cli.main import main
+
+    workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
+    del workflow[FREE]["inputs"]["value"]
+    path = tmp_path / "free_vram_unfed.json"
+    path.write_text(json.dumps(workflow))
+    with ComfyClient(comfy_server.url) as history_of:
+        before = len(history_of.get_json("/history"))
+        assert main(["workflow", "validate", str(path), "--server", comfy_server.url, "--json"]) == 5
+        report = capsys.readouterr().out
+        assert main(["run", str(path), "--server", comfy_server.url, "--out", str(tmp_path / "out")]) == 5
+        assert len(history_of.get_json("/history")) == before  # nothing was submitted
+    err = capsys.readouterr().err
+    title = workflow[DECODE].get("_meta", {}).get("title") or "VAEDecode"
+    said = (
+        f"nothing is connected to it, yet the node's output goes to node {DECODE} ({title}, input "
+        "'samples'), which would get nothing: connect what it should pass on to 'value', or remove that link"
+    )
+    assert f"node {FREE} (LeanVideoFreeVRAM) input 'value': {said}" in err, err
+    (problem,) = json.loads(report)["problems"]
+    assert (problem["node_id"], problem["input"], problem["message"]) == (FREE, "value", said), problem
+    assert not (tmp_path / "out").exists()
+
+
 def test_free_vram_text_encoders_only_keeps_the_other_models(client: ComfyClient) -> None:
     workflow = json.loads(FREEVRAM_WORKFLOW.read_text())
     workflow[FREE]["inputs"]["mode"] = "unload text encoders only"

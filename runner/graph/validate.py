@@ -1,6 +1,6 @@
 """A whole API-format workflow checked against ``/object_info`` before it is submitted: unknown nodes,
-missing or invalid inputs, bad links, lists that are no links, dependency cycles, and model files the
-server does not have.
+missing or invalid inputs, bad links, lists that are no links, dependency cycles, model files the
+server does not have, and a Free VRAM with nothing to pass on whose output is taken.
 
 Example::
 
@@ -101,7 +101,45 @@ def validate_workflow(
             else:
                 problems += _check_value(node_id, class_type, name, spec, value)
     problems += [_cycle_problem(workflow, cycle) for cycle in find_cycles(workflow)]
+    problems += _empty_pass_throughs(workflow)
     return problems
+
+
+# Nodes whose output is what their optional input holds, passed on: with nothing there, a node taking
+# that output would get nothing (the node refuses to run so, failing the prompt)
+PASS_THROUGH_INPUTS = {"LeanVideoFreeVRAM": "value"}
+
+
+def _empty_pass_throughs(workflow: Workflow) -> list[Problem]:
+    """A pass-through node (:data:`PASS_THROUGH_INPUTS`) with nothing on its input, whose output another
+    node takes: refused now, naming the takers, rather than failed by the server (exit 6)."""
+    problems = []
+    for node_id, node in workflow.items():
+        name = PASS_THROUGH_INPUTS.get(str(node.get("class_type")))
+        inputs = node.get("inputs")
+        if name is None or not isinstance(inputs, dict) or inputs.get(name) is not None:
+            continue
+        takers = [
+            f"node {other} ({_title(entry)}, input {taken!r})"
+            for other, entry in workflow.items()
+            if isinstance(entry, dict) and isinstance(entry.get("inputs"), dict)
+            for taken, value in entry["inputs"].items()
+            if is_link(value) and str(value[0]) == str(node_id)
+        ]
+        if takers:
+            said = (
+                f"nothing is connected to it, yet the node's output goes to {', '.join(takers)}, which "
+                f"would get nothing: connect what it should pass on to {name!r}, or remove that link"
+            )
+            problems.append(Problem(node_id, str(node.get("class_type")), name, said))
+    return problems
+
+
+def _title(node: Mapping[str, Any]) -> str:
+    """A node as the editor shows it: its title, else its class."""
+    meta = node.get("_meta")
+    title = meta.get("title") if isinstance(meta, Mapping) else None
+    return title if isinstance(title, str) and title.strip() else str(node.get("class_type"))
 
 
 def unknown_node_problem(node_id: str, class_type: str, object_info: ObjectInfo) -> Problem:
