@@ -229,19 +229,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
         help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
     )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("LEANVIDEO_TOKEN"),
-        help="bearer token for a proxy ($LEANVIDEO_TOKEN)",
-    )
-    parser.add_argument(
-        "--header",
-        action="append",
-        type=header_value,
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra HTTP header (repeatable)",
-    )
+    add_auth_arguments(parser)
     parser.add_argument(
         "--retries",
         type=retry_count,
@@ -252,8 +240,26 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
-    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+def add_auth_arguments(parser: argparse.ArgumentParser, *, where: str = "") -> None:
+    """``--token`` and ``--header``, for servers behind an authenticating proxy (``where``: which
+    servers get them, said in the help)."""
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("LEANVIDEO_TOKEN"),
+        help=f"bearer token for a proxy{where} ($LEANVIDEO_TOKEN)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        type=header_value,
+        default=[],
+        metavar="'NAME: VALUE'",
+        help=f"extra HTTP header{where} (repeatable)",
+    )
+
+
+def _checked_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """``--header``'s (name, value) pairs; a ``--token`` that cannot be sent is a usage error (2)."""
     headers = []
     for value in args.header:  # checked by header_value
         name, _, content = value.partition(":")
@@ -262,6 +268,28 @@ def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
         _usage_error("--token (or $LEANVIDEO_TOKEN): HTTP headers carry ASCII only")
     if args.token is not None and (control := _control_character(args.token)):
         _usage_error(f"--token (or $LEANVIDEO_TOKEN) holds {control}: give the token alone")
+    return tuple(headers)
+
+
+def request_headers(args: argparse.Namespace) -> dict[str, str]:
+    """The headers of every request to the command's servers: ``--header``'s, and ``--token`` (or
+    ``$LEANVIDEO_TOKEN``) as ``Authorization: Bearer``, as :class:`ComfyClient` sends its ``token``; a
+    header or token that cannot be sent is a usage error (2).
+
+    Example::
+
+        request_headers(parser.parse_args(["--token", "t", "--header", "X-Api-Key: k"]))
+        # {"X-Api-Key": "k", "Authorization": "Bearer t"}
+    """
+    headers = dict(_checked_headers(args))
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    return headers
+
+
+def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
+    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+    headers = _checked_headers(args)
     try:
         return RunOptions(
             server=args.server, headers=tuple(headers), token=args.token, retries=args.retries, **settings
