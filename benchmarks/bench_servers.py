@@ -48,12 +48,14 @@ def server_groups(variants: Sequence[Variant]) -> Iterator[tuple[tuple[str, ...]
 Placement = Mapping[tuple[str, ...], "tuple[str, ...] | str"]
 
 
-def given_server_flags(servers: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def given_server_flags(
+    servers: Sequence[str], headers: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, ...]]:
     """The launch flags of each server given with ``--server``: its ``/system_stats`` argv, less the
-    script (``main.py``)."""
+    script (``main.py``); ``headers`` go with the requests."""
     flags: dict[str, tuple[str, ...]] = {}
     for url in servers:
-        with ComfyClient(url) as client:
+        with ComfyClient(url, headers=headers) as client:
             stats = client.get_json("/system_stats")
         system = stats.get("system") if isinstance(stats, dict) else None
         argv = system.get("argv") if isinstance(system, dict) else None  # a proxy's odd answer: no flags

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,8 @@ class BenchSettings:
     budget_s: float | None = None  # no run (or soak/load) starts after this many seconds
     server_warmups: int = 0  # discarded runs of a group's first variant right after its server starts
     port: int | None = None  # of each server the bench starts, one after the other (None: a free one)
+    # every request's (a proxy's --token and --header); in this process only: never in bench.json or a log
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for spec in self.overrides:
@@ -149,7 +151,7 @@ def run_matrix(matrix: Matrix, settings: BenchSettings, progress: Progress | Non
     base = load_workflow(matrix.workflow)  # an unreadable workflow fails before any server starts
     measured = _Measured()
     if settings.servers:  # each launch-flag set runs on a given server launched with it, if one is
-        measured.given = given_server_flags(settings.servers)
+        measured.given = given_server_flags(settings.servers, settings.headers)
         groups = [args for args, _ in server_groups(matrix.variants)]
         measured.placed = place_groups(groups, measured.given, comfy_flags())
     try:
@@ -265,7 +267,7 @@ def _run_on_server(
     where: str,
 ) -> None:
     """The measured runs of ``group`` on ``url``, then the launch checks on the baseline's server."""
-    with ComfyClient(url) as client:
+    with ComfyClient(url, headers=settings.headers) as client:
         measured.environment = measured.environment or collect_environment(client)
         object_info = client.get_json("/object_info")
     on_cpu = (measured.environment.get("device") or {}).get("type") == "cpu"
@@ -304,6 +306,7 @@ def _run_on_server(
         deadline=deadline,
         server_warmups=settings.server_warmups,
         on_server_lost=lambda message: lost.append(message + where),
+        headers=settings.headers,
     )
     measured.sequence += sum(len(variant_runs) for variant_runs in group_runs.values())
     measured.server_lost += lost
@@ -330,6 +333,7 @@ def _run_on_server(
             deadline=deadline,
             say=say,
             on_server_lost=lambda message: measured.server_lost.append(message + where),
+            headers=settings.headers,
         )
     )
 

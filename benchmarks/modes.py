@@ -226,10 +226,11 @@ def run_load(
     jobs: int,
     timeout: float = 1800.0,
     deadline: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Submit ``jobs`` runs from ``concurrency`` threads, each to the least busy of ``servers``; a job
     not started by ``deadline`` (``time.monotonic()``, ``--budget-s``) is not run. ``prior``: the
-    overrides the file holds (each run's record lists them)."""
+    overrides the file holds (each run's record lists them); ``headers`` go with every request."""
     if concurrency < 1 or jobs < 1:
         raise ValueError(f"concurrency and jobs must be ≥ 1, got {concurrency} and {jobs}")
 
@@ -251,7 +252,12 @@ def run_load(
         with dispatcher.server() as server:
             sent = time.perf_counter() - started
             options = RunOptions(
-                server=server, out_dir=out_dir, overrides=reseed, prior_overrides=prior, timeout=timeout
+                server=server,
+                out_dir=out_dir,
+                overrides=reseed,
+                prior_overrides=prior,
+                timeout=timeout,
+                headers=tuple((headers or {}).items()),
             )
             try:
                 timing = run_workflow(workflow_path, options, cancel_when_stopped).record["timing"]
@@ -314,6 +320,7 @@ def run_launch_checks(
     deadline: float | None,
     say: Callable[[str], None],
     on_server_lost: Callable[[str], None],
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``--soak`` and ``--load`` on the baseline variant's server ``url``, after the measured runs of its
     group; no round or job of theirs starts after ``deadline`` (``--budget-s``). A check that cannot
@@ -327,7 +334,7 @@ def run_launch_checks(
         lost: list[str] = []
         rounds = run_variant(
             matrix, replace(job, out_dir=out / "soak"), url, warmups=1, repeats=soak, deadline=deadline,
-            failures=failures, on_server_lost=lost.append,
+            failures=failures, on_server_lost=lost.append, headers=headers,
         )  # fmt: skip
         found["soak"] = {"variant": variant.name, **soak_verdict(rounds, planned=soak)}
         if problems := [*failures.values(), *lost]:
@@ -350,6 +357,7 @@ def run_launch_checks(
                 jobs=jobs,
                 timeout=matrix.timeout_s,
                 deadline=deadline,
+                headers=headers,
             ),
         }
     return found

@@ -36,7 +36,7 @@ import logging
 import statistics
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -258,15 +258,20 @@ def run_once(
     index: int,
     warmup: bool,
     sequence: int | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> RunMeasure:
     """One run of ``job``'s variant: defeat the cache (``matrix.mode``), run its workflow file (which
     holds the variant's overrides: they are recorded, not applied again), measure the record.
 
     Raises the runner's errors (:mod:`runner.errors`) when the run fails: a benchmark of a failing
-    configuration has no meaning.
+    configuration has no meaning. ``headers`` go with every request (a proxy's ``--token``).
     """
     options = RunOptions(
-        server=server, out_dir=job.out_dir, prior_overrides=job.applied, timeout=matrix.timeout_s
+        server=server,
+        out_dir=job.out_dir,
+        prior_overrides=job.applied,
+        timeout=matrix.timeout_s,
+        headers=tuple((headers or {}).items()),
     )
     with options.make_client() as client:
         defeat_cache(client, matrix.mode)
@@ -311,13 +316,14 @@ def run_variant(
     deadline: float | None = None,
     failures: dict[str, str] | None = None,
     on_server_lost: Callable[[str], None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[RunMeasure]:
     """Run ``job`` (its workflow already written) on ``server``, its runs back to back (soak rounds),
     none started after ``deadline``; ``failures`` and ``on_server_lost`` as in :func:`run_variants`
     (without them a failing run raises, see :func:`run_once`)."""
     runs = run_variants(
         matrix, [job], server, order="sequential", warmups=warmups, repeats=repeats, deadline=deadline,
-        failures=failures, on_server_lost=on_server_lost,
+        failures=failures, on_server_lost=on_server_lost, headers=headers,
     )  # fmt: skip
     return runs.get(job.variant.name, [])
 
@@ -336,6 +342,7 @@ def run_variants(
     clock: Callable[[], float] = time.monotonic,
     server_warmups: int = 0,
     on_server_lost: Callable[[str], None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, list[RunMeasure]]:
     """Run ``jobs`` (variants sharing ``server``) in ``order``; each variant's runs by index.
 
@@ -348,6 +355,7 @@ def run_variants(
     made so far are returned.
     No run starts after ``deadline`` (read from ``clock``): the runs made so far are returned.
     ``server_warmups`` discarded runs of the first job's variant come before everything else.
+    ``headers`` go with every request to ``server`` (``--token`` and ``--header`` of a proxy).
     """
     total_warmups = matrix.warmups if warmups is None else warmups
     total_repeats = matrix.repeats if repeats is None else repeats
@@ -378,6 +386,7 @@ def run_variants(
                 index=planned.index,
                 warmup=planned.warmup,
                 sequence=sequence,
+                headers=headers,
             )
         except PromptCancelledError:
             raise  # Ctrl-C stops the bench, it does not fail a variant

@@ -59,9 +59,14 @@ class WorkspaceError(LeanVideoError):
 
 
 class ServerError(LeanVideoError):
-    """A ComfyUI server could not be started, reached or stopped."""
+    """A ComfyUI server could not be started, reached or stopped. ``status``: the HTTP status it (or a
+    proxy in front of it) answered, when the error is an answer."""
 
     exit_code = 4
+
+    def __init__(self, *args: object, status: int | None = None) -> None:
+        super().__init__(*args)
+        self.status = status
 
 
 class PortInUseError(UsageError, ServerError):

@@ -175,7 +175,7 @@ def test_both_passes_are_listed_together_by_line(folder: Path, monkeypatch: pyte
     """A bad field on line 1 does not hide line 2's value out of range, nor a duplicate of a bad line."""
     from runner.batch import jobs_file
 
-    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers, timeout: OBJECT_INFO)
+    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers, **_: OBJECT_INFO)
     path = write_lines(
         folder / "jobs.jsonl",
         '{"id": "a", "workflow": "wf.api.json", "sett": {}}',
@@ -229,7 +229,7 @@ def test_every_problem_of_one_line_is_listed_across_both_passes(
     each would have come up only once the other was fixed."""
     from runner.batch import jobs_file
 
-    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers, timeout: OBJECT_INFO)
+    monkeypatch.setattr(jobs_file, "fetch_object_info", lambda servers, **_: OBJECT_INFO)
     path = write_lines(
         folder / "jobs.jsonl",
         '{"id": "x", "workflow": "wf.api.json"}',

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.batch.pool import probe_server
 from runner.errors import PromptTimeoutError, ServerError, ServerUnreachableError, UsageError
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
@@ -106,6 +107,12 @@ def test_answers_of_a_proxy_say_what_they_mean() -> None:
         str(bare.value)
     )
     assert "--token, or --header 'NAME: VALUE' (or $LEANVIDEO_TOKEN)" in str(bare.value)
+    assert (down.value.status, bare.value.status, forbidden.value.status, moved.value.status) == (
+        502,
+        401,
+        403,
+        301,
+    )
     assert "answered 401 Unauthorized: the token or headers given were refused" in str(wrong.value)
     assert "answered 403 Forbidden: the token or headers given were refused" in str(forbidden.value)
     assert "t0ken" not in str(wrong.value) and "k3y" not in str(forbidden.value)
@@ -206,6 +213,11 @@ def test_a_certificate_no_ca_here_trusts_is_said_once_with_what_to_give(
         websocket_too.value
     )
     assert accepted[0] == 2  # one for each: neither was repeated
+    # a batch worker says why the server is out, not "no answer to GET /system_stats"
+    assert probe_server(url) == f"the certificate of {host} is not trusted (self-signed certificate): " + (
+        "give the CA that signed it as a PEM file with SSL_CERT_FILE=/path/to/ca.pem (or a hashed folder "
+        "with SSL_CERT_DIR)"
+    )
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     with ComfyClient(url) as client:
         assert client.get_json("/object_info") == {}

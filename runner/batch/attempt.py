@@ -36,11 +36,18 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.batch.orphans import drop_note, note_prompt, read_json_object, take_off_orphans
+from runner.batch.orphans import (
+    HeadersFor,
+    drop_note,
+    no_headers,
+    note_prompt,
+    read_json_object,
+    take_off_orphans,
+)
 from runner.errors import (
     LeanVideoError,
     OutputWriteError,
@@ -169,6 +176,7 @@ def run_attempt(
     cancelled: Callable[[], bool] | None = None,
     in_flight: InFlight | None = None,
     lost: list[dict[str, str]] | None = None,
+    headers_for: HeadersFor = no_headers,
 ) -> dict[str, Any]:
     """Run ``job`` (a queued job spec) on ``server``; the outcome as the module docstring says.
     ``cancelled`` is asked (at most every :data:`CANCEL_CHECK_S`, as the prompt's events arrive)
@@ -177,7 +185,8 @@ def run_attempt(
     stopping) nothing is submitted and the prompt it still holds interrupts itself at its next event.
 
     ``lost``: what :func:`take_off_orphans` returned for the job, when the caller took a dead worker's
-    prompts off already (before waiting for a server); None: it is done here.
+    prompts off already (before waiting for a server); None: it is done here. ``headers_for``: what
+    each server's requests carry (the worker's ``--token`` and ``--header``, never in the job).
 
     Never raises for what the server or the workflow did: that is in the outcome's ``fault``.
     """
@@ -185,9 +194,9 @@ def run_attempt(
     # A dead worker's prompt of this job must not run on beside it. It ran, so it counts as an attempt
     # (the outcome's "lost" lists it, and this attempt's number comes after it).
     if lost is None:
-        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
+        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR, headers_for=headers_for)
     base = {"job_id": job["job_id"], "server": server, "worker": worker, "attempt": attempt + len(lost)}
-    outcome = _attempt(job, server, base, began, cancelled, in_flight)
+    outcome = _attempt(job, server, base, began, cancelled, in_flight, headers_for(server))
     return {**outcome, "lost": lost} if lost else outcome
 
 
@@ -198,6 +207,7 @@ def _attempt(
     began: float,
     cancelled: Callable[[], bool] | None,
     in_flight: InFlight | None,
+    headers: Mapping[str, str],
 ) -> dict[str, Any]:
     """:func:`run_attempt` once the orphans are off: the prompt, its files, the job's folder."""
     prompt_id = str(uuid.uuid4())
@@ -218,7 +228,10 @@ def _attempt(
     stop = cancelled if in_flight is None else lambda: in_flight.closed or bool(cancelled and cancelled())
     where = (job["job_id"], server)
     try:
-        with ComfyClient(server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline) as client:
+        client = ComfyClient(
+            server, reconnect_timeout=float(job["health_timeout"]), deadline=deadline, headers=headers
+        )
+        with client:
             try:
                 result = run_prompt(
                     client,

@@ -86,7 +86,7 @@ class JobRunner:
         left = f"job {job['job_id']}: the worker stopped before it took a server"
         # a dead worker's prompt of this job comes off its server before this job waits for one: left
         # there, it ran on while newer jobs queued behind it on that server
-        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR)
+        lost = take_off_orphans(job, Path(job["out_dir"]) / PARTIAL_DIR, headers_for=self.pool.headers_for)
         try:
             server = self.pool.acquire(self.draining)
         except ServerError:
@@ -108,6 +108,7 @@ class JobRunner:
                 cancelled=lambda: is_cancelled(workflow_id),
                 in_flight=self.in_flight,
                 lost=lost,
+                headers_for=self.pool.headers_for,
             )
             failed = outcome.get("fault") == "server"
             return outcome

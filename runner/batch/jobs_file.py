@@ -33,7 +33,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -339,9 +339,11 @@ def _raise_if_any(path: Path, problems: list[str]) -> None:
     raise WorkflowError(f"jobs file {path}: {len(problems)} problem(s); nothing was queued:\n{listed}{more}")
 
 
-def fetch_object_info(servers: list[str], *, timeout: float = 30.0) -> ObjectInfo:
+def fetch_object_info(
+    servers: list[str], *, timeout: float = 30.0, headers: Mapping[str, str] | None = None
+) -> ObjectInfo:
     """``/object_info`` of the first of ``servers`` that answers within ``timeout`` seconds (asked
-    twice; they run the same ComfyUI).
+    twice; they run the same ComfyUI), ``headers`` sent with each request.
 
     Raises:
         ServerError: none of them answers.
@@ -349,7 +351,8 @@ def fetch_object_info(servers: list[str], *, timeout: float = 30.0) -> ObjectInf
     problems = []
     for url in servers:
         try:
-            with ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=1)) as client:
+            client = ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=1), headers=headers)
+            with client:
                 info: ObjectInfo = client.get_json("/object_info")
                 return info
         except ServerError as exc:
@@ -357,15 +360,18 @@ def fetch_object_info(servers: list[str], *, timeout: float = 30.0) -> ObjectInf
     raise ServerError("no server answers, so the jobs cannot be checked:\n  " + "\n  ".join(problems))
 
 
-def load_batch(path: Path, servers: list[str], *, timeout: float = 30.0) -> list[PreparedJob]:
+def load_batch(
+    path: Path, servers: list[str], *, timeout: float = 30.0, headers: Mapping[str, str] | None = None
+) -> list[PreparedJob]:
     """Read and check the jobs file, then every good line against the servers' ``/object_info`` (a
-    server silent for ``timeout`` seconds, twice, is passed over); the problems of both passes are
-    listed together, by line."""
+    server silent for ``timeout`` seconds, twice, is passed over; ``headers`` go with the requests);
+    the problems of both passes are listed together, by line."""
     workflows: _Workflows = {}
     lines, flawed, problems = _read_jobs(path, workflows)
     if not lines and not flawed:
         _raise_if_any(path, problems)
-    prepared, more = _prepare([*lines, *flawed], fetch_object_info(servers, timeout=timeout), workflows)
+    object_info = fetch_object_info(servers, timeout=timeout, headers=headers)
+    prepared, more = _prepare([*lines, *flawed], object_info, workflows)
     _raise_if_any(path, sorted(problems + more, key=_line_number))
     return prepared
 

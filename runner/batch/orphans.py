@@ -7,7 +7,9 @@ in the middle of a job (SIGKILL, a power cut) leaves both the folder and, on its
 which would keep that GPU busy for a result nobody records while the job runs again. So before a job's
 attempt, :func:`take_off_orphans` cancels each prompt noted for that job (queue delete, then interrupt;
 best effort) and removes its folder. :func:`cancel_left_prompts` takes off the prompts a worker that
-stops early (``--grace`` ran out) leaves running.
+stops early (``--grace`` ran out) leaves running. ``headers_for`` says what each server is sent (a
+worker's ``--token`` and ``--header`` go to its own servers only: see
+:meth:`~runner.batch.pool.ServerPool.headers_for`).
 
 Example::
 
@@ -20,6 +22,7 @@ import glob
 import json
 import logging
 import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,13 @@ logger = logging.getLogger(__name__)
 
 NOTE = ".prompt.json"
 CANCEL_TIMEOUT_S = 5.0  # per request: a dead server must not hold the job up
+
+HeadersFor = Callable[[str], Mapping[str, str]]  # a server URL -> the headers its requests carry
+
+
+def no_headers(server: str) -> Mapping[str, str]:
+    """No header for any server: none behind an authenticating proxy."""
+    return {}
 
 
 def note_prompt(partial: Path, job: dict[str, Any], prompt_id: str, server: str) -> None:
@@ -49,6 +59,7 @@ def take_off_orphans(
     *,
     keep_folders: bool = False,
     why: str = "a worker killed mid-job",
+    headers_for: HeadersFor = no_headers,
 ) -> list[dict[str, str]]:
     """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
     remove their folders (unless ``keep_folders``: a live worker may still be writing there); returns
@@ -66,7 +77,7 @@ def take_off_orphans(
             prompt_id,
             server,
             why,
-            _take_off(server, prompt_id),
+            _take_off(server, prompt_id, headers_for),
         )
         if not keep_folders:
             shutil.rmtree(folder, ignore_errors=True)
@@ -84,15 +95,17 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def _quick_client(server: str) -> ComfyClient:
+def _quick_client(server: str, headers_for: HeadersFor) -> ComfyClient:
     """A client for cancel requests: a dead or paused server must not hold a job or a stop up."""
-    return ComfyClient(server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0))
+    return ComfyClient(
+        server, http_timeout=CANCEL_TIMEOUT_S, retry=RetryPolicy(retries=0), headers=headers_for(server)
+    )
 
 
-def _take_off(server: str, prompt_id: str) -> str:
+def _take_off(server: str, prompt_id: str, headers_for: HeadersFor) -> str:
     """Cancel ``prompt_id`` on ``server`` if it is still there; what happened, for the log."""
     try:
-        with _quick_client(server) as client:
+        with _quick_client(server, headers_for) as client:
             if not client.is_queued(prompt_id):
                 return "no longer on the server (it finished, or the server restarted); nothing to take off"
             if client.cancel(prompt_id):
@@ -102,13 +115,15 @@ def _take_off(server: str, prompt_id: str) -> str:
     return "could not be taken off (the server did not answer)"
 
 
-def cancel_left_prompts(in_flight: dict[str, str], worker_id: str) -> None:
+def cancel_left_prompts(
+    in_flight: dict[str, str], worker_id: str, headers_for: HeadersFor = no_headers
+) -> None:
     """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
     servers: DBOS is shut down, so their jobs stay unfinished and go back on the queue, and a prompt
     left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
     for prompt_id, server in in_flight.items():
         try:
-            with _quick_client(server) as client:
+            with _quick_client(server, headers_for) as client:
                 taken = client.cancel(prompt_id)  # says itself which request the server did not take
         except Exception:  # one server's trouble must not leave the other prompts running
             logger.exception("could not cancel prompt %s on %s", prompt_id, server)

@@ -4,7 +4,9 @@ A job takes a slot with :meth:`ServerPool.acquire` (the least busy healthy serve
 it waits when there is none) and gives it back with :meth:`ServerPool.release`. A server is probed
 (``GET /system_stats``) before its first job; one that fails a probe or a job (it stopped answering)
 is taken out and probed again after 1, 2, 4 … up to ``max_backoff`` seconds, by whichever job is
-waiting for a slot, and comes back in when a probe answers.
+waiting for a slot, and comes back in when a probe answers. ``headers`` (a proxy's ``--token`` and
+``--header``) go with every request to the pool's servers, and to none other (:meth:`ServerPool.headers_for`);
+they live in this process only, never in a job or a record.
 
 Example::
 
@@ -18,16 +20,18 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from runner.errors import ServerError, UsageError
+from runner.transport.answers import certificate_problem
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
-from runner.transport.server_url import server_key
+from runner.transport.server_url import same_server, server_key
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +40,28 @@ FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
 WAIT_STEP_S = 0.5  # a waiting job looks again at least this often
 
-Probe = Callable[[str], bool]
+NO_ANSWER = "no answer to GET /system_stats"
+
+# True when the server answers; else False (said as NO_ANSWER) or why not, in words
+Probe = Callable[[str], "bool | str"]
 
 
-def probe_server(url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether ``url`` answers ``GET /system_stats`` within ``timeout`` seconds."""
+def probe_server(
+    url: str, timeout: float = PROBE_TIMEOUT_S, *, headers: Mapping[str, str] | None = None
+) -> bool | str:
+    """True when ``url`` answers ``GET /system_stats`` within ``timeout`` seconds, else why not: a
+    proxy's 401 or 403 and a certificate not trusted here are said as such (a wrong ``--token`` is no
+    server that is down)."""
     try:
-        with ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=0)) as client:
+        with ComfyClient(url, http_timeout=timeout, retry=RetryPolicy(retries=0), headers=headers) as client:
             client.get_json("/system_stats")
     except ServerError as exc:
         logger.info("probe of %s failed: %s", url, exc)
-        return False
+        if exc.status in (401, 403, 407):
+            return f"it answered {exc.status}: authentication refused; check --token/--header"
+        if (untrusted := certificate_problem(exc, url)) is not None:
+            return untrusted
+        return NO_ANSWER
     return True
 
 
@@ -80,8 +95,9 @@ class ServerPool:
         urls: list[str],
         *,
         per_server: int = 1,
-        probe: Probe = probe_server,
+        probe: Probe | None = None,
         max_backoff: float = MAX_BACKOFF_S,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         if not urls:
             raise UsageError("a server pool needs at least one server")
@@ -92,7 +108,8 @@ class ServerPool:
         if per_server < 1:
             raise UsageError(f"per_server must be ≥ 1, got {per_server}")
         self.per_server = per_server
-        self._probe = probe
+        self._headers = dict(headers or {})
+        self._probe = probe or functools.partial(probe_server, headers=self._headers)
         self._max_backoff = max_backoff
         self._states = {url: _State(url) for url in urls}
         self._cond = threading.Condition()
@@ -100,6 +117,11 @@ class ServerPool:
     @property
     def urls(self) -> list[str]:
         return list(self._states)
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        """The headers to send to ``url``: the pool's for one of its servers, none for another (a
+        prompt a worker of other servers left, found in a shared ``--out``)."""
+        return dict(self._headers) if any(same_server(url, mine) for mine in self._states) else {}
 
     @property
     def slots(self) -> int:
@@ -183,12 +205,12 @@ class ServerPool:
         answered = self._probe(state.url)
         with self._cond:
             state.probing = False
-            if answered:
+            if answered is True:
                 if state.healthy is False:
                     logger.warning("server %s answers again; back in the pool", state.url)
                 state.healthy, state.failures, state.out_since = True, 0, None
             else:
-                self._take_out(state, "no answer to GET /system_stats")
+                self._take_out(state, answered or NO_ANSWER)
             self._cond.notify_all()
 
     def _take_out(self, state: _State, reason: str) -> None:

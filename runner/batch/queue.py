@@ -25,7 +25,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,9 +322,9 @@ def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
     return jobs
 
 
-def cancel_batch(client: DBOSClient, name: str) -> int:
+def cancel_batch(client: DBOSClient, name: str, *, headers: Mapping[str, str] | None = None) -> int:
     """Cancel every queued or running job of the batch; returns how many (a batch that does not exist
-    raises, see :func:`batch_jobs`)."""
+    raises, see :func:`batch_jobs`). ``headers`` go to the servers a dead worker's prompts are on."""
     ids = [j.workflow_id for j in batch_jobs(client, name) if j.state in ("queued", "running")]
     if not ids:
         return 0
@@ -335,7 +335,13 @@ def cancel_batch(client: DBOSClient, name: str) -> int:
         spec = status.input["args"][0] if status.input else None
         if isinstance(spec, dict) and "out_dir" in spec:
             partial = Path(spec["out_dir"]) / PARTIAL_DIR
-            take_off_orphans(spec, partial, keep_folders=True, why="the job was cancelled")
+            take_off_orphans(
+                spec,
+                partial,
+                keep_folders=True,
+                why="the job was cancelled",
+                headers_for=lambda server: headers or {},
+            )
     return len(ids)
 
 

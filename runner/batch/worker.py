@@ -194,7 +194,7 @@ class BatchWorker:
             # (and those jobs). Interrupted a third time, the id stays held until this process ends.
             left = self.runner.in_flight.close()
             self.runner.stop.set()
-            cancel_left_prompts(left, self.worker_id)
+            cancel_left_prompts(left, self.worker_id, self.pool.headers_for)
             if self._full.failure is None:  # a full database takes no write: they wait for this id
                 handed = self._hand_back()
             self._held.close()

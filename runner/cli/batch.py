@@ -37,6 +37,7 @@ from runner.batch.results import BatchSummary, job_row, summarize, write_manifes
 from runner.batch.worker import BatchWorker
 from runner.batch.worker_ids import default_worker_id
 from runner.cli.render import print_json
+from runner.cli.server_options import request_headers
 from runner.errors import LeanVideoError, PromptTimeoutError, UsageError
 from runner.local.workspace import default_workspace_root
 
@@ -82,7 +83,7 @@ def _read_verb(
             (err if args.json else console).print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
         if verb == "cancel":
-            cancelled = cancel_batch(client, name)
+            cancelled = cancel_batch(client, name, headers=request_headers(args))
             if args.json:
                 print_json(console, {"batch": name, "cancelled": cancelled})
             else:
@@ -107,6 +108,7 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
     else:
         derived = args.jobs.stem.split(".")[0]
         name = check_batch_name(derived, where="batch name (the jobs file's name; give --name)")
+    headers = request_headers(args)  # in this process only: never in a job, a record or the database
     try:
         settings = BatchSettings(
             out_dir=(args.out or Path("leanvideo-out") / f"batch-{name}").resolve(),
@@ -114,11 +116,11 @@ def _submit(args: argparse.Namespace, db_url: str, console: Console, err: Consol
             timeout=args.timeout,
             health_timeout=args.health_timeout,
         )
-        pool = ServerPool(args.servers, per_server=args.per_server)
+        pool = ServerPool(args.servers, per_server=args.per_server, headers=headers)
     except ValueError as exc:
         raise LeanVideoError(str(exc)) from exc
     # every line checked before anything is queued; a server silent for --health-timeout is passed over
-    jobs = load_batch(args.jobs.resolve(), args.servers, timeout=args.health_timeout)
+    jobs = load_batch(args.jobs.resolve(), args.servers, timeout=args.health_timeout, headers=headers)
     with open_client(db_url) as client:
         queued = submit_batch(client, name, jobs, settings, add=args.add)
         err.print(
@@ -198,8 +200,8 @@ def _say_ended(console: Console, name: str, states: list[JobState], out_dir: Pat
 
 
 def _worker(args: argparse.Namespace, db_url: str, err: Console) -> int:
-    try:
-        pool = ServerPool(args.servers, per_server=args.per_server)
+    try:  # the headers stay in this process: a job runs with the headers of the worker that takes it
+        pool = ServerPool(args.servers, per_server=args.per_server, headers=request_headers(args))
     except ValueError as exc:
         raise LeanVideoError(str(exc)) from exc
     _stop_on_signals()

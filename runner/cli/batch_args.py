@@ -9,7 +9,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from runner.cli.server_options import AppendServer, given_path, number_type, positive_seconds, server_url
+from runner.cli.server_options import (
+    AppendServer,
+    add_auth_arguments,
+    given_path,
+    number_type,
+    positive_seconds,
+    server_url,
+)
 
 
 def add_batch_parser(sub: Any) -> None:
@@ -34,6 +41,7 @@ def add_batch_parser(sub: Any) -> None:
         "--json", action="store_true", help="print what was queued (with --wait: how the jobs ended) as JSON"
     )
     _servers(submit, required=True)
+    add_auth_arguments(submit, where=" in front of every --server")
     _db(submit)
     submit.add_argument("--name", help="batch name (default: the jobs file's name without suffix)")
     submit.add_argument(
@@ -63,6 +71,7 @@ def add_batch_parser(sub: Any) -> None:
         "they wait for a worker with its id), 2 usage (also a worker id in use on this machine)",
     )
     _servers(worker, required=True)
+    add_auth_arguments(worker, where=" in front of every --server")
     _db(worker)
     _worker_options(worker)
 
@@ -73,6 +82,8 @@ def add_batch_parser(sub: Any) -> None:
         parser = verbs.add_parser(verb, help=text, epilog=READ_VERB_CODES)
         parser.add_argument("name")
         _db(parser)
+        if verb == "cancel":  # it takes a dead worker's prompts off their servers
+            add_auth_arguments(parser, where=" in front of the servers the jobs' prompts are on")
         parser.add_argument(
             "--json",
             action="store_true",

@@ -35,11 +35,13 @@ from runner.cli.render import (
 )
 from runner.cli.server_options import (
     AppendServer,
+    add_auth_arguments,
     check_int8_kernel_variable,
     given_path,
     override_spec,
     port_number,
     positive_seconds,
+    request_headers,
     server_url,
 )
 from runner.cli.signals import stop_signals
@@ -84,6 +86,7 @@ def add_bench_parser(subparsers: Any) -> None:
         "variant runs on the first given server launched with its flags and none of the other variants' "
         "(as its /system_stats says), else it is skipped (the baseline: refused, exit 5)",
     )
+    add_auth_arguments(parser, where=" in front of every --server")
     parser.add_argument(
         "--port",
         type=port_number,
@@ -163,6 +166,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
 
     if not args.server:  # servers of its own, started under this environment
         check_int8_kernel_variable(os.environ)
+    headers = request_headers(args)  # in this process only: never in bench.json, a record or a log
     if args.port is not None and args.server:
         raise UsageError("--port is the port of the servers the bench starts: leave it out with --server")
     if args.port is not None and not port_is_free("127.0.0.1", args.port):
@@ -194,12 +198,13 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             budget_s=args.budget_s,
             server_warmups=args.server_warmups,
             port=args.port,
+            headers=headers,
         )
     except (ValueError, WorkflowError) as exc:
         raise UsageError(str(exc)) from exc
     check_out_unused(out)  # said before the servers are asked; run_matrix checks it again
     for url in args.server:  # one that never answers is unreachable, not a server lost mid-matrix
-        _check_reachable(url)
+        _check_reachable(url, headers)
     inside = [path for path in (out / "servers", out / "workflows") if not path.exists()]
     made = check_out_folder(out)  # out and the parents it made (the default bench-out/ too)
     err = Console(stderr=True, soft_wrap=True, markup=False)
@@ -221,10 +226,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     return bench_exit_code(outcome, err)
 
 
-def _check_reachable(url: str) -> None:
+def _check_reachable(url: str, headers: dict[str, str]) -> None:
     """Raise the client's :class:`ServerError` (exit 4, before any folder is made) when the ``--server``
-    ``url`` does not answer ``GET /system_stats``."""
-    with ComfyClient(url) as client:
+    ``url`` does not answer ``GET /system_stats`` (``headers`` sent with it)."""
+    with ComfyClient(url, headers=headers) as client:
         try:
             client.get_json("/system_stats")
         except ServerError as exc:

@@ -231,19 +231,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("LEANVIDEO_SERVER", DEFAULT_SERVER),
         help=f"ComfyUI URL (default $LEANVIDEO_SERVER or {DEFAULT_SERVER})",
     )
-    parser.add_argument(
-        "--token",
-        help="bearer token for a proxy, sent as 'Authorization: Bearer TOKEN' (default $LEANVIDEO_TOKEN, "
-        "unless --header gives an Authorization header)",
-    )
-    parser.add_argument(
-        "--header",
-        action="append",
-        type=header_value,
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra HTTP header (repeatable)",
-    )
+    add_auth_arguments(parser)
     parser.add_argument(
         "--retries",
         type=retry_count,
@@ -254,12 +242,52 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
-    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+def add_auth_arguments(parser: argparse.ArgumentParser, *, where: str = "") -> None:
+    """``--token`` and ``--header``, for servers behind an authenticating proxy (``where``: which
+    servers get them, said in the help); ``$LEANVIDEO_TOKEN`` is read by :func:`given_token`."""
+    parser.add_argument(
+        "--token",
+        help=f"bearer token for a proxy{where}, sent as 'Authorization: Bearer TOKEN' (default "
+        "$LEANVIDEO_TOKEN, unless --header gives an Authorization header)",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        type=header_value,
+        default=[],
+        metavar="'NAME: VALUE'",
+        help=f"extra HTTP header{where} (repeatable)",
+    )
+
+
+def _checked_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """``--header``'s (name, value) pairs (each checked by :func:`header_value`)."""
     headers = []
     for value in args.header:  # checked by header_value
         name, _, content = value.partition(":")
         headers.append((name.strip(), content.strip()))
+    return tuple(headers)
+
+
+def request_headers(args: argparse.Namespace) -> dict[str, str]:
+    """The headers of every request to the command's servers: ``--header``'s, and ``--token`` (or
+    ``$LEANVIDEO_TOKEN`` when no Authorization header is given: :func:`given_token`) as
+    ``Authorization: Bearer``, as :class:`ComfyClient` sends its ``token``; a header or token that
+    cannot be sent is a usage error (2).
+
+    Example::
+
+        request_headers(parser.parse_args(["--token", "t", "--header", "X-Api-Key: k"]))
+        # {"X-Api-Key": "k", "Authorization": "Bearer t"}
+    """
+    headers = _checked_headers(args)
+    token = given_token(args.token, headers, os.environ)
+    return dict(headers) | ({"Authorization": f"Bearer {token}"} if token else {})
+
+
+def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
+    """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
+    headers = _checked_headers(args)
     token = given_token(args.token, headers, os.environ)
     try:
         return RunOptions(

@@ -173,7 +173,8 @@ class ComfyClient:
             tries = f" after {attempts} attempts" if attempts > 1 else ""
             if isinstance(error, GatewayAnswer):
                 return ServerError(
-                    f"{method} {self.base_url}{path}{tries} answered {self._said(error.response)}"
+                    f"{method} {self.base_url}{path}{tries} answered {self._said(error.response)}",
+                    status=error.response.status_code,
                 )
             return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {self._why(error)}")
 
@@ -224,7 +225,9 @@ class ComfyClient:
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code != 200:
-            raise ServerError(f"GET {self.base_url}{path} answered {self._said(response)}")
+            raise ServerError(
+                f"GET {self.base_url}{path} answered {self._said(response)}", status=response.status_code
+            )
         try:
             return response.json()
         except ValueError as exc:
@@ -236,7 +239,9 @@ class ComfyClient:
         """POST ``body`` as JSON to ``path``; a :class:`ServerError` when unreachable or not answered 2xx."""
         response = self._request("POST", path, json=body)
         if not response.is_success:
-            raise ServerError(f"POST {self.base_url}{path} answered {self._said(response)}")
+            raise ServerError(
+                f"POST {self.base_url}{path} answered {self._said(response)}", status=response.status_code
+            )
 
     def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
         """POST the workflow to ``/prompt``; returns the prompt id (ours, not the server's).
@@ -278,7 +283,9 @@ class ComfyClient:
         if response.status_code == 400:
             raise rejection(response)
         if response.status_code != 200:
-            raise ServerError(f"POST {self.base_url}/prompt answered {self._said(response)}")
+            raise ServerError(
+                f"POST {self.base_url}/prompt answered {self._said(response)}", status=response.status_code
+            )
         return prompt_id
 
     def cancel(self, prompt_id: str) -> bool:
