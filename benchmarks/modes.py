@@ -252,13 +252,9 @@ def run_load(
         with dispatcher.server() as server:
             sent = time.perf_counter() - started
             options = RunOptions(
-                server=server,
-                out_dir=out_dir,
-                overrides=reseed,
-                prior_overrides=prior,
-                timeout=timeout,
+                server=server, out_dir=out_dir, overrides=reseed, prior_overrides=prior, timeout=timeout,
                 headers=tuple((headers or {}).items()),
-            )
+            )  # fmt: skip
             try:
                 timing = run_workflow(workflow_path, options, cancel_when_stopped).record["timing"]
             except PromptCancelledError:

@@ -267,12 +267,9 @@ def run_once(
     configuration has no meaning. ``headers`` go with every request (a proxy's ``--token``).
     """
     options = RunOptions(
-        server=server,
-        out_dir=job.out_dir,
-        prior_overrides=job.applied,
-        timeout=matrix.timeout_s,
+        server=server, out_dir=job.out_dir, prior_overrides=job.applied, timeout=matrix.timeout_s,
         headers=tuple((headers or {}).items()),
-    )
+    )  # fmt: skip
     with options.make_client() as client:
         defeat_cache(client, matrix.mode)
     outcome = run_workflow(job.workflow_path, options)
