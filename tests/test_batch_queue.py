@@ -470,8 +470,24 @@ def test_a_left_prompt_the_server_did_not_take_off_is_not_said_taken_off(
     from runner.batch.orphans import cancel_left_prompts
 
     cancel_left_prompts({"p-1": "http://127.0.0.1:9"}, "w-1")  # nothing listens there
-    assert "prompt p-1 on http://127.0.0.1:9 not taken off (the server did not answer)" in caplog.text
+    said = (
+        "prompt p-1 on http://127.0.0.1:9: could not be taken off (the server did not answer): it may run on"
+    )
+    assert said in caplog.text
     assert "taken off the server" not in caplog.text
+
+
+def test_a_left_prompt_that_ended_as_the_worker_stopped_is_not_said_taken_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its cancel requests were taken (ComfyUI takes them for any id), so it was 'taken off the
+    server' though it had finished."""
+    from runner.batch.orphans import cancel_left_prompts
+
+    with FakeComfy(_endless) as fake:
+        cancel_left_prompts({"p-ended": fake.url}, "w-1")  # the fake's queue does not hold it
+    assert f"prompt p-ended on {fake.url}: no longer on the server (it finished" in caplog.text
+    assert not [call for call in fake.calls if call[0] in ("POST /queue", "POST /interrupt")]
 
 
 def test_a_stop_with_every_server_out_leaves_at_once_and_loses_no_job(

@@ -112,7 +112,7 @@ def _take_off(server: str, prompt_id: str, headers_for: HeadersFor) -> str:
                 return "taken off the server (queue delete + interrupt)"
     except Exception:  # a bad note or a gone server must not stop the job from running again
         logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
-    return "could not be taken off (the server did not answer)"
+    return "could not be taken off (the server did not answer): it may run on"
 
 
 def cancel_left_prompts(
@@ -121,17 +121,11 @@ def cancel_left_prompts(
     """Take the prompts of jobs still running when the worker stopped (``--grace`` ran out) off their
     servers: DBOS is shut down, so their jobs stay unfinished and go back on the queue, and a prompt
     left running would only keep its server busy for nothing. Best effort, prompt by prompt."""
-    for prompt_id, server in in_flight.items():
-        try:
-            with _quick_client(server, headers_for) as client:
-                taken = client.cancel(prompt_id)  # says itself which request the server did not take
-        except Exception:  # one server's trouble must not leave the other prompts running
-            logger.exception("could not cancel prompt %s on %s", prompt_id, server)
-            continue
+    for prompt_id, server in in_flight.items():  # one server's trouble leaves the others' prompts
         logger.warning(
-            "prompt %s on %s %s; its job goes back on the queue (worker %s stopped)",
+            "prompt %s on %s: %s; its job goes back on the queue (worker %s stopped)",
             prompt_id,
             server,
-            "taken off the server" if taken else "not taken off (the server did not answer): it may run on",
+            _take_off(server, prompt_id, headers_for),  # a prompt that ended as it stopped: said so
             worker_id,
         )
