@@ -256,7 +256,7 @@ def add_auth_arguments(parser: argparse.ArgumentParser, *, where: str = "") -> N
         type=header_value,
         default=[],
         metavar="'NAME: VALUE'",
-        help=f"extra HTTP header{where} (repeatable)",
+        help=f"extra HTTP header for a proxy{where} (repeatable)",
     )
 
 
