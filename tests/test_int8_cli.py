@@ -149,6 +149,30 @@ def test_loras_and_vaes_are_refused_with_what_they_are(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vae.safetensors", "wan_vae.safetensors"]
 
 
+@pytest.mark.parametrize(
+    ("keys", "advice"),
+    [
+        (["diffusion_model.blocks.0.attn.hada_w1_a", "diffusion_model.blocks.0.attn.hada_w1_b"], "ModelOnly"),
+        (["diffusion_model.blocks.0.ff.lokr_w1", "diffusion_model.blocks.0.ff.lokr_w2"], "ModelOnly"),
+        (["transformer.transformer_blocks.0.attn1.to_q.lora_A.default.weight"], "ModelOnly"),
+        (["unet.up.0.proj.lora_linear_layer.down.weight"], "ModelOnly"),
+        (["diffusion_model.transformer_blocks.0.attn1.to_q.diff"], "ModelOnly"),
+        (["lora_te_text_model_encoder_layers_0_mlp_fc1.lora_down.weight"], "LoraLoader, its clip input"),
+    ],
+)
+def test_lora_formats_comfyui_applies_are_refused_as_loras(
+    keys: list[str], advice: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LoHa, LoKr, PEFT and diffusers LoRAs and weight diffs were 'cannot tell the model family', and a
+    text-encoder LoRA was sent to LoraLoaderModelOnly, which has no clip input."""
+    lora = tmp_path / "style.safetensors"
+    save_file({key: torch.zeros(4, 4) for key in keys}, str(lora))
+    code, err = _fail(capsys, str(lora), str(tmp_path / "x.safetensors"))
+    assert code == 1 and f"{lora}: a LoRA (key {keys[0]!r}), which is not quantized: load it as it is" in err
+    assert ("LoraLoaderModelOnly on the INT8 model" if advice == "ModelOnly" else advice) in err
+    assert not (tmp_path / "x.safetensors").exists()
+
+
 def test_bad_paths_are_named_and_nothing_of_the_users_is_touched(
     tiny_models: FixtureSet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -72,7 +72,10 @@ def _fit(config: Int8WeightConfig, in_features: int) -> Int8WeightConfig:
 _NOT_QUANTIZED: tuple[tuple[str, str, str], ...] = (
     (
         "LoRA",
-        r"(\.|_)(lora_[AB]|lora_up|lora_down|lora\.up|lora\.down)\.weight$",
+        # LoRA (kohya, diffusers, PEFT with its adapter name), LoHa, LoKr, and weight diffs: what
+        # ComfyUI's comfy/lora.py applies as patches
+        r"(\.|_)(lora_[AB]|lora_up|lora_down|lora\.up|lora\.down|lora_linear_layer\.(up|down))"
+        r"(\.default)?\.weight$|\.(hada_w[12]_[ab]|hada_t[12]|lokr_w[12](_[ab])?|lokr_t2|diff|diff_b)$",
         "load it as it is with LoraLoaderModelOnly on the INT8 model (the loaders' lora_mode decides how "
         "it is applied)",
     ),
@@ -165,8 +168,18 @@ def not_quantized(
             continue
         pattern = re.compile(marker)
         if (key := next((k for k in keys if pattern.search(k)), None)) is not None:
+            if kind == "LoRA" and any(k.startswith(_TEXT_ENCODER_LORA) for k in keys if pattern.search(k)):
+                advice = _TEXT_ENCODER_LORA_ADVICE  # LoraLoaderModelOnly has no clip input
             return f"{source}: a {kind} (key {key!r}), which is not quantized: {advice}"
     return None
+
+
+# Key prefixes of a LoRA's text-encoder part (kohya's lora_te, lora_te1/2; diffusers/PEFT)
+_TEXT_ENCODER_LORA = ("lora_te_", "lora_te1_", "lora_te2_", "text_encoder.", "text_encoders.", "te.")
+_TEXT_ENCODER_LORA_ADVICE = (
+    "load it as it is with LoraLoader, its clip input fed by Load Text Encoder (INT8) (with its model "
+    "input on the diffusion model, for the rest of the LoRA)"
+)
 
 
 def refuse_unquantizable(
