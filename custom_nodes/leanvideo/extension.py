@@ -75,10 +75,13 @@ def create_extension() -> LeanVideoExtension:
     """Add the pack's HTTP routes to the running server and return the extension.
 
     The server gets one :class:`~leanvideo.telemetry.Telemetry`, hooked into its prompt queue and kept
-    as ``PromptServer.instance.leanvideo_telemetry`` so that nodes can add events to the running prompt.
+    as ``PromptServer.instance.leanvideo_telemetry`` so that nodes can add events to the running prompt,
+    and a log handler that notes there the LoRA weights a prompt applies to nothing
+    (:mod:`leanvideo.lora_notes`).
     """
     from server import PromptServer
 
+    from .lora_notes import UnappliedLoras
     from .telemetry import Telemetry
 
     server = PromptServer.instance
@@ -109,6 +112,8 @@ def create_extension() -> LeanVideoExtension:
         telemetry = Telemetry()
         telemetry.attach(server.prompt_queue)
         server.leanvideo_telemetry = telemetry
+        # ComfyUI logs the LoRA weights it applies to nothing on the root logger: noted per prompt
+        logging.getLogger().addHandler(UnappliedLoras(telemetry))
     register_routes(server.routes, telemetry, server.prompt_queue)
     extension = LeanVideoExtension()
     server.app.on_startup.append(extension.check_replaced)  # after every custom node pack loaded

@@ -41,7 +41,12 @@ from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.tracking.follow import EventHandler
 from runner.tracking.outputs import OutputFile, download_outputs
 from runner.tracking.prompt import run_prompt
-from runner.tracking.record import build_run_record, collect_server_info, write_run_record
+from runner.tracking.record import (
+    build_run_record,
+    collect_server_info,
+    unapplied_loras,
+    write_run_record,
+)
 from runner.tracking.result import PromptResult
 from runner.transport.client import DEFAULT_SERVER, ComfyClient
 from runner.transport.retry import DEFAULT_RETRIES, RetryPolicy
@@ -217,6 +222,8 @@ def _write(
     cause: KeyboardInterrupt | None = None  # what stopped the download, when that was a signal
     try:
         telemetry = client.read_telemetry(result.prompt_id)
+        for said in unapplied_loras(telemetry):  # a LoRA of another model: the prompt still succeeds
+            logger.warning("%s", said)
         download_outputs(client, result.outputs, run_dir, done=files)
     except ServerError as exc:
         if result.status == "success":

@@ -62,6 +62,18 @@ def int8_kernels_measured(telemetry: dict[str, Any]) -> int:
     return sum(1 for e in events if e.get("kind") == "int8_kernel" and e.get("source") == "measured")
 
 
+def unapplied_loras(telemetry: dict[str, Any]) -> list[str]:
+    """What to say of the LoRA weights the prompt applied to nothing, one line per reason, from its
+    telemetry (the node pack's ``lora_not_applied`` events: ComfyUI says them in its log only, and the
+    frames are those without them)."""
+    return [
+        f"the server applied {e.get('calls', 1)} LoRA weight(s) to nothing: {e.get('key')}; the first: "
+        f"{e.get('first')!r} (each is in the server's log; the frames are made without them)"
+        for e in telemetry.get("events") or []
+        if e.get("kind") == "lora_not_applied"
+    ]
+
+
 def workflow_digest(workflow: dict[str, Any]) -> str:
     """Hash of the workflow's canonical JSON (key order and whitespace do not matter)."""
     canonical = json.dumps(workflow, sort_keys=True, separators=(",", ":"))

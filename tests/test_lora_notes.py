@@ -1,0 +1,95 @@
+"""A LoRA the server applies to nothing (another model's keys, another size) is said by `leanvideo run`
+and kept in the run record's telemetry: ComfyUI logs it in its own log only, and the prompt succeeds
+with frames made without it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from leanvideo.int8.files import read_tensors
+from leanvideo.lora_notes import why_not_applied
+from safetensors.torch import save_file
+
+from runner.cli.main import main
+from runner.fixtures import FixtureSet
+from runner.local.server import ComfyServer
+
+NOT_LOADED = "no layer of the model has its key (a LoRA of another model?)"
+NOT_FITTING = "its factors do not fit their layer (a LoRA of another model or size?)"
+
+
+def test_comfyuis_lines_for_lora_weights_left_out_are_told_apart() -> None:
+    assert why_not_applied("lora key not loaded: blocks.0.self_attn.q.lora_A.weight") == NOT_LOADED
+    assert why_not_applied("ERROR lora diffusion_model.x.weight shape '[64, 64]' is invalid") == NOT_FITTING
+    assert why_not_applied("ERROR lokr diffusion_model.x.weight boom") == NOT_FITTING
+    assert why_not_applied("WARNING SHAPE MISMATCH x WEIGHT NOT MERGED [2] != [3]") == NOT_FITTING
+    assert why_not_applied("Calculate Weight Failed: lora x") == "its weight could not be computed"
+    assert why_not_applied("ERROR something else happened") is None
+    assert why_not_applied("Requested to load LTXV") is None
+
+
+def _with_lora(workflow: dict[str, Any], lora_name: str, mode: str) -> dict[str, Any]:
+    """``workflow`` (the tiny LTXV) sampling through the INT8 diffusion-model loader and ``lora_name``."""
+    workflow["20"] = {
+        "class_type": "LeanVideoDiffusionModelLoaderINT8",
+        "inputs": {"unet_name": "ltxv-tiny-dit.safetensors", "compute_dtype": "default", "path": "auto",
+                   "quantize_on_load": True, "convrot": False, "lora_mode": mode},
+    }  # fmt: skip
+    workflow["21"] = {
+        "class_type": "LoraLoaderModelOnly",
+        "inputs": {"model": ["20", 0], "lora_name": lora_name, "strength_model": 1.0},
+    }
+    workflow["11"]["inputs"]["model"] = ["21", 0]
+    return workflow
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["merge", "side_branch"])
+def test_a_lora_of_another_model_is_said_after_the_run(
+    mode: str,
+    comfy_server: ComfyServer,
+    placed: Callable[[str], Path],
+    tiny_models: FixtureSet,
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twice the size (its factors fit no layer) and under Wan's keys (none loads): exit 0 and frames
+    without it, said only in comfyui.log. The fitting LoRA is said nothing of."""
+    assert tiny_models.diffusion_model.name == "ltxv-tiny-dit.safetensors"
+    lora = read_tensors(tiny_models.lora)
+    wider = {key: torch.zeros(*(2 * n for n in t.shape)) for key, t in lora.items()}
+    save_file(wider, str(placed(f"loras/test-notes-wider-{mode}.safetensors")))
+    save_file(
+        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
+        str(placed(f"loras/test-notes-wan-{mode}.safetensors")),
+    )
+    said: dict[str, str] = {}
+    for name in (f"test-notes-wider-{mode}", f"test-notes-wan-{mode}", tiny_models.lora.stem):
+        workflow = _with_lora(json.loads(json.dumps(tiny_workflow)), f"{name}.safetensors", mode)
+        workflow["11"]["inputs"]["noise_seed"] = hash((name, mode)) % 10**9  # not from the cache
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(workflow))
+        out = tmp_path / name
+        caplog.clear()
+        assert main(["run", str(path), "--server", comfy_server.url, "--out", str(out)]) == 0
+        said[name] = caplog.text
+        (record,) = out.glob("*/run.json")
+        events = json.loads(record.read_text())["telemetry"]["events"]
+        noted = [e for e in events if e["kind"] == "lora_not_applied"]
+        if name == tiny_models.lora.stem:
+            assert noted == [] and "to nothing" not in said[name]
+        else:
+            (event,) = noted
+            assert event["key"] == (NOT_FITTING if "wider" in name else NOT_LOADED)
+            assert event["calls"] >= 3
+    assert "LoRA weight(s) to nothing: its factors do not fit their layer" in said[f"test-notes-wider-{mode}"]
+    assert (
+        "the server applied 3 LoRA weight(s) to nothing: no layer of the model has its key (a LoRA of "
+        "another model?); the first: 'lora key not loaded: diffusion_model.blocks."
+    ) in said[f"test-notes-wan-{mode}"]
