@@ -249,8 +249,15 @@ def test_credentials_are_given_once_and_never_in_the_url() -> None:
     line naming the server; a token beside an Authorization header sent both."""
     with pytest.raises(UsageError) as in_url:
         check_server_url("https://alice:pa55word@127.0.0.1:8743/comfy")
-    assert "'https://alice:***@127.0.0.1:8743/comfy' holds a user name and password" in str(in_url.value)
+    assert "'https://***@127.0.0.1:8743/comfy' holds a user name and password" in str(in_url.value)
     assert "pa55word" not in str(in_url.value)
+    for faulty in ("https://u:pa55word@h:88x43/c", "htps://u:pa55word@h/c", "https://u:pa55word@[::1/c"):
+        with pytest.raises(UsageError) as refused:  # other faults too: the password was said with them
+            check_server_url(faulty)
+        assert "pa55word" not in str(refused.value) and "***@" in str(refused.value)
+    with pytest.raises(UsageError) as token_as_user:
+        check_server_url("https://s3cr3tT0ken@host/comfy")
+    assert "s3cr3tT0ken" not in str(token_as_user.value)
     with pytest.raises(UsageError, match="both a token and an Authorization header"):
         ComfyClient("http://127.0.0.1:8188", token="t", headers={"authorization": "Basic eA=="})
     with contextlib.closing(ComfyClient("http://127.0.0.1:8188", token="t")) as client:

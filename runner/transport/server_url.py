@@ -24,28 +24,42 @@ LOOPBACK_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address(":
 
 def check_server_url(url: str) -> str:
     """``url`` when it can address a ComfyUI server (``http(s)://HOST[:PORT]``), else :class:`UsageError`
-    saying what is wrong with it (a typo must not cost the retries of an unreachable server)."""
+    saying what is wrong with it (a typo must not cost the retries of an unreachable server). A password
+    in it is never said back."""
+    shown = _without_password(url)
+    if "@" in url.partition("://")[2].partition("/")[0]:  # a user (and password) before the host
+        raise UsageError(
+            f"server URL {shown!r} holds a user name and password, which would be printed with it and not "
+            "reach the websocket: give them as --header 'Authorization: Basic …' (the base64 of "
+            "USER:PASSWORD) and the URL without them"
+        )
     try:
         parts = urlsplit(url)
         port = parts.port  # raises for a port out of range or not a number
     except ValueError as exc:
-        raise UsageError(f"server URL {url!r}: {exc}") from None
+        raise UsageError(f"server URL {shown!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise UsageError(f"server must be an http:// or https:// URL, got {url!r}")
-    if parts.username is not None or parts.password is not None:  # said without the password
-        shown = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}")
-        raise UsageError(
-            f"server URL {shown.geturl()!r} holds a user name and password, which would be printed with "
-            "it and not reach the websocket: give them as --header 'Authorization: Basic …' (the base64 "
-            "of USER:PASSWORD) and the URL without them"
-        )
+        raise UsageError(f"server must be an http:// or https:// URL, got {shown!r}")
     if not parts.hostname:
-        raise UsageError(f"server URL {url!r} names no host")
+        raise UsageError(f"server URL {shown!r} names no host")
     if port == 0:
-        raise UsageError(f"server URL {url!r}: port 0 is no port")
+        raise UsageError(f"server URL {shown!r}: port 0 is no port")
     if parts.query or parts.fragment or url.endswith(("?", "#")):  # every path would be put after it
-        raise UsageError(f"server URL {url!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
+        raise UsageError(f"server URL {shown!r} has a query or fragment; give http(s)://HOST[:PORT][/PATH]")
     return url
+
+
+def _without_password(url: str) -> str:
+    """``url`` with what stands before an ``@`` in its authority said as ``***`` (a user name may be a
+    token; read as text: the URL may not parse)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return url
+    authority, slash, path = rest.partition("/")
+    _user, at, host = authority.rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}://***@{host}{slash}{path}"
 
 
 def server_key(url: str) -> tuple[str, str, int, str]:
