@@ -56,6 +56,7 @@ class FakeComfy:
         # and a web page of its own (taken in order, each once); refuse the websocket with a status;
         # gzip /view always ("always") or when the request accepts it ("asked")
         self.proxy_answers: list[tuple[str, int]] = []
+        self.proxy_json = False  # its pages are JSON (API gateways), not HTML
         self.ws_refusal: int | None = None
         self.compress_view: str | None = None
         self.history: dict[str, Any] = {}
@@ -190,8 +191,10 @@ class FakeComfy:
             if request.path.startswith(path):
                 del self.proxy_answers[index]
                 self.calls.append((f"proxy {status}", request.path))
-                page = f"<html><body><h1>{status}</h1>nginx</body></html>"
                 moved = {"Location": f"https://comfy.example/comfy{request.path_qs}"} if status < 400 else {}
+                if self.proxy_json:
+                    return web.json_response({"message": "An invalid response was received"}, status=status)
+                page = f"<html><body><h1>{status}</h1>nginx</body></html>"
                 return web.Response(status=status, text=page, content_type="text/html", headers=moved)
         if request.path == "/ws" and self.ws_refusal is not None:
             self.calls.append((f"proxy {self.ws_refusal}", request.path))

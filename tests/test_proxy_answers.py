@@ -278,3 +278,59 @@ def test_history_a_proxy_will_not_give_after_the_prompt_ends_keeps_a_partial_rec
     assert "answered 502 Bad Gateway from a proxy in front of ComfyUI" in str(lost.value)
     assert lost.value.result is not None and lost.value.result.partial
     assert [node.node_id for node in lost.value.result.nodes][:1] == ["1"]
+
+
+def test_a_gateway_that_answers_json_is_still_a_gateway() -> None:
+    """Kong, API Gateway and the like answer 502 with JSON: it was taken as ComfyUI's own answer."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.proxy_json = True
+        fake.proxy_answers = [("/object_info", 502), ("/prompt", 504)]
+        assert client.get_json("/object_info") == {}
+        result = run_prompt(client, WORKFLOW, timeout=20)
+    assert result.status == "success"
+    assert [call for call in fake.calls if call[0] == "POST /prompt"] == [("POST /prompt", result.prompt_id)]
+
+
+def test_polling_says_a_running_prompt_started_and_what_a_stop_did(tmp_path: Path) -> None:
+    """Followed by polling, a prompt running on the server was 'still waiting in the server's queue'
+    when its timeout stopped it, and its run had no start (a bench divided by a zero time)."""
+    with FakeComfy(runs_on) as fake, ComfyClient(fake.url) as client:
+        fake.ws_refusal = 404
+        events: list[str] = []
+        with pytest.raises(PromptTimeoutError) as late:
+            run_prompt(client, WORKFLOW, timeout=2.0, on_event=lambda e: events.append(e.kind))
+    assert "started" in events
+    said = str(late.value)
+    assert "removed from the server's queue and interrupted there" in said, said
+    assert late.value.result is not None and late.value.result.started_at is not None
+    assert late.value.result.error is not None
+    assert late.value.result.error["message"] == (
+        "timeout after it started (which node ran is not known without the websocket)"
+    )
+
+
+def test_a_websocket_a_proxy_answers_502_for_is_followed_by_polling(caplog: pytest.LogCaptureFixture) -> None:
+    """It failed the run with the library's dump of the answer, its headers (a cookie) included."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.ws_refusal = 502
+        with caplog.at_level(logging.WARNING):
+            result = run_prompt(client, WORKFLOW, timeout=20)
+    assert result.status == "success"
+    said = [r.getMessage() for r in caplog.records if "/ws answered the websocket 502" in r.getMessage()]
+    assert len(said) == 1 and "6 times: a proxy in front of ComfyUI" in said[0] and "-+-+-" not in said[0]
+
+
+def test_a_refusal_while_following_is_said_at_once_not_waited_out() -> None:
+    """A proxy that turned to 401 mid-job was waited out as a server gone away (30 s, then 'has failed
+    for 30 s')."""
+    import time
+
+    with FakeComfy(runs_on) as fake, ComfyClient(fake.url, reconnect_timeout=30.0) as client:
+        fake.ws_refusal = 404
+        fake.proxy_answers = [("/history", 401)] * 100
+        began = time.monotonic()
+        with pytest.raises(ServerError) as refused:
+            run_prompt(client, WORKFLOW, timeout=60)
+    assert time.monotonic() - began < 10
+    assert not isinstance(refused.value, ServerUnreachableError) and refused.value.status == 401
+    assert "answered 401 Unauthorized: refused without credentials" in str(refused.value)

@@ -29,6 +29,7 @@ import websocket
 
 from runner.errors import PromptLostError, ServerError, ServerUnreachableError
 from runner.tracking.events import ClientEvent, PromptTracker
+from runner.transport.answers import GATEWAY_STATUSES
 
 if TYPE_CHECKING:
     from runner.transport.client import ComfyClient
@@ -114,7 +115,8 @@ def poll_prompt(
 ) -> dict[str, Any]:
     """Follow a submitted prompt without a websocket (a proxy in front of the server refused it): ask
     ``/history/{id}`` and ``/queue`` every :data:`POLL_INTERVAL_S` until its history entry is written;
-    returns the entry. No step's progress is seen, nor any node's own time: the entry has the server's
+    returns the entry. The prompt is taken as started when ``/queue`` first lists it as running (within
+    that interval); no step's progress is seen, nor any node's own time: the entry has the server's
     start and end. The server failing for ``client.reconnect_timeout`` is
     :class:`~runner.errors.ServerUnreachableError`, as when following over the websocket."""
     trouble_since: float | None = None
@@ -124,7 +126,7 @@ def poll_prompt(
         if now > deadline:
             raise FollowTimeout(trouble if trouble_since is not None else None)
         try:
-            entry = _reconcile(client, tracker.prompt_id)
+            entry, place = _look(client, tracker.prompt_id)
         except ServerUnreachableError as exc:
             trouble_since, trouble = trouble_since or now, str(exc)
             if now - trouble_since > client.reconnect_timeout:
@@ -136,8 +138,38 @@ def poll_prompt(
             if entry is not None:
                 tracker.apply_history(entry)
                 return entry
+            if place == "running" and tracker.started_at is None:  # as execution_start would say
+                started = {"type": "execution_start", "data": {"prompt_id": tracker.prompt_id}}
+                for event in tracker.handle(started, time.monotonic()):
+                    emit(event)
         emit(ClientEvent("waiting"))  # a handler that stops the prompt gets its turn
         time.sleep(max(0.0, min(POLL_INTERVAL_S, deadline - time.monotonic())))
+
+
+def _look(client: ComfyClient, prompt_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The prompt's history entry when it is finished, else where ``/queue`` has it (running, pending).
+
+    Raises:
+        PromptLostError: neither history nor queue knows the prompt.
+        ServerUnreachableError: the HTTP requests themselves failed (an answer that refuses: as is).
+    """
+    try:
+        entry = client.history_entry(prompt_id)
+        if entry is not None:
+            return entry, None
+        if (place := client.queue_place(prompt_id)) is not None:
+            return None, place
+        entry = client.history_entry(prompt_id)  # it may have finished between the two requests
+    except ServerError as exc:
+        if refused(exc):
+            raise
+        raise ServerUnreachableError(str(exc)) from exc
+    if entry is not None:
+        return entry, None
+    raise PromptLostError(
+        f"the server at {client.base_url} no longer knows prompt {prompt_id}: neither /history nor "
+        "/queue lists it (the server was probably restarted)"
+    )
 
 
 def _reconnect(client: ComfyClient, deadline: float) -> websocket.WebSocket:
@@ -167,19 +199,7 @@ def _reconcile(client: ComfyClient, prompt_id: str) -> dict[str, Any] | None:
         PromptLostError: neither history nor queue knows the prompt.
         ServerUnreachableError: the HTTP requests themselves failed.
     """
-    try:
-        entry = client.history_entry(prompt_id)
-        if entry is not None or client.is_queued(prompt_id):
-            return entry
-    except ServerError as exc:
-        raise ServerUnreachableError(str(exc)) from exc
-    entry = client.history_entry(prompt_id)  # it may have finished between the two requests
-    if entry is not None:
-        return entry
-    raise PromptLostError(
-        f"the server at {client.base_url} no longer knows prompt {prompt_id}: neither /history nor "
-        "/queue lists it (the server was probably restarted)"
-    )
+    return _look(client, prompt_id)[0]
 
 
 def wait_history(client: ComfyClient, prompt_id: str, deadline: float) -> dict[str, Any]:
@@ -192,6 +212,8 @@ def wait_history(client: ComfyClient, prompt_id: str, deadline: float) -> dict[s
         try:
             entry = client.history_entry(prompt_id)
         except ServerError as exc:
+            if refused(exc):
+                raise
             trouble_since = trouble_since or time.monotonic()
             if time.monotonic() - trouble_since > client.reconnect_timeout:
                 raise ServerUnreachableError(
@@ -205,6 +227,12 @@ def wait_history(client: ComfyClient, prompt_id: str, deadline: float) -> dict[s
             raise FollowTimeout
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def refused(error: ServerError) -> bool:
+    """Whether ``error`` is an answer that waiting does not change (a proxy's 401 or 403, a 404): said
+    at once, not waited out as a server that went away (a proxy's 502/503/504 is waited out)."""
+    return error.status is not None and error.status not in GATEWAY_STATUSES
 
 
 def close_socket(sock: websocket.WebSocket) -> None:

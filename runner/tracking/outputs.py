@@ -24,7 +24,7 @@ import httpx
 
 from runner.errors import OutputWriteError, ServerError
 from runner.install.pin import sha256_file
-from runner.transport.answers import GATEWAY_STATUSES, GatewayAnswer, describe_answer, from_comfyui
+from runner.transport.answers import GATEWAY_STATUSES, GatewayAnswer, describe_answer
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
 def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     size = 0
     with client.open_view(item) as response:
-        if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+        if response.status_code in GATEWAY_STATUSES:
             raise GatewayAnswer(response)  # a proxy's: ComfyUI behind it may answer again
         if response.status_code != 200:
             said = describe_answer(response, credentials=bool(client.headers))

@@ -204,6 +204,7 @@ def _abandon(
     took the cancel requests."""
     logger.warning("cancelling prompt %s on %s (%s)", tracker.prompt_id, client.base_url, status)
     running = tracker.current_node
+    where = _where(tracker)  # as it was when stopped, before the history fills in what it can
     entry: dict[str, Any] | None = None
     with client.quick(CANCEL_REQUEST_TIMEOUT_S) as quick:  # a paused server held each request 30 s
         stopped = quick.cancel(tracker.prompt_id)
@@ -219,7 +220,6 @@ def _abandon(
     tracker.status = status
     result = result_from_tracker(tracker, wall_start, submitted, entry, reconnects)
     result.partial = True
-    where = f"while node {running} was running" if running else "before any node ran"
     result.error = {
         "node_id": running,
         "class_type": tracker.class_type(running) if running else None,
@@ -227,3 +227,14 @@ def _abandon(
         "message": f"{status} {where}",
     }
     return result, stopped
+
+
+def _where(tracker: PromptTracker) -> str:
+    """Where the prompt was as the client saw it: in a node, before any, or after one."""
+    if (running := tracker.current_node) is not None:
+        return f"while node {running} was running"
+    if tracker.started_at is None:
+        return "before any node ran"
+    if not tracker.timings:  # followed without a websocket: the queue said it runs, not what
+        return "after it started (which node ran is not known without the websocket)"
+    return f"after node {tracker.timings[-1].node_id} ended"

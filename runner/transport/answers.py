@@ -31,12 +31,12 @@ __all__ = [
     "describe_rejection",
     "failure_text",
     "forward_proxy",
-    "from_comfyui",
     "rejection",
     "status_reason",
 ]
 
-# A proxy's answer for a ComfyUI behind it that does not answer (yet): repeated as a cut connection is
+# A proxy's answer for a ComfyUI behind it that does not answer (yet), whatever its body (some gateways
+# answer JSON): repeated as a cut connection is. ComfyUI itself answers none of them.
 GATEWAY_STATUSES = frozenset({502, 503, 504})
 
 
@@ -71,7 +71,7 @@ def describe_answer(response: httpx.Response, *, credentials: bool) -> str:
             f"{status}: it redirects to {target}: give that as the server URL (requests are not "
             "redirected, so that no token goes where it was not given)"
         )
-    if code in GATEWAY_STATUSES and not from_comfyui(response):
+    if code in GATEWAY_STATUSES:
         return (
             f"{status} from a proxy in front of ComfyUI: ComfyUI behind it does not answer (down, "
             "starting or restarting?)"
@@ -93,11 +93,6 @@ def _server_of(asked: str, location: str) -> str:
 def _tails(path: str) -> list[str]:
     """The endings of ``path`` at each ``/``, longest first: ``/a/b`` gives ``/a/b``, ``/b``."""
     return [path[i:] for i, char in enumerate(path) if char == "/"]
-
-
-def from_comfyui(response: httpx.Response) -> bool:
-    """Whether ComfyUI itself gave the answer (its JSON), not a proxy's page."""
-    return "json" in response.headers.get("content-type", "")
 
 
 def certificate_problem(error: BaseException, url: str) -> str | None:

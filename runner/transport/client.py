@@ -39,7 +39,6 @@ from runner.transport.answers import (
     describe_answer,
     failure_text,
     forward_proxy,
-    from_comfyui,
     rejection,
     status_reason,
 )
@@ -180,7 +179,7 @@ class ComfyClient:
 
         def once() -> httpx.Response:  # on the pool a retry renewed; no longer than the deadline leaves
             response = self._http.request(method, path, timeout=self._timeout_now(), **kwargs)
-            if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+            if response.status_code in GATEWAY_STATUSES:
                 raise GatewayAnswer(response)
             return response
 
@@ -255,7 +254,7 @@ class ComfyClient:
         while True:
             try:
                 response = self._http.post("/prompt", json=body, timeout=self._timeout_now())
-                if response.status_code in GATEWAY_STATUSES and not from_comfyui(response):
+                if response.status_code in GATEWAY_STATUSES:
                     raise GatewayAnswer(response)  # it may have reached ComfyUI: asked below, as a cut
                 break
             except (httpx.TransportError, GatewayAnswer) as exc:
@@ -347,6 +346,12 @@ class ComfyClient:
         def fail(error: Exception, attempts: int) -> ServerError:
             if isinstance(error, WebsocketRefused):
                 return WebsocketRefused(str(error))
+            if isinstance(error, websocket.WebSocketBadStatusException):  # a proxy's 502 that stays
+                tries = f" {attempts} times" if attempts > 1 else ""
+                return WebsocketRefused(
+                    f"{self.base_url}/ws answered the websocket {error.status_code}"
+                    f"{status_reason(error.status_code)}{tries}: a proxy in front of ComfyUI"
+                )  # not the library's words: they hold the answer's headers (a cookie, say)
             return ServerError(f"cannot open the websocket of {self.base_url}: {self._why(error)}")
 
         if not retry:
@@ -363,12 +368,15 @@ class ComfyClient:
 
     def is_queued(self, prompt_id: str) -> bool:
         """Whether ``/queue`` lists the prompt as running or pending."""
+        return self.queue_place(prompt_id) is not None
+
+    def queue_place(self, prompt_id: str) -> str | None:
+        """``"running"`` or ``"pending"`` as ``/queue`` lists the prompt; None when it does not."""
         queue = self.get_json("/queue")
-        return any(
-            len(item) > 1 and item[1] == prompt_id
-            for key in ("queue_running", "queue_pending")
-            for item in queue.get(key, [])
-        )
+        for key, place in (("queue_running", "running"), ("queue_pending", "pending")):
+            if any(len(item) > 1 and item[1] == prompt_id for item in queue.get(key, [])):
+                return place
+        return None
 
     # -- files ------------------------------------------------------------------------------------
 
