@@ -309,3 +309,26 @@ def test_a_server_given_that_never_answers_is_unreachable_and_leaves_no_out(
     assert error["exit_code"] == 4
     assert error["message"].startswith("--server http://127.0.0.1:9: cannot reach ComfyUI")
     assert not out.exists()  # no report of a server that "stopped answering"
+
+
+def test_a_server_whose_proxy_refuses_the_websocket_is_refused_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Followed by polling, its runs had no start and no node times: the bench failed with 'variant
+    times must be positive, got 0.0' (a traceback, exit 1) after running them all."""
+    import json
+
+    from tests.fake_server import FakeComfy
+
+    async def never(fake: FakeComfy, prompt_id: str) -> None:
+        return None
+
+    out = tmp_path / "out"
+    with FakeComfy(never) as fake:
+        fake.ws_refusal = 404
+        assert main([str(TINY), "--out", str(out), "--server", fake.url, "--json"]) == 4
+        assert not [call for call in fake.calls if call[0] == "POST /prompt"]
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["message"].startswith(f"--server {fake.url}: {fake.url}/ws refused the websocket (404 ")
+    assert "let the proxy pass websockets on for /ws" in error["message"]
+    assert not out.exists()

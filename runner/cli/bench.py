@@ -56,7 +56,8 @@ from runner.errors import (
 )
 from runner.local.out_folder import check_out_folder, remove_empty_folders
 from runner.local.ports import port_is_free
-from runner.transport.client import ComfyClient
+from runner.tracking.follow import close_socket
+from runner.transport.client import ComfyClient, WebsocketRefused
 
 
 def add_bench_parser(subparsers: Any) -> None:
@@ -228,10 +229,19 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
 
 def _check_reachable(url: str, headers: dict[str, str]) -> None:
     """Raise the client's :class:`ServerError` (exit 4, before any folder is made) when the ``--server``
-    ``url`` does not answer ``GET /system_stats`` (``headers`` sent with it)."""
+    ``url`` does not answer ``GET /system_stats`` (``headers`` sent with it), or refuses the websocket:
+    a run followed by polling has no node's or step's time, and its start is known within the polling
+    interval only, which the table's times cannot carry."""
     with ComfyClient(url, headers=headers) as client:
         try:
             client.get_json("/system_stats")
+            close_socket(client.connect_websocket())
+        except WebsocketRefused as exc:
+            raise ServerError(
+                f"--server {url}: {exc}; the bench times each node and step from its events: let the "
+                "proxy pass websockets on for /ws (`leanvideo run` works without them)",
+                status=exc.status,
+            ) from exc
         except ServerError as exc:
             raise type(exc)(f"--server {url}: {exc}") from exc
 
