@@ -334,3 +334,31 @@ def test_a_refusal_while_following_is_said_at_once_not_waited_out() -> None:
     assert time.monotonic() - began < 10
     assert not isinstance(refused.value, ServerUnreachableError) and refused.value.status == 401
     assert "answered 401 Unauthorized: refused without credentials" in str(refused.value)
+
+
+def test_a_ca_in_ssl_cert_dir_is_trusted_where_ssl_cert_file_is_set_too(
+    tls_server: tuple[str, Path, list[int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx read SSL_CERT_FILE alone when it is set (containers and Nix images set it): the CA in
+    SSL_CERT_DIR, which the error message named, was trusted by the websocket only."""
+    import certifi
+
+    url, cert, _ = tls_server
+    hashed = tmp_path / "cadir"
+    hashed.mkdir()
+    name = subprocess.run(
+        ["openssl", "x509", "-hash", "-noout", "-in", str(cert)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    shutil.copy(cert, hashed / f"{name}.0")
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())  # a bundle without the private CA
+    monkeypatch.setenv("SSL_CERT_DIR", str(hashed))
+    with ComfyClient(url) as client:
+        assert client.get_json("/object_info") == {}
+        with pytest.raises(ServerError) as handshake:  # the TLS is trusted; this server speaks no /ws
+            client.connect_websocket(retry=False)
+    assert "not trusted" not in str(handshake.value)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    with pytest.raises(UsageError, match=r"SSL_CERT_FILE=.*missing\.pem: no such PEM file"):
+        ComfyClient(url)
+    with contextlib.closing(ComfyClient("http://127.0.0.1:8188")):  # plain HTTP reads no certificate
+        pass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from runner.transport.answers import (
 )
 from runner.transport.retry import RetryPolicy
 from runner.transport.server_url import check_server_url
+from runner.transport.tls import trust_context
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +101,20 @@ class ComfyClient:
         self.deadline = deadline  # time.monotonic() after which no retry starts; None: no deadline
         self.retries_made = 0  # requests repeated after a cut, over this client's life
         self._http_timeout = http_timeout
+        # HTTPS: one set of trusted certificates for requests and the websocket (see .tls)
+        self._trust = trust_context() if self.base_url.startswith("https:") else None
         self._rng = random.Random()
         self._http = self._new_pool()
 
     def _new_pool(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=self._http_timeout, headers=self.headers)
+        return httpx.Client(
+            base_url=self.base_url,
+            timeout=self._http_timeout,
+            headers=self.headers,
+            # plain HTTP checks no certificate: not httpx's default, which fails on a $SSL_CERT_FILE
+            # naming nothing
+            verify=self._trust if self._trust is not None else ssl.create_default_context(),
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -333,7 +344,8 @@ class ComfyClient:
 
         def connect() -> websocket.WebSocket:
             try:
-                return websocket.create_connection(self._ws_url(), timeout=1.0, header=header)
+                sslopt = {"context": self._trust} if self._trust is not None else None
+                return websocket.create_connection(self._ws_url(), timeout=1.0, header=header, sslopt=sslopt)
             except websocket.WebSocketBadStatusException as exc:
                 if 400 <= exc.status_code < 500 and exc.status_code not in (408, 429):
                     raise WebsocketRefused(
