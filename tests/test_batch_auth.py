@@ -77,6 +77,7 @@ def test_a_server_refusing_the_token_is_said_as_401_not_as_silent(caplog: pytest
 def test_a_stopping_worker_takes_its_prompts_off_with_its_headers() -> None:
     with FakeComfy(_nothing) as fake, AuthProxy(fake.url, token=TOKEN) as proxy:
         pool = ServerPool([proxy.url], headers={"Authorization": f"Bearer {TOKEN}"})
+        fake.running.add("p-1")  # still on the server: asked of /queue first
         cancel_left_prompts({"p-1": proxy.url}, "w-1", pool.headers_for)
         assert proxy.refused == 0
         assert [call[0] for call in fake.calls] == ["POST /queue", "POST /interrupt"]

@@ -87,7 +87,36 @@ def test_batch_cancel_takes_off_the_prompt_a_dead_worker_left(tmp_path: Path) ->
         assert cancel_batch(client, "b") == 1
         assert ("POST /queue", {"delete": ["0rphan00-0000"]}) in fake.calls
         assert ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) in fake.calls
-    assert (folder / NOTE).is_file()
+        assert folder.is_dir() and not (folder / NOTE).exists()  # taken off: not asked of again
+        fake.calls.clear()
+        assert cancel_batch(client, "b") == 0 and fake.calls == []
+
+
+def test_a_prompt_batch_cancel_cannot_take_off_is_said_and_taken_off_by_the_next_cancel(
+    tmp_path: Path,
+) -> None:
+    """Refused by a proxy (no --token), it was 'could not be taken off (the server did not answer)',
+    exit 0, and a second cancel found no job to cancel: the prompt ran on, forgotten."""
+    from tests.auth_proxy import AuthProxy
+
+    out = tmp_path / "out"
+    with (
+        FakeComfy(finish) as fake,
+        AuthProxy(fake.url, token="t0ken") as proxy,
+        open_client(f"sqlite:///{tmp_path / 'q.sqlite'}") as client,
+    ):
+        submit_batch(client, "b", [prepared("a")], BatchSettings(out_dir=out))
+        folder = _left_by_a_dead_worker(out, "b", "a", "0rphan00-0000", proxy.url)
+        fake.running.add("0rphan00-0000")
+        left: list[dict[str, str]] = []
+        assert cancel_batch(client, "b", left=left) == 1
+        assert left == [{"job_id": "a", "prompt_id": "0rphan00-0000", "server": proxy.url}]
+        assert (folder / NOTE).is_file() and not any(c[0] == "POST /interrupt" for c in fake.calls)
+        again: list[dict[str, str]] = []
+        token = {"Authorization": "Bearer t0ken"}
+        assert cancel_batch(client, "b", headers=token, left=again) == 0 and again == []
+        assert ("POST /interrupt", {"prompt_id": "0rphan00-0000"}) in fake.calls
+        assert not (folder / NOTE).exists()
 
 
 def test_the_attempt_a_dead_worker_left_is_counted_and_logged_in_the_jobs_record(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def test_the_retry_command_says_what_it_requeued_or_why_nothing(
     assert capsys.readouterr().out.strip() == "requeued 2 job(s): a, b"
     # --json on every verb that changes the queue (cancel and retry refused it: exit 2)
     assert main(["batch", "cancel", "b", "--db", db_url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"batch": "b", "cancelled": 2}
+    assert json.loads(capsys.readouterr().out) == {"batch": "b", "cancelled": 2, "left_on_servers": []}
     assert main(["batch", "retry", "b", "--db", db_url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"batch": "b", "requeued": ["a", "b"]}
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.errors import ServerError
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 NOTE = ".prompt.json"
 CANCEL_TIMEOUT_S = 5.0  # per request: a dead server must not hold the job up
+GONE = "no longer on the server (it finished, or the server restarted); nothing to take off"
 
 HeadersFor = Callable[[str], Mapping[str, str]]  # a server URL -> the headers its requests carry
 
@@ -60,27 +62,34 @@ def take_off_orphans(
     keep_folders: bool = False,
     why: str = "a worker killed mid-job",
     headers_for: HeadersFor = no_headers,
+    left: list[dict[str, str]] | None = None,
 ) -> list[dict[str, str]]:
     """Cancel the prompts earlier attempts of ``job`` noted in ``partial_root`` and left behind, and
-    remove their folders (unless ``keep_folders``: a live worker may still be writing there); returns
-    each such attempt's ``{"prompt_id", "server"}``. A note of another batch's job of the same id (one
-    ``--out`` for two batches) is left alone."""
+    remove their folders (unless ``keep_folders``: a live worker may still be writing there; then only
+    the note of a prompt no longer on its server goes, so it is not asked of again); returns each such
+    attempt's ``{"prompt_id", "server"}``, and adds those that could not be taken off to ``left``. A note
+    of another batch's job of the same id (one ``--out`` for two batches) is left alone."""
     taken = []
     for folder in sorted(partial_root.glob(f"{glob.escape(str(job['job_id']))}-*")):
         note = read_json_object(folder / NOTE)
         if note is None or (note.get("batch"), note.get("job_id")) != (job["batch"], job["job_id"]):
             continue
         prompt_id, server = str(note.get("prompt_id")), str(note.get("server"))
+        said, off = _take_off(server, prompt_id, headers_for)
         logger.warning(
             "job %s: prompt %s on %s, of an attempt that did not finish (%s): %s",
             job["job_id"],
             prompt_id,
             server,
             why,
-            _take_off(server, prompt_id, headers_for),
+            said,
         )
         if not keep_folders:
             shutil.rmtree(folder, ignore_errors=True)
+        elif off:
+            drop_note(folder)
+        if not off and left is not None:
+            left.append({"job_id": str(job["job_id"]), "prompt_id": prompt_id, "server": server})
         taken.append({"prompt_id": prompt_id, "server": server})
     return taken
 
@@ -102,17 +111,25 @@ def _quick_client(server: str, headers_for: HeadersFor) -> ComfyClient:
     )
 
 
-def _take_off(server: str, prompt_id: str, headers_for: HeadersFor) -> str:
-    """Cancel ``prompt_id`` on ``server`` if it is still there; what happened, for the log."""
+def _take_off(server: str, prompt_id: str, headers_for: HeadersFor) -> tuple[str, bool]:
+    """Cancel ``prompt_id`` on ``server`` if it is still there: what happened, for the log, and whether
+    the prompt is off the server now."""
     try:
         with _quick_client(server, headers_for) as client:
             if not client.is_queued(prompt_id):
-                return "no longer on the server (it finished, or the server restarted); nothing to take off"
+                return (
+                    "no longer on the server (it finished, or the server restarted); nothing to take off",
+                    True,
+                )
             if client.cancel(prompt_id):
-                return "taken off the server (queue delete + interrupt)"
+                return "taken off the server (queue delete + interrupt)", True
+    except ServerError as exc:
+        if exc.status is not None:  # it answered, refusing (a proxy's 401: a --token missing)
+            return f"could not be taken off ({exc}): it may run on", False
+        logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
     except Exception:  # a bad note or a gone server must not stop the job from running again
         logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
-    return "could not be taken off (the server did not answer): it may run on"
+    return "could not be taken off (the server did not answer): it may run on", False
 
 
 def cancel_left_prompts(
@@ -126,6 +143,6 @@ def cancel_left_prompts(
             "prompt %s on %s: %s; its job goes back on the queue (worker %s stopped)",
             prompt_id,
             server,
-            _take_off(server, prompt_id, headers_for),  # a prompt that ended as it stopped: said so
+            _take_off(server, prompt_id, headers_for)[0],  # a prompt that ended as it stopped: said so
             worker_id,
         )

@@ -322,16 +322,25 @@ def batch_jobs(client: DBOSClient, name: str) -> list[JobState]:
     return jobs
 
 
-def cancel_batch(client: DBOSClient, name: str, *, headers: Mapping[str, str] | None = None) -> int:
+def cancel_batch(
+    client: DBOSClient,
+    name: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    left: list[dict[str, str]] | None = None,
+) -> int:
     """Cancel every queued or running job of the batch; returns how many (a batch that does not exist
-    raises, see :func:`batch_jobs`). ``headers`` go to the servers a dead worker's prompts are on."""
-    ids = [j.workflow_id for j in batch_jobs(client, name) if j.state in ("queued", "running")]
-    if not ids:
-        return 0
-    client.cancel_workflows(ids)
+    raises, see :func:`batch_jobs`). The prompts a dead worker left on servers for the batch's
+    cancelled jobs (these, and those cancelled before whose prompts could not be taken off then) are
+    taken off, ``headers`` sent to their servers; those that still cannot be are added to ``left``."""
+    jobs = batch_jobs(client, name)
+    ids = [j.workflow_id for j in jobs if j.state in ("queued", "running")]
+    if ids:
+        client.cancel_workflows(ids)
     # A worker killed mid-job left its prompt running: no attempt of a cancelled job comes to take it
     # off, so the cancel does (a live worker's own prompt is stopped anyway; its folder stays its own).
-    for status in client.list_workflows(workflow_ids=ids, load_output=False):
+    cancelled = ids + [j.workflow_id for j in jobs if j.state == "cancelled"]
+    for status in client.list_workflows(workflow_ids=cancelled, load_output=False) if cancelled else []:
         spec = status.input["args"][0] if status.input else None
         if isinstance(spec, dict) and "out_dir" in spec:
             partial = Path(spec["out_dir"]) / PARTIAL_DIR
@@ -341,6 +350,7 @@ def cancel_batch(client: DBOSClient, name: str, *, headers: Mapping[str, str] | 
                 keep_folders=True,
                 why="the job was cancelled",
                 headers_for=lambda server: headers or {},
+                left=left,
             )
     return len(ids)
 

@@ -83,11 +83,22 @@ def _read_verb(
             (err if args.json else console).print(f"manifest: {json_path} and {csv_path}", highlight=False)
             return 0
         if verb == "cancel":
-            cancelled = cancel_batch(client, name, headers=request_headers(args))
+            left: list[dict[str, str]] = []
+            cancelled = cancel_batch(client, name, headers=request_headers(args), left=left)
             if args.json:
-                print_json(console, {"batch": name, "cancelled": cancelled})
+                print_json(console, {"batch": name, "cancelled": cancelled, "left_on_servers": left})
             else:
                 console.print(f"cancelled {cancelled} job(s) of batch {name}")
+            if left:  # a dead worker's prompts still on their servers: said, and found by the next cancel
+                where = ", ".join(f"{p['prompt_id']} on {p['server']} (job {p['job_id']})" for p in left)
+                err.print(
+                    f"error: {len(left)} prompt(s) a stopped worker left could not be taken off their "
+                    f"servers, and may run on: {where}; `leanvideo batch cancel {name}` again (with the "
+                    "server's --token or --header, when it wants one) takes them off",
+                    markup=False,
+                    highlight=False,
+                )
+                return 4
             return 0
         requeued = retry_batch(client, name, failed=args.failed)
         if args.json:
