@@ -54,7 +54,7 @@ class FakeComfy:
         self.prompt_answer: tuple[int, str, str] | None = None  # (status, content type, body) of POST /prompt
         # What a reverse proxy in front of it does: answer the next request under a path with a status
         # and a web page of its own (taken in order, each once); refuse the websocket with a status;
-        # gzip /view always ("always") or when the request accepts it ("asked")
+        # gzip /view always ("always") or when the request accepts it ("asked"), or label it brotli ("br")
         self.proxy_answers: list[tuple[str, int]] = []
         self.proxy_json = False  # its pages are JSON (API gateways), not HTML
         self.ws_refusal: int | None = None
@@ -253,7 +253,9 @@ class FakeComfy:
         self.calls.append(("GET /view", request.query.get("filename")))
         response = web.Response(body=VIDEO_BYTES, content_type="video/mp4")
         asked = "gzip" in request.headers.get("Accept-Encoding", "")
-        if self.compress_view == "always" or (self.compress_view == "asked" and asked):
+        if self.compress_view == "br":  # an encoding httpx cannot decode without brotli
+            response.headers["Content-Encoding"] = "br"
+        elif self.compress_view == "always" or (self.compress_view == "asked" and asked):
             response.body = gzip.compress(VIDEO_BYTES)
             response.headers["Content-Encoding"] = "gzip"
         return response

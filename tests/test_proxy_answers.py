@@ -52,6 +52,19 @@ def test_a_compressing_proxy_leaves_the_output_files_as_they_are(compress: str, 
     assert file.bytes == len(VIDEO_BYTES) and file.sha256 == hashlib.sha256(VIDEO_BYTES).hexdigest()
 
 
+def test_an_output_compressed_past_decoding_is_refused_not_saved(tmp_path: Path) -> None:
+    """A proxy forcing brotli (httpx decodes it only with the brotli package): its bytes would have been
+    saved as the video."""
+    with FakeComfy(runs_to_the_end) as fake, ComfyClient(fake.url) as client:
+        fake.compress_view = "br"
+        result = run_prompt(client, WORKFLOW, timeout=20)
+        with pytest.raises(
+            ServerError, match=r"came compressed with br although asked for the file as it is"
+        ):
+            download_outputs(client, result.outputs, tmp_path / "run")
+    assert list((tmp_path / "run").iterdir()) == []
+
+
 def test_a_gateway_answer_is_repeated_as_a_cut_connection_is(tmp_path: Path) -> None:
     """ComfyUI restarting behind a proxy is a 502/503/504 page, not a cut: one on /history after the
     prompt ran failed the run (no record, no outputs), one on /view failed the download."""
@@ -362,3 +375,25 @@ def test_a_ca_in_ssl_cert_dir_is_trusted_where_ssl_cert_file_is_set_too(
         ComfyClient(url)
     with contextlib.closing(ComfyClient("http://127.0.0.1:8188")):  # plain HTTP reads no certificate
         pass
+
+
+@pytest.mark.parametrize(
+    ("server", "location", "said"),
+    [
+        ("http://h:8846", "https://h:8843/object_info", "https://h:8843"),
+        ("http://h:8846/comfy", "https://h:8843/comfy/object_info", "https://h:8843/comfy"),
+        ("http://h/comfy", "https://h/object_info", "https://h"),
+        ("http://h", "https://login.example/sso?next=1", "https://login.example/sso?next=1"),
+    ],
+)
+def test_a_redirect_names_the_server_url_to_give(server: str, location: str, said: str) -> None:
+    """Without a path it named the URL of the request itself (https://…/object_info) as the server."""
+    import httpx
+
+    from runner.transport.answers import describe_answer
+
+    request = httpx.Request("GET", f"{server}/object_info")
+    response = httpx.Response(301, headers={"Location": location}, request=request)
+    assert f"it redirects to {said}: give that as the server URL" in describe_answer(
+        response, credentials=False, server=server
+    )

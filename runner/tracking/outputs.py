@@ -107,10 +107,14 @@ def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     name = item["filename"]
 
     def fail(error: Exception, attempts: int) -> ServerError:
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
         if isinstance(error, GatewayAnswer):
-            said = describe_answer(error.response, credentials=bool(client.headers))
-            return ServerError(f"GET {client.base_url}/view for {name!r} answered {said}")
-        return ServerError(f"download of {name!r} from {client.base_url} failed: {error}")
+            said = describe_answer(error.response, credentials=bool(client.headers), server=client.base_url)
+            return ServerError(
+                f"GET {client.base_url}/view for {name!r}{tries} answered {said}",
+                status=error.response.status_code,
+            )
+        return ServerError(f"download of {name!r} from {client.base_url} failed{tries}: {error}")
 
     return client.retrying(
         f"GET /view {name!r}",
@@ -146,18 +150,29 @@ def _stream_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
         ) from exc
 
 
+# What httpx decodes as it is installed here (brotli and zstandard are not)
+DECODABLE = frozenset({"", "identity", "gzip", "deflate"})
+
+
 def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     size = 0
     with client.open_view(item) as response:
         if response.status_code in GATEWAY_STATUSES:
             raise GatewayAnswer(response)  # a proxy's: ComfyUI behind it may answer again
         if response.status_code != 200:
-            said = describe_answer(response, credentials=bool(client.headers))
+            said = describe_answer(response, credentials=bool(client.headers), server=client.base_url)
             raise ServerError(f"GET {client.base_url}/view for {item['filename']!r} answered {said}")
         expected = response.headers.get("content-length")
         # a proxy may compress the file although asked not to: then it is decoded, and the length it
         # announced is the compressed one's
-        encoded = response.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        encoding = response.headers.get("content-encoding", "identity").lower()
+        encoded = encoding not in ("", "identity")
+        if unknown := [e.strip() for e in encoding.split(",") if e.strip() not in DECODABLE]:
+            raise ServerError(  # httpx would hand the compressed bytes on as the file
+                f"GET {client.base_url}/view for {item['filename']!r} came compressed with "
+                f"{', '.join(unknown)} although asked for the file as it is (Accept-Encoding: identity), "
+                "which cannot be decoded here: turn the proxy's compression off for /view"
+            )
         with target.open("xb") as handle:
             for chunk in response.iter_bytes(1 << 20) if encoded else response.iter_raw(1 << 20):
                 handle.write(chunk)

@@ -49,10 +49,11 @@ class GatewayAnswer(Exception):
         self.response = response
 
 
-def describe_answer(response: httpx.Response, *, credentials: bool) -> str:
+def describe_answer(response: httpx.Response, *, credentials: bool, server: str | None = None) -> str:
     """``response``'s status and what it means, for an answer the caller did not expect: who refused
     and what to give (``credentials``: whether a token or header went with the request), where a
-    redirect points, a gateway's answer, or the start of the body."""
+    redirect points (as a URL to give instead of ``server``), a gateway's answer, or the start of the
+    body."""
     status = f"{response.status_code} {response.reason_phrase}".rstrip()
     code = response.status_code
     if code in (401, 403, 407):
@@ -66,7 +67,7 @@ def describe_answer(response: httpx.Response, *, credentials: bool) -> str:
             "--header 'NAME: VALUE' (or $LEANVIDEO_TOKEN)"
         )
     if 300 <= code < 400 and (location := response.headers.get("location")):
-        target = _server_of(str(response.request.url), str(response.url.join(location)))
+        target = _server_of(str(response.request.url), str(response.url.join(location)), server)
         return (
             f"{status}: it redirects to {target}: give that as the server URL (requests are not "
             "redirected, so that no token goes where it was not given)"
@@ -79,20 +80,16 @@ def describe_answer(response: httpx.Response, *, credentials: bool) -> str:
     return f"{status}: {body_text(response)}" if response.content else status
 
 
-def _server_of(asked: str, location: str) -> str:
+def _server_of(asked: str, location: str, server: str | None) -> str:
     """The server URL a redirect of request ``asked`` to ``location`` stands for: the location less the
-    path the request added to the server URL (``/object_info``), when it ends so."""
+    path the request added to the server URL ``server`` (``/object_info``), when it ends so."""
     asked_path = urlsplit(asked).path
+    base_path = urlsplit(server).path.rstrip("/") if server else ""
+    added = asked_path[len(base_path) :] if asked_path.startswith(base_path) else asked_path
     target = urlsplit(location)
-    for tail in _tails(asked_path):
-        if target.path.endswith(tail) and len(target.path) > len(tail):
-            return f"{target.scheme}://{target.netloc}{target.path[: -len(tail)]}"
+    if added and target.path.endswith(added):
+        return f"{target.scheme}://{target.netloc}{target.path[: -len(added)]}"
     return location
-
-
-def _tails(path: str) -> list[str]:
-    """The endings of ``path`` at each ``/``, longest first: ``/a/b`` gives ``/a/b``, ``/b``."""
-    return [path[i:] for i, char in enumerate(path) if char == "/"]
 
 
 def certificate_problem(error: BaseException, url: str) -> str | None:

@@ -198,7 +198,7 @@ class ComfyClient:
 
     def _said(self, response: httpx.Response) -> str:
         """An unexpected answer's status and what it means (:func:`.answers.describe_answer`)."""
-        return describe_answer(response, credentials=bool(self.headers))
+        return describe_answer(response, credentials=bool(self.headers), server=self.base_url)
 
     def _why(self, error: Exception) -> str:
         """What a failed request or handshake met, in words: an untrusted certificate, a forward proxy
