@@ -397,3 +397,13 @@ def test_a_redirect_names_the_server_url_to_give(server: str, location: str, sai
     assert f"it redirects to {said}: give that as the server URL" in describe_answer(
         response, credentials=False, server=server
     )
+
+
+def test_a_batch_worker_says_what_a_server_answered_it_cannot_use() -> None:
+    """A redirect or a proxy's gateway page was 'no answer to GET /system_stats'."""
+    with FakeComfy(runs_to_the_end) as fake:
+        fake.proxy_answers = [("/system_stats", 301), *[("/system_stats", 502)] * 6]
+        moved = probe_server(fake.url)
+        down = probe_server(fake.url)
+    assert isinstance(moved, str) and "answered 301 Moved Permanently: it redirects to https://comfy" in moved
+    assert isinstance(down, str) and "answered 502 Bad Gateway from a proxy in front of ComfyUI" in down

@@ -127,7 +127,7 @@ def test_batch_submit_gives_up_on_a_silent_server_after_its_health_timeout(
         began = time.monotonic()
         code = main(["batch", "submit", str(jobs), "--server", url, "--db", db, "--health-timeout", "1.5"])
         assert code == 4 and time.monotonic() - began < 10  # not 30 s per request
-    assert "no server answers, so the jobs cannot be checked" in capsys.readouterr().err
+    assert "no server gave its /object_info, so the jobs cannot be checked" in capsys.readouterr().err
 
 
 def test_workflow_diff_of_two_editor_files_waits_one_timeout_in_all(

@@ -357,7 +357,9 @@ def fetch_object_info(
                 return info
         except ServerError as exc:
             problems.append(str(exc))
-    raise ServerError("no server answers, so the jobs cannot be checked:\n  " + "\n  ".join(problems))
+    raise ServerError(
+        "no server gave its /object_info, so the jobs cannot be checked:\n  " + "\n  ".join(problems)
+    )
 
 
 def load_batch(

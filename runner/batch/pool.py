@@ -61,6 +61,8 @@ def probe_server(
             return f"it answered {exc.status}: authentication refused; check --token/--header"
         if (untrusted := certificate_problem(exc, url)) is not None:
             return untrusted
+        if exc.status is not None:  # a redirect, a proxy's gateway page, a 404: said as it was answered
+            return str(exc).replace(f"GET {url}/system_stats ", "", 1)
         return NO_ANSWER
     return True
 
