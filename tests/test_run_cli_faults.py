@@ -48,6 +48,10 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         ["--retries", "-1"],
         ["--server", "http://127.0.0.1:8188", "--server", "http://127.0.0.1:8189"],
     )
+    with pytest.raises(SystemExit) as caught:  # both were sent, the proxy reading either one
+        main(["run", str(tmp_path / "wf.json"), "--header", "X-Api-Key: A", "--header", "x-api-key: B"])
+    assert caught.value.code == 2
+    assert "--header 'x-api-key' is given twice: give it once" in capsys.readouterr().err
     for bad in bad_args:
         with pytest.raises(SystemExit) as caught:
             main(["run", str(tmp_path / "wf.json"), *bad])

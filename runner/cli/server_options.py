@@ -262,9 +262,11 @@ def add_auth_arguments(parser: argparse.ArgumentParser, *, where: str = "") -> N
 
 def _checked_headers(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     """``--header``'s (name, value) pairs (each checked by :func:`header_value`)."""
-    headers = []
+    headers: list[tuple[str, str]] = []
     for value in args.header:  # checked by header_value
         name, _, content = value.partition(":")
+        if any(name.strip().lower() == given.lower() for given, _ in headers):  # names know no case
+            _usage_error(f"--header {name.strip()!r} is given twice: give it once")
         headers.append((name.strip(), content.strip()))
     return tuple(headers)
 

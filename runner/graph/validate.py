@@ -117,7 +117,7 @@ def _empty_pass_throughs(workflow: Workflow) -> list[Problem]:
     for node_id, node in workflow.items():
         name = PASS_THROUGH_INPUTS.get(str(node.get("class_type")))
         inputs = node.get("inputs")
-        if name is None or not isinstance(inputs, dict) or inputs.get(name) is not None:
+        if name is None or not isinstance(inputs, dict) or name in inputs:  # null: said as a bad value
             continue
         takers = [
             f"node {other} ({_title(entry)}, input {taken!r})"
