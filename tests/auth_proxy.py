@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-from collections.abc import Awaitable
 from typing import Any
 
 import aiohttp
 from aiohttp import WSMsgType, web
+
+from tests.loop_thread import LoopThread
 
 # Set per hop, or credentials: not forwarded either way
 _HOP_HEADERS = frozenset(
@@ -31,35 +31,31 @@ _HOP_HEADERS = frozenset(
 _CREDENTIALS = frozenset({"authorization", "x-api-key"})
 
 
-class AuthProxy:
+class AuthProxy(LoopThread):
     """Forwards ``127.0.0.1:<port>`` to ``target`` for requests with the token or the API key."""
 
+    call_timeout_s = 30.0
+
     def __init__(self, target: str, *, token: str, api_key: str | None = None) -> None:
+        super().__init__()
         self.target = target.rstrip("/")
         self.token = token
         self.api_key = api_key
         self.refused = 0
         self.seen: list[str] = []
         self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
     def __enter__(self) -> AuthProxy:
-        self._thread.start()
-        port = self._call(self._serve())
+        self.start_loop()
+        port = self.call(self._serve())
         self.url = f"http://127.0.0.1:{port}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    def _call(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)  # type: ignore[arg-type]
+        self.call(self._shutdown())
+        self.stop_loop()
 
     async def _serve(self) -> int:
         self._session = aiohttp.ClientSession(auto_decompress=False)

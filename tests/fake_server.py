@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from runner.local.ports import pick_free_port
+from tests.loop_thread import LoopThread
 
 Script = Callable[["FakeComfy", str], Awaitable[None]]
 
@@ -45,10 +45,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class FakeComfy:
+class FakeComfy(LoopThread):
     """The fake server; a context manager that serves on a free loopback port in a thread of its own."""
 
     def __init__(self, script: Script, *, history_misses: int = 0) -> None:
+        super().__init__()
         self.script = script
         self.history_misses = history_misses  # answer {} this many times after finish(): the history race
         self.prompt_answer: tuple[int, str, str] | None = None  # (status, content type, body) of POST /prompt
@@ -65,8 +66,6 @@ class FakeComfy:
         self.sockets: dict[str, web.WebSocketResponse] = {}
         self.connections = 0
         self.url = ""
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self._port = pick_free_port()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -78,19 +77,14 @@ class FakeComfy:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> FakeComfy:
-        self._thread.start()
-        self._call(self._serve())
+        self.start_loop()
+        self.call(self._serve())
         self.url = f"http://127.0.0.1:{self._port}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    def _call(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)  # type: ignore[arg-type]
+        self.call(self._shutdown())
+        self.stop_loop()
 
     async def _stop_serving(self) -> None:
         await self.drop_sockets()
