@@ -93,3 +93,29 @@ def test_a_lora_of_another_model_is_said_after_the_run(
         "the server applied 3 LoRA weight(s) to nothing: no layer of the model has its key (a LoRA of "
         "another model?); the first: 'lora key not loaded: diffusion_model.blocks."
     ) in said[f"test-notes-wan-{mode}"]
+
+
+@pytest.mark.browser
+def test_the_editor_that_queued_the_prompt_is_told_a_lora_did_nothing(
+    comfy_server: ComfyServer, placed: Callable[[str], Path], tiny_workflow: dict[str, Any]
+) -> None:
+    """An artist saw frames without the LoRA and no word of it: ComfyUI says so in its log only."""
+    import httpx
+
+    from tests.browser import open_app
+
+    httpx.post(f"{comfy_server.url}/settings/Comfy.TutorialCompleted", json=True, timeout=30)
+    save_file(
+        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
+        str(placed("loras/test-notes-wan-editor.safetensors")),
+    )
+    workflow = _with_lora(tiny_workflow, "test-notes-wan-editor.safetensors", "merge")
+    workflow["11"]["inputs"]["noise_seed"] = 424242  # not from the cache
+    toast = ".p-toast-message"
+    with open_app(comfy_server.url) as page:
+        page.evaluate("async (api) => { await window.app.loadApiJson(api, 'lora.json'); }", workflow)
+        page.evaluate("async () => { await window.app.queuePrompt(0, 1); }")
+        page.wait_for_selector(f"{toast}:has-text('a LoRA did nothing')", timeout=240_000)
+        said = page.inner_text(toast)
+    assert "applied to nothing: no layer of the model has its key (a LoRA of another model?)" in said
+    assert "lora key not loaded: diffusion_model.blocks." in said

@@ -81,6 +81,7 @@ def create_extension() -> LeanVideoExtension:
     """
     from server import PromptServer
 
+    from .lora_notes import MESSAGE as LORA_MESSAGE
     from .lora_notes import UnappliedLoras
     from .telemetry import Telemetry
 
@@ -112,8 +113,14 @@ def create_extension() -> LeanVideoExtension:
         telemetry = Telemetry()
         telemetry.attach(server.prompt_queue)
         server.leanvideo_telemetry = telemetry
-        # ComfyUI logs the LoRA weights it applies to nothing on the root logger: noted per prompt
-        logging.getLogger().addHandler(UnappliedLoras(telemetry))
+
+        # ComfyUI logs the LoRA weights it applies to nothing on the root logger: noted per prompt,
+        # and told to the editor that queued it
+        def tell(prompt_id: str, client_id: str | None, why: str, first: str) -> None:
+            data = {"prompt_id": prompt_id, "reason": why, "first": first}
+            server.send_sync(LORA_MESSAGE, data, client_id)
+
+        logging.getLogger().addHandler(UnappliedLoras(telemetry, tell))
     register_routes(server.routes, telemetry, server.prompt_queue)
     extension = LeanVideoExtension()
     server.app.on_startup.append(extension.check_replaced)  # after every custom node pack loaded

@@ -7,7 +7,8 @@ INT8 side branch says ``… do not fit the layer's weight …``). The prompt suc
 without those weights: a distill LoRA that did nothing looks like a bad model. :class:`UnappliedLoras`
 is a logging handler that counts such lines into the running prompt's telemetry (event
 ``lora_not_applied``, one per reason, with the first line and how many), which the runner says after
-the run.
+the run, and tells the editor that queued the prompt (message ``leanvideo.lora_not_applied``: a
+warning toast).
 
 Example::
 
@@ -18,18 +19,26 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["EVENT", "UnappliedLoras", "why_not_applied"]
+__all__ = ["EVENT", "MESSAGE", "UnappliedLoras", "why_not_applied"]
 
 EVENT = "lora_not_applied"
+MESSAGE = "leanvideo.lora_not_applied"  # to the editor that queued the prompt
 # ComfyUI's weight adapters log a failed patch as "ERROR <adapter> <key> <exception>"
 _ADAPTER_ERROR = re.compile(r"^ERROR (lora|loha|lokr|glora|boft|oft) ")
 _FIRST_LINE_CHARS = 300
 
 
 class _Counts(Protocol):
-    def count_event(self, kind: str, key: str, **data: object) -> None: ...
+    def count_event(self, kind: str, key: str, **data: object) -> int: ...
+
+    def running(self) -> tuple[str | None, str | None]: ...
+
+
+# Told the first weight of each reason a prompt leaves out: (prompt id, client id, reason, its line)
+Tell = Callable[[str, "str | None", str, str], None]
 
 
 def why_not_applied(message: str) -> str | None:
@@ -46,16 +55,23 @@ def why_not_applied(message: str) -> str | None:
 
 class UnappliedLoras(logging.Handler):
     """Counts the LoRA weights the running prompt applies to nothing into ``telemetry`` (outside a prompt
-    nothing is counted: ``count_event`` has no record then)."""
+    nothing is counted: ``count_event`` has no record then), and calls ``tell`` with the first of each
+    reason (the editor shows it: ``leanvideo.lora_not_applied``)."""
 
-    def __init__(self, telemetry: _Counts) -> None:
+    def __init__(self, telemetry: _Counts, tell: Tell | None = None) -> None:
         super().__init__(level=logging.WARNING)
         self.telemetry = telemetry
+        self.tell = tell
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
-            if (why := why_not_applied(message)) is not None:
-                self.telemetry.count_event(EVENT, why, first=message[:_FIRST_LINE_CHARS])
+            if (why := why_not_applied(message)) is None:
+                return
+            first = message[:_FIRST_LINE_CHARS]
+            if self.telemetry.count_event(EVENT, why, first=first) == 1 and self.tell is not None:
+                prompt_id, client_id = self.telemetry.running()
+                if prompt_id is not None:
+                    self.tell(prompt_id, client_id, why, first)
         except Exception:  # a note must never break the prompt that logged it
             self.handleError(record)

@@ -198,6 +198,7 @@ class Telemetry:
         self._lock = threading.Lock()
         self._records: OrderedDict[str, PromptRecord] = OrderedDict()
         self._running: str | None = None
+        self._running_client: str | None = None  # the websocket client that queued it
         self._running_since = 0.0  # time.perf_counter() at the running prompt's start
         self._totals = {"finished": 0, "errors": 0}
         self.reset()
@@ -226,8 +227,10 @@ class Telemetry:
             self._peak_cuda = (max(self._peak_cuda[0], current[0]), max(self._peak_cuda[1], current[1]))
             torch.cuda.reset_peak_memory_stats()
 
-    def prompt_started(self, prompt_id: str) -> None:
+    def prompt_started(self, prompt_id: str, client_id: str | None = None) -> None:
+        """A prompt starts (``client_id``: the websocket client that queued it, when it says)."""
         with self._lock:
+            self._running_client = client_id
             self._restart_peaks()
             record = PromptRecord(
                 prompt_id=prompt_id,
@@ -278,18 +281,25 @@ class Telemetry:
             if record is not None:
                 record.events.append({"kind": kind, "time": time.time(), **data})
 
-    def count_event(self, kind: str, key: str, **data: Any) -> None:
+    def count_event(self, kind: str, key: str, **data: Any) -> int:
         """Count one occurrence of ``key`` (e.g. an attention fallback reason) in the running prompt's
-        record: one event per kind and key, ``{"kind", "key", "calls", **data}``, its ``calls`` counted."""
+        record: one event per kind and key, ``{"kind", "key", "calls", **data}``, its ``calls`` counted;
+        returns that count (0: no prompt is running)."""
         with self._lock:
             record = self._running_record()
             if record is None:
-                return
+                return 0
             for event in record.events:
                 if event["kind"] == kind and event.get("key") == key:
                     event["calls"] += 1
-                    return
+                    return int(event["calls"])
             record.events.append({"kind": kind, "time": time.time(), "key": key, "calls": 1, **data})
+            return 1
+
+    def running(self) -> tuple[str | None, str | None]:
+        """The running prompt's id and the client that queued it (None, None between prompts)."""
+        with self._lock:
+            return (self._running, self._running_client) if self._running else (None, None)
 
     def record(self, prompt_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -368,9 +378,11 @@ class Telemetry:
         self.queue = queue
 
     def _on_start(self, got: Any, running: dict[Any, str]) -> None:
-        item, item_id = got
+        item, item_id = got  # item: (number, prompt id, prompt, extra data, outputs to run, …)
         running[item_id] = str(item[1])
-        self.prompt_started(str(item[1]))
+        extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
+        client_id = extra.get("client_id")
+        self.prompt_started(str(item[1]), client_id if isinstance(client_id, str) else None)
 
     @staticmethod
     def _guard(function: Callable[..., None], *args: Any) -> None:

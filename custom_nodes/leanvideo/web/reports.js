@@ -346,10 +346,23 @@ function markerElement() {
 
 const TOOLBAR = 44; // px above a selected node: the editor's selection toolbox
 
+// A LoRA the server applied to nothing (another model's keys, another size): ComfyUI says so in its log
+// only, and the frames are made without it. The server tells the page that queued the prompt, once per
+// reason; it is said here as a warning that stays until it is read.
+function tellUnappliedLora({ detail }) {
+  const text =
+    `A LoRA of this run was applied to nothing: ${detail?.reason}. The first of its weights left out: ` +
+    `${detail?.first}. The frames are made without them; the server's log lists each.`;
+  const toast = app.extensionManager?.toast;
+  if (toast?.add) toast.add({ severity: "warn", summary: "LeanVideo: a LoRA did nothing", detail: text });
+  else console.warn(`LeanVideo: ${text}`);
+}
+
 const EXTENSION = {
   name: "leanvideo.reports",
   async setup() {
     api.addEventListener("leanvideo.report", showLaterReport);
+    api.addEventListener("leanvideo.lora_not_applied", tellUnappliedLora);
     api.addEventListener("executing", forget);
     api.addEventListener("execution_cached", markCached);
     trackPrompts();
