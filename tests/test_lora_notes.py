@@ -119,3 +119,30 @@ def test_the_editor_that_queued_the_prompt_is_told_a_lora_did_nothing(
         said = page.inner_text(toast)
     assert "applied to nothing: no layer of the model has its key (a LoRA of another model?)" in said
     assert "lora key not loaded: diffusion_model.blocks." in said
+
+
+@pytest.mark.integration
+def test_a_batch_jobs_record_keeps_what_its_lora_did_not_do(
+    comfy_server: ComfyServer,
+    placed: Callable[[str], Path],
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """A batch's result.json said success, the LoRA nowhere: the job's warnings now hold it."""
+    save_file(
+        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
+        str(placed("loras/test-notes-wan-batch.safetensors")),
+    )
+    workflow = tmp_path / "lora.json"
+    workflow.write_text(json.dumps(_with_lora(tiny_workflow, "test-notes-wan-batch.safetensors", "merge")))
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(
+        json.dumps({"id": "j", "workflow": str(workflow), "set": {"11.noise_seed": 515151}}) + "\n"
+    )
+    db, out = f"sqlite:///{tmp_path / 'q.sqlite'}", tmp_path / "out"
+    argv = ["batch", "submit", str(jobs), "--server", comfy_server.url, "--db", db, "--out", str(out)]
+    assert main([*argv, "--wait", "--name", "lora"]) == 0
+    record = json.loads((out / "j" / "result.json").read_text())
+    assert record["status"] == "success"
+    (warning,) = record["warnings"]
+    assert warning.startswith("the server applied 3 LoRA weight(s) to nothing: no layer of the model has")

@@ -60,6 +60,7 @@ from runner.errors import (
 from runner.tracking.events import ClientEvent
 from runner.tracking.outputs import download_outputs
 from runner.tracking.prompt import run_prompt
+from runner.tracking.record import unapplied_loras
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ def _attempt(
                 if in_flight is not None:
                     in_flight.discard(prompt_id)
             files = download_outputs(client, result.outputs, partial)
+            warnings = unapplied_loras(client.read_telemetry(prompt_id))  # said in comfyui.log only
     except LeanVideoError as exc:
         shutil.rmtree(partial, ignore_errors=True)
         fault, error = _classify(exc)
@@ -269,6 +271,7 @@ def _attempt(
         "seconds": round(time.monotonic() - began, 3),
         "server_seconds": result.server_seconds,
         "overrides": list(job["overrides"]),
+        "warnings": warnings,  # what the server did not do and said in its log only (a LoRA left out)
         "files": [
             {
                 "name": f.path.name,
@@ -280,6 +283,8 @@ def _attempt(
             for f in files
         ],
     }
+    for said in warnings:
+        logger.warning("job %s on %s: %s", *where, said)
     (partial / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     drop_note(partial)
     return _publish(job, partial, record)
