@@ -146,3 +146,40 @@ def test_a_batch_jobs_record_keeps_what_its_lora_did_not_do(
     assert record["status"] == "success"
     (warning,) = record["warnings"]
     assert warning.startswith("the server applied 3 LoRA weight(s) to nothing: no layer of the model has")
+
+
+@pytest.mark.integration
+def test_a_later_prompt_served_the_lora_from_the_cache_is_told_too(
+    comfy_server: ComfyServer,
+    placed: Callable[[str], Path],
+    tiny_workflow: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ComfyUI says it only as it loads the LoRA: the next seed (the LoRA node cached) said nothing,
+    and a batch of seeds warned on its first job at most."""
+    save_file(
+        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
+        str(placed("loras/test-notes-wan-cached.safetensors")),
+    )
+    workflow = _with_lora(tiny_workflow, "test-notes-wan-cached.safetensors", "merge")
+    path = tmp_path / "lora.json"
+    path.write_text(json.dumps(workflow))
+    events = []
+    for seed in (616161, 626262):
+        out = tmp_path / str(seed)
+        caplog.clear()
+        argv = ["run", str(path), "--server", comfy_server.url, "--out", str(out)]
+        assert main([*argv, "--set", f"11.noise_seed={seed}"]) == 0
+        assert "the server applied 3 LoRA weight(s) to nothing" in caplog.text, seed
+        (record,) = out.glob("*/run.json")
+        document = json.loads(record.read_text())
+        events.append([e for e in document["telemetry"]["events"] if e["kind"] == "lora_not_applied"])
+        cached = {n["node_id"] for n in document["nodes"] if n["cached"]}
+    assert "21" in cached  # the second run's LoRA node came from the cache
+    assert [(e["key"], e["calls"]) for e in events[1]] == [(e["key"], e["calls"]) for e in events[0]]
+    workflow["21"]["inputs"]["strength_model"] = 0.5  # another LoRA loader: not told of the first's
+    path.write_text(json.dumps(workflow))
+    caplog.clear()
+    assert main(["run", str(path), "--server", comfy_server.url, "--out", str(tmp_path / "half")]) == 0
+    assert "the server applied 3 LoRA weight(s) to nothing" in caplog.text  # loaded again: said again

@@ -120,7 +120,9 @@ def create_extension() -> LeanVideoExtension:
             data = {"prompt_id": prompt_id, "reason": why, "first": first}
             server.send_sync(LORA_MESSAGE, data, client_id)
 
-        logging.getLogger().addHandler(UnappliedLoras(telemetry, tell))
+        notes = UnappliedLoras(telemetry, tell)
+        telemetry.starts.append(notes.prompt_started)
+        logging.getLogger().addHandler(notes)
     register_routes(server.routes, telemetry, server.prompt_queue)
     extension = LeanVideoExtension()
     server.app.on_startup.append(extension.check_replaced)  # after every custom node pack loaded

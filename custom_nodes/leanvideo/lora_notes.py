@@ -17,10 +17,12 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["EVENT", "MESSAGE", "UnappliedLoras", "why_not_applied"]
 
@@ -29,10 +31,11 @@ MESSAGE = "leanvideo.lora_not_applied"  # to the editor that queued the prompt
 # ComfyUI's weight adapters log a failed patch as "ERROR <adapter> <key> <exception>"
 _ADAPTER_ERROR = re.compile(r"^ERROR (lora|loha|lokr|glora|boft|oft) ")
 _FIRST_LINE_CHARS = 300
+_REMEMBERED = 64  # sets of LoRA loaders whose notes are kept for later prompts
 
 
 class _Counts(Protocol):
-    def count_event(self, kind: str, key: str, **data: object) -> int: ...
+    def count_event(self, kind: str, key: str, n: int = 1, **data: object) -> int: ...
 
     def running(self) -> tuple[str | None, str | None]: ...
 
@@ -56,22 +59,78 @@ def why_not_applied(message: str) -> str | None:
 class UnappliedLoras(logging.Handler):
     """Counts the LoRA weights the running prompt applies to nothing into ``telemetry`` (outside a prompt
     nothing is counted: ``count_event`` has no record then), and calls ``tell`` with the first of each
-    reason (the editor shows it: ``leanvideo.lora_not_applied``)."""
+    reason (the editor shows it: ``leanvideo.lora_not_applied``).
+
+    ComfyUI says it only as it loads and patches the LoRA: a later prompt served the same LoRA from its
+    cache (another seed) is silent. So what a prompt's LoRA loaders (their inputs and what feeds them)
+    were found to leave out is remembered, and a later prompt with the same LoRA loaders is told the same
+    as it starts (:meth:`prompt_started`)."""
 
     def __init__(self, telemetry: _Counts, tell: Tell | None = None) -> None:
         super().__init__(level=logging.WARNING)
         self.telemetry = telemetry
         self.tell = tell
+        self._known: OrderedDict[frozenset[str], dict[str, tuple[str, int]]] = OrderedDict()
+        self._running: tuple[str, frozenset[str]] | None = None  # the running prompt, its LoRA loaders
+        self._reminded: set[str] = set()  # reasons the running prompt was told of as it started
+
+    def prompt_started(self, prompt_id: str, prompt: dict[str, Any]) -> None:
+        """Note ``prompt``'s LoRA loaders; tell it what the same loaders were found to leave out before."""
+        loaders = lora_loaders(prompt)
+        self._running, self._reminded = (prompt_id, loaders), set()
+        for why, (first, calls) in self._known.get(loaders, {}).items() if loaders else ():
+            self.telemetry.count_event(EVENT, why, n=calls, first=first)
+            self._reminded.add(why)
+            self._tell(why, first)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
-            if (why := why_not_applied(message)) is None:
+            if (why := why_not_applied(message)) is None or why in self._reminded:
                 return
             first = message[:_FIRST_LINE_CHARS]
-            if self.telemetry.count_event(EVENT, why, first=first) == 1 and self.tell is not None:
-                prompt_id, client_id = self.telemetry.running()
-                if prompt_id is not None:
-                    self.tell(prompt_id, client_id, why, first)
+            calls = self.telemetry.count_event(EVENT, why, first=first)
+            if calls and self._running is not None and self._running[1]:
+                self._remember(self._running[1], why, first, calls)
+            if calls == 1:
+                self._tell(why, first)
         except Exception:  # a note must never break the prompt that logged it
             self.handleError(record)
+
+    def _remember(self, loaders: frozenset[str], why: str, first: str, calls: int) -> None:
+        known = self._known.setdefault(loaders, {})
+        known[why] = (known.get(why, (first, 0))[0], calls)
+        self._known.move_to_end(loaders)
+        while len(self._known) > _REMEMBERED:
+            self._known.popitem(last=False)
+
+    def _tell(self, why: str, first: str) -> None:
+        prompt_id, client_id = self.telemetry.running()
+        if prompt_id is not None and self.tell is not None:
+            self.tell(prompt_id, client_id, why, first)
+
+
+def lora_loaders(prompt: dict[str, Any]) -> frozenset[str]:
+    """What identifies ``prompt``'s LoRA loaders (nodes with a ``lora_name`` input) as ComfyUI's cache
+    would serve them again: each one's class and inputs, and the class and inputs of each node linked
+    into it."""
+
+    def described(node_id: Any) -> str:
+        node = prompt.get(str(node_id))
+        if not isinstance(node, dict) or not isinstance(node.get("inputs"), dict):
+            return "?"
+        inputs = node["inputs"]
+        values = {k: v for k, v in inputs.items() if not _is_link(v)}
+        return json.dumps([node.get("class_type"), values], sort_keys=True, default=str)
+
+    found = []
+    for node_id, node in prompt.items():
+        inputs = node.get("inputs") if isinstance(node, dict) else None
+        if isinstance(inputs, dict) and "lora_name" in inputs:
+            fed = sorted(described(v[0]) for v in inputs.values() if _is_link(v))
+            found.append(json.dumps([described(node_id), fed]))
+    return frozenset(found)
+
+
+def _is_link(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and isinstance(value[1], int)

@@ -199,6 +199,7 @@ class Telemetry:
         self._records: OrderedDict[str, PromptRecord] = OrderedDict()
         self._running: str | None = None
         self._running_client: str | None = None  # the websocket client that queued it
+        self.starts: list[Callable[[str, dict[str, Any]], None]] = []  # told (prompt id, prompt) at start
         self._running_since = 0.0  # time.perf_counter() at the running prompt's start
         self._totals = {"finished": 0, "errors": 0}
         self.reset()
@@ -281,8 +282,8 @@ class Telemetry:
             if record is not None:
                 record.events.append({"kind": kind, "time": time.time(), **data})
 
-    def count_event(self, kind: str, key: str, **data: Any) -> int:
-        """Count one occurrence of ``key`` (e.g. an attention fallback reason) in the running prompt's
+    def count_event(self, kind: str, key: str, n: int = 1, **data: Any) -> int:
+        """Count ``n`` occurrences of ``key`` (e.g. an attention fallback reason) in the running prompt's
         record: one event per kind and key, ``{"kind", "key", "calls", **data}``, its ``calls`` counted;
         returns that count (0: no prompt is running)."""
         with self._lock:
@@ -291,10 +292,10 @@ class Telemetry:
                 return 0
             for event in record.events:
                 if event["kind"] == kind and event.get("key") == key:
-                    event["calls"] += 1
+                    event["calls"] += n
                     return int(event["calls"])
-            record.events.append({"kind": kind, "time": time.time(), "key": key, "calls": 1, **data})
-            return 1
+            record.events.append({"kind": kind, "time": time.time(), "key": key, "calls": n, **data})
+            return n
 
     def running(self) -> tuple[str | None, str | None]:
         """The running prompt's id and the client that queued it (None, None between prompts)."""
@@ -383,6 +384,8 @@ class Telemetry:
         extra = item[3] if len(item) > 3 and isinstance(item[3], dict) else {}
         client_id = extra.get("client_id")
         self.prompt_started(str(item[1]), client_id if isinstance(client_id, str) else None)
+        for listener in self.starts:  # each is told the prompt (its nodes) as it starts
+            self._guard(listener, str(item[1]), item[2] if isinstance(item[2], dict) else {})
 
     @staticmethod
     def _guard(function: Callable[..., None], *args: Any) -> None:
