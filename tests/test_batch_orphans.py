@@ -181,3 +181,16 @@ def test_a_dead_workers_prompt_comes_off_before_its_job_waits_for_a_server(tmp_p
             pool.release(busy)
     assert len(ended) == 1 and isinstance(ended[0], LeftForLater)
     assert not orphan.exists()
+
+
+def test_a_job_cancelled_while_it_waited_for_a_server_is_not_sent_to_it(tmp_path: Path) -> None:
+    """`batch cancel` while the job waited for a free slot: it was sent once the slot freed, loading the
+    model for nothing, and taken off a second later."""
+    out = tmp_path / "out"
+    with FakeComfy(finish) as fake:
+        job = job_spec("b", prepared("a"), BatchSettings(out_dir=out, timeout=30, health_timeout=5))
+        outcome = run_attempt(job, fake.url, worker="w", attempt=1, cancelled=lambda: True)
+    assert outcome["fault"] == "cancelled"
+    assert outcome["error"]["message"] == "cancelled before it was sent to a server"
+    assert not [call for call in fake.calls if call[0] == "POST /prompt"]
+    assert not (out / PARTIAL_DIR).exists() or not list((out / PARTIAL_DIR).iterdir())

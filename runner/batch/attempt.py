@@ -212,6 +212,10 @@ def _attempt(
 ) -> dict[str, Any]:
     """:func:`run_attempt` once the orphans are off: the prompt, its files, the job's folder."""
     prompt_id = str(uuid.uuid4())
+    if _was_cancelled(cancelled):  # cancelled while it waited for a server: nothing goes to it
+        logger.info("job %s: cancelled before it was sent to %s", job["job_id"], server)
+        error = {"node_id": None, "class_type": None, "message": "cancelled before it was sent to a server"}
+        return _failed(base, "cancelled", error)
     partial = Path(job["out_dir"]) / PARTIAL_DIR / f"{job['job_id']}-{prompt_id[:8]}"
     deadline = began + float(job["timeout"])
     try:  # before the prompt: an unusable --out costs no GPU time
