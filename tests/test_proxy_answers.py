@@ -407,3 +407,14 @@ def test_a_batch_worker_says_what_a_server_answered_it_cannot_use() -> None:
         down = probe_server(fake.url)
     assert isinstance(moved, str) and "answered 301 Moved Permanently: it redirects to https://comfy" in moved
     assert isinstance(down, str) and "answered 502 Bad Gateway from a proxy in front of ComfyUI" in down
+
+
+def test_https_to_a_plain_http_server_is_said_once_with_the_url_to_give() -> None:
+    """OpenSSL's 'wrong version number', retried six times."""
+    with FakeComfy(runs_to_the_end) as fake:
+        https = fake.url.replace("http://", "https://")
+        with ComfyClient(https) as client, pytest.raises(ServerError) as plain:
+            client.get_json("/object_info")
+    assert str(plain.value) == (
+        f"cannot reach ComfyUI at {https}/object_info: it answers plain HTTP, not HTTPS: give {fake.url}"
+    )

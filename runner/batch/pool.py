@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from runner.errors import ServerError, UsageError
-from runner.transport.answers import certificate_problem
+from runner.transport.answers import tls_problem
 from runner.transport.client import ComfyClient
 from runner.transport.retry import RetryPolicy
 from runner.transport.server_url import same_server, server_key
@@ -59,7 +59,7 @@ def probe_server(
         logger.info("probe of %s failed: %s", url, exc)
         if exc.status in (401, 403, 407):
             return f"it answered {exc.status}: authentication refused; check --token/--header"
-        if (untrusted := certificate_problem(exc, url)) is not None:
+        if (untrusted := tls_problem(exc, url)) is not None:
             return untrusted
         if exc.status is not None:  # a redirect, a proxy's gateway page, a 404: said as it was answered
             return str(exc).replace(f"GET {url}/system_stats ", "", 1)

@@ -26,13 +26,13 @@ __all__ = [
     "GATEWAY_STATUSES",
     "GatewayAnswer",
     "body_text",
-    "certificate_problem",
     "describe_answer",
     "describe_rejection",
     "failure_text",
     "forward_proxy",
     "rejection",
     "status_reason",
+    "tls_problem",
 ]
 
 # A proxy's answer for a ComfyUI behind it that does not answer (yet), whatever its body (some gateways
@@ -92,14 +92,18 @@ def _server_of(asked: str, location: str, server: str | None) -> str:
     return location
 
 
-def certificate_problem(error: BaseException, url: str) -> str | None:
-    """What to say when ``error`` (or what caused it) is a certificate the runner does not trust for
-    ``url``; None for any other error."""
+def tls_problem(error: BaseException, url: str) -> str | None:
+    """What to say when ``error`` (or what caused it) is a TLS failure that asking again does not
+    change: a certificate the runner does not trust for ``url``, or a server that answers plain HTTP to
+    an ``https://`` URL; None for any other error."""
     chain: list[BaseException] = []
     cause: BaseException | None = error
     while cause is not None and all(cause is not seen for seen in chain):
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
+    if any("WRONG_VERSION_NUMBER" in str(c) for c in chain):  # TLS spoken to a plain HTTP server
+        plain = "http://" + url.partition("://")[2]
+        return f"it answers plain HTTP, not HTTPS: give {plain}"
     verified = [c for c in chain if isinstance(c, ssl.SSLCertVerificationError)]
     if not verified and not any("CERTIFICATE_VERIFY_FAILED" in str(c) for c in chain):
         return None

@@ -36,12 +36,12 @@ from runner.transport.answers import (
     GATEWAY_STATUSES,
     GatewayAnswer,
     body_text,
-    certificate_problem,
     describe_answer,
     failure_text,
     forward_proxy,
     rejection,
     status_reason,
+    tls_problem,
 )
 from runner.transport.retry import RetryPolicy
 from runner.transport.server_url import check_server_url
@@ -162,7 +162,7 @@ class ComfyClient:
             isinstance(error, httpx.TimeoutException) and not retry_timeouts
         ):
             return False  # a timeout is no cut: the request already waited its whole timeout
-        if isinstance(error, WebsocketRefused) or certificate_problem(error, self.base_url):
+        if isinstance(error, WebsocketRefused) or tls_problem(error, self.base_url):
             return False  # asked again, it is refused again
         delay = self.retry.delay(attempt, self._rng)
         if self.deadline is not None and time.monotonic() + delay >= self.deadline:
@@ -203,7 +203,7 @@ class ComfyClient:
     def _why(self, error: Exception) -> str:
         """What a failed request or handshake met, in words: an untrusted certificate, a forward proxy
         that does not answer, or :func:`.answers.failure_text`'s."""
-        if (untrusted := certificate_problem(error, self.base_url)) is not None:
+        if (untrusted := tls_problem(error, self.base_url)) is not None:
             return untrusted
         said = failure_text(error)
         refused = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionError))
