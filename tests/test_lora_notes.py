@@ -33,6 +33,14 @@ def test_comfyuis_lines_for_lora_weights_left_out_are_told_apart() -> None:
     assert why_not_applied("Requested to load LTXV") is None
 
 
+def _another_models_lora(place: Callable[[str], Path], name: str) -> str:
+    """Write a LoRA of three Wan keys (no layer of the tiny LTXV has them) as ``loras/NAME.safetensors``;
+    returns its file name."""
+    lora = {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)}
+    save_file(lora, str(place(f"loras/{name}.safetensors")))
+    return f"{name}.safetensors"
+
+
 def _with_lora(workflow: dict[str, Any], lora_name: str, mode: str) -> dict[str, Any]:
     """``workflow`` (the tiny LTXV) sampling through the INT8 diffusion-model loader and ``lora_name``."""
     workflow["20"] = {
@@ -65,10 +73,7 @@ def test_a_lora_of_another_model_is_said_after_the_run(
     lora = read_tensors(tiny_models.lora)
     wider = {key: torch.zeros(*(2 * n for n in t.shape)) for key, t in lora.items()}
     save_file(wider, str(placed(f"loras/test-notes-wider-{mode}.safetensors")))
-    save_file(
-        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
-        str(placed(f"loras/test-notes-wan-{mode}.safetensors")),
-    )
+    _another_models_lora(placed, f"test-notes-wan-{mode}")
     said: dict[str, str] = {}
     for name in (f"test-notes-wider-{mode}", f"test-notes-wan-{mode}", tiny_models.lora.stem):
         workflow = _with_lora(json.loads(json.dumps(tiny_workflow)), f"{name}.safetensors", mode)
@@ -105,10 +110,7 @@ def test_the_editor_that_queued_the_prompt_is_told_a_lora_did_nothing(
     from tests.browser import open_app
 
     httpx.post(f"{comfy_server.url}/settings/Comfy.TutorialCompleted", json=True, timeout=30)
-    save_file(
-        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
-        str(placed("loras/test-notes-wan-editor.safetensors")),
-    )
+    _another_models_lora(placed, "test-notes-wan-editor")
     workflow = _with_lora(tiny_workflow, "test-notes-wan-editor.safetensors", "merge")
     workflow["11"]["inputs"]["noise_seed"] = 424242  # not from the cache
     toast = ".p-toast-message"
@@ -129,10 +131,7 @@ def test_a_batch_jobs_record_keeps_what_its_lora_did_not_do(
     tmp_path: Path,
 ) -> None:
     """A batch's result.json said success, the LoRA nowhere: the job's warnings now hold it."""
-    save_file(
-        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
-        str(placed("loras/test-notes-wan-batch.safetensors")),
-    )
+    _another_models_lora(placed, "test-notes-wan-batch")
     workflow = tmp_path / "lora.json"
     workflow.write_text(json.dumps(_with_lora(tiny_workflow, "test-notes-wan-batch.safetensors", "merge")))
     jobs = tmp_path / "jobs.jsonl"
@@ -158,10 +157,7 @@ def test_a_later_prompt_served_the_lora_from_the_cache_is_told_too(
 ) -> None:
     """ComfyUI says it only as it loads the LoRA: the next seed (the LoRA node cached) said nothing,
     and a batch of seeds warned on its first job at most."""
-    save_file(
-        {f"diffusion_model.blocks.{i}.self_attn.q.lora_A.weight": torch.zeros(8, 64) for i in range(3)},
-        str(placed("loras/test-notes-wan-cached.safetensors")),
-    )
+    _another_models_lora(placed, "test-notes-wan-cached")
     workflow = _with_lora(tiny_workflow, "test-notes-wan-cached.safetensors", "merge")
     path = tmp_path / "lora.json"
     path.write_text(json.dumps(workflow))
