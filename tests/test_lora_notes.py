@@ -66,6 +66,7 @@ def test_a_lora_of_another_model_is_said_after_the_run(
     tiny_workflow: dict[str, Any],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Twice the size (its factors fit no layer) and under Wan's keys (none loads): exit 0 and frames
     without it, said only in comfyui.log. The fitting LoRA is said nothing of."""
@@ -84,6 +85,8 @@ def test_a_lora_of_another_model_is_said_after_the_run(
         caplog.clear()
         assert main(["run", str(path), "--server", comfy_server.url, "--out", str(out)]) == 0
         said[name] = caplog.text
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # below the tables, where it is read
+        assert last.startswith("warning: the server applied") == (name != tiny_models.lora.stem), last
         (record,) = out.glob("*/run.json")
         events = json.loads(record.read_text())["telemetry"]["events"]
         noted = [e for e in events if e["kind"] == "lora_not_applied"]

@@ -56,6 +56,7 @@ from runner.cli.workflow import add_workflow_parser, run_workflow_command
 from runner.errors import LeanVideoError, UsageError, WorkspaceError
 from runner.jobs.run import run_workflow
 from runner.local.workspace import REPO_ROOT, find_workspace
+from runner.tracking.record import unapplied_loras
 
 EXIT_CODES = (
     "exit codes: 0 ok, 1 other error, 2 usage, 3 not installed, 4 server unreachable or prompt lost "
@@ -348,6 +349,8 @@ def cmd_run(args: argparse.Namespace, console: Console, err: Console) -> int:
         outcome = run_workflow(path, options, on_event=progress.update)
     console.print(summary_table(outcome.record))
     console.print(f"record: {outcome.record_path}", highlight=False)
+    for said in unapplied_loras(outcome.record.get("telemetry") or {}):  # said again below the tables
+        err.print(f"warning: {said}", markup=False, highlight=False)
     return 0
 
 
