@@ -71,14 +71,13 @@ class UnappliedLoras(logging.Handler):
         self.telemetry = telemetry
         self.tell = tell
         self._known: OrderedDict[frozenset[str], dict[str, tuple[str, int]]] = OrderedDict()
-        self._running: tuple[str, frozenset[str]] | None = None  # the running prompt, its LoRA loaders
+        self._loaders: frozenset[str] = frozenset()  # the running prompt's LoRA loaders
         self._reminded: set[str] = set()  # reasons the running prompt was told of as it started
 
     def prompt_started(self, prompt_id: str, prompt: dict[str, Any]) -> None:
         """Note ``prompt``'s LoRA loaders; tell it what the same loaders were found to leave out before."""
-        loaders = lora_loaders(prompt)
-        self._running, self._reminded = (prompt_id, loaders), set()
-        for why, (first, calls) in self._known.get(loaders, {}).items() if loaders else ():
+        self._loaders, self._reminded = lora_loaders(prompt), set()
+        for why, (first, calls) in self._known.get(self._loaders, {}).items() if self._loaders else ():
             self.telemetry.count_event(EVENT, why, n=calls, first=first)
             self._reminded.add(why)
             self._tell(why, first)
@@ -90,8 +89,8 @@ class UnappliedLoras(logging.Handler):
                 return
             first = message[:_FIRST_LINE_CHARS]
             calls = self.telemetry.count_event(EVENT, why, first=first)
-            if calls and self._running is not None and self._running[1]:
-                self._remember(self._running[1], why, first, calls)
+            if calls and self._loaders:
+                self._remember(self._loaders, why, first, calls)
             if calls == 1:
                 self._tell(why, first)
         except Exception:  # a note must never break the prompt that logged it

@@ -117,17 +117,12 @@ def _take_off(server: str, prompt_id: str, headers_for: HeadersFor) -> tuple[str
     try:
         with _quick_client(server, headers_for) as client:
             if not client.is_queued(prompt_id):
-                return (
-                    "no longer on the server (it finished, or the server restarted); nothing to take off",
-                    True,
-                )
+                return GONE, True
             if client.cancel(prompt_id):
                 return "taken off the server (queue delete + interrupt)", True
-    except ServerError as exc:
-        if exc.status is not None:  # it answered, refusing (a proxy's 401: a --token missing)
+    except Exception as exc:  # a bad note or a gone server must not stop the job from running again
+        if isinstance(exc, ServerError) and exc.status is not None:  # it answered, refusing (a 401)
             return f"could not be taken off ({exc}): it may run on", False
-        logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
-    except Exception:  # a bad note or a gone server must not stop the job from running again
         logger.debug("cancelling %s on %s failed", prompt_id, server, exc_info=True)
     return "could not be taken off (the server did not answer): it may run on", False
 

@@ -289,12 +289,9 @@ def request_headers(args: argparse.Namespace) -> dict[str, str]:
 
 def run_options(args: argparse.Namespace, **settings: Any) -> RunOptions:
     """RunOptions from the shared server arguments; a bad URL, header or timeout is a usage error (2)."""
-    headers = _checked_headers(args)
-    token = given_token(args.token, headers, os.environ)
+    headers = tuple(request_headers(args).items())  # the token among them, as Authorization
     try:
-        return RunOptions(
-            server=args.server, headers=tuple(headers), token=token, retries=args.retries, **settings
-        )
+        return RunOptions(server=args.server, headers=headers, retries=args.retries, **settings)
     except ValueError as exc:
         _usage_error(str(exc))
 

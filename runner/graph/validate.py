@@ -27,6 +27,7 @@ from runner.graph.workflow import (
     input_names,
     input_spec,
     is_link,
+    node_title,
 )
 
 
@@ -135,11 +136,10 @@ def _empty_pass_throughs(workflow: Workflow) -> list[Problem]:
     return problems
 
 
-def _title(node: Mapping[str, Any]) -> str:
+def _title(node: dict[str, Any]) -> str:
     """A node as the editor shows it: its title, else its class."""
-    meta = node.get("_meta")
-    title = meta.get("title") if isinstance(meta, Mapping) else None
-    return title if isinstance(title, str) and title.strip() else str(node.get("class_type"))
+    title = node_title(node)
+    return title if title and title.strip() else str(node.get("class_type"))
 
 
 def unknown_node_problem(node_id: str, class_type: str, object_info: ObjectInfo) -> Problem:

@@ -24,7 +24,7 @@ import httpx
 
 from runner.errors import OutputWriteError, ServerError
 from runner.install.pin import sha256_file
-from runner.transport.answers import GATEWAY_STATUSES, GatewayAnswer, describe_answer
+from runner.transport.answers import GATEWAY_STATUSES, GatewayAnswer
 from runner.transport.client import ComfyClient
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def download_to(client: ComfyClient, item: dict[str, Any], target: Path) -> int:
     def fail(error: Exception, attempts: int) -> ServerError:
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         if isinstance(error, GatewayAnswer):
-            said = describe_answer(error.response, credentials=bool(client.headers), server=client.base_url)
+            said = client.describe(error.response)
             return ServerError(
                 f"GET {client.base_url}/view for {name!r}{tries} answered {said}",
                 status=error.response.status_code,
@@ -160,7 +160,7 @@ def _stream_once(client: ComfyClient, item: dict[str, Any], target: Path) -> int
         if response.status_code in GATEWAY_STATUSES:
             raise GatewayAnswer(response)  # a proxy's: ComfyUI behind it may answer again
         if response.status_code != 200:
-            said = describe_answer(response, credentials=bool(client.headers), server=client.base_url)
+            said = client.describe(response)
             raise ServerError(f"GET {client.base_url}/view for {item['filename']!r} answered {said}")
         expected = response.headers.get("content-length")
         # a proxy may compress the file although asked not to: then it is decoded, and the length it

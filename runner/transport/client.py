@@ -101,8 +101,11 @@ class ComfyClient:
         self.deadline = deadline  # time.monotonic() after which no retry starts; None: no deadline
         self.retries_made = 0  # requests repeated after a cut, over this client's life
         self._http_timeout = http_timeout
-        # HTTPS: one set of trusted certificates for requests and the websocket (see .tls)
+        # HTTPS: one set of trusted certificates for requests and the websocket (see .tls); plain HTTP
+        # checks none (not httpx's default, which fails on a $SSL_CERT_FILE naming nothing). Made once:
+        # each renewed pool (a retry) takes it again
         self._trust = trust_context() if self.base_url.startswith("https:") else None
+        self._verify = self._trust if self._trust is not None else ssl.create_default_context()
         self._rng = random.Random()
         self._http = self._new_pool()
 
@@ -111,9 +114,7 @@ class ComfyClient:
             base_url=self.base_url,
             timeout=self._http_timeout,
             headers=self.headers,
-            # plain HTTP checks no certificate: not httpx's default, which fails on a $SSL_CERT_FILE
-            # naming nothing
-            verify=self._trust if self._trust is not None else ssl.create_default_context(),
+            verify=self._verify,
         )
 
     def close(self) -> None:
@@ -183,7 +184,7 @@ class ComfyClient:
             tries = f" after {attempts} attempts" if attempts > 1 else ""
             if isinstance(error, GatewayAnswer):
                 return ServerError(
-                    f"{method} {self.base_url}{path}{tries} answered {self._said(error.response)}",
+                    f"{method} {self.base_url}{path}{tries} answered {self.describe(error.response)}",
                     status=error.response.status_code,
                 )
             return ServerError(f"cannot reach ComfyUI at {self.base_url}{path}{tries}: {self._why(error)}")
@@ -196,7 +197,7 @@ class ComfyClient:
 
         return self.retrying(f"{method} {path}", once, (httpx.TransportError, GatewayAnswer), fail)
 
-    def _said(self, response: httpx.Response) -> str:
+    def describe(self, response: httpx.Response) -> str:
         """An unexpected answer's status and what it means (:func:`.answers.describe_answer`)."""
         return describe_answer(response, credentials=bool(self.headers), server=self.base_url)
 
@@ -236,7 +237,7 @@ class ComfyClient:
             return None
         if response.status_code != 200:
             raise ServerError(
-                f"GET {self.base_url}{path} answered {self._said(response)}", status=response.status_code
+                f"GET {self.base_url}{path} answered {self.describe(response)}", status=response.status_code
             )
         try:
             return response.json()
@@ -250,7 +251,7 @@ class ComfyClient:
         response = self._request("POST", path, json=body)
         if not response.is_success:
             raise ServerError(
-                f"POST {self.base_url}{path} answered {self._said(response)}", status=response.status_code
+                f"POST {self.base_url}{path} answered {self.describe(response)}", status=response.status_code
             )
 
     def submit(self, workflow: Workflow, prompt_id: str | None = None) -> str:
@@ -276,7 +277,7 @@ class ComfyClient:
                         else ""
                     )
                     why = (
-                        f"answered {self._said(exc.response)}"
+                        f"answered {self.describe(exc.response)}"
                         if isinstance(exc, GatewayAnswer)
                         else self._why(exc)
                     )
@@ -294,7 +295,7 @@ class ComfyClient:
             raise rejection(response)
         if response.status_code != 200:
             raise ServerError(
-                f"POST {self.base_url}/prompt answered {self._said(response)}", status=response.status_code
+                f"POST {self.base_url}/prompt answered {self.describe(response)}", status=response.status_code
             )
         return prompt_id
 
